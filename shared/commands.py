@@ -1,0 +1,75 @@
+"""Work orders between services. They are not events: they are not logged, they ask for work.
+
+The events they carry (an action to review or run) are logged by the controller before routing.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import RunnableAction, new_id
+
+__all__ = [
+    "ExecuteAction",
+    "HistoryReply",
+    "HistoryRequest",
+    "ReleaseSandbox",
+    "ReviewAction",
+    "StepRequest",
+]
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=new_id, description="Unique id; also the Nats-Msg-Id.")
+    task_id: str
+
+
+class StepRequest(_Command):
+    """Controller → reasoner: decide the next action given the log up to `after_seq`."""
+
+    kind: Literal["step_request"] = "step_request"
+    after_seq: int = Field(description="The reasoner must see the log at least up to this seq.")
+    iteration: int
+
+
+class ReviewAction(_Command):
+    """Controller → security monitor: rule on this action before it may run."""
+
+    kind: Literal["review_action"] = "review_action"
+    action: RunnableAction
+
+
+class ExecuteAction(_Command):
+    """Controller → runtime: run this approved action in the task's sandbox."""
+
+    kind: Literal["execute_action"] = "execute_action"
+    action: RunnableAction
+
+
+class ReleaseSandbox(_Command):
+    """Controller → runtime: the task has ended; destroy its sandbox."""
+
+    kind: Literal["release_sandbox"] = "release_sandbox"
+    reason: str = ""
+
+
+class HistoryRequest(BaseModel):
+    """Gateway or reasoner → storage (request/reply): a task's events with seq > after."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=1000, ge=1, le=10000)
+
+
+class HistoryReply(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    events: list[dict[str, object]]
+    last_seq: int = Field(description="Highest seq stored for the task, 0 if none.")

@@ -1,0 +1,119 @@
+"""At-least-once delivery with bounded retries and a dead-letter subject.
+
+FastStream's NATS default terminates a failed message. deckhands subscribes with
+AckPolicy.MANUAL and this middleware decides instead:
+
+- success: ack;
+- a message that cannot be parsed (garbage, wrong schema) or raises `PermanentError`:
+  dead-letter at once, since redelivering cannot help;
+- any other failure: nack with exponential backoff, and dead-letter once the message has
+  been delivered `max_deliveries` times.
+
+A dead-lettered message keeps its original bytes; headers say where it came from and why.
+The service keeps running in every case.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from faststream import BaseMiddleware
+from nats.aio.msg import Msg
+from prometheus_client import Counter
+from pydantic import ValidationError
+
+from .subjects import DLQ_STREAM, Service, dlq_subject
+
+__all__ = ["DeliveryGuard", "PermanentError", "backoff_delay"]
+
+log = logging.getLogger("deckhands.delivery")
+
+DEAD_LETTERED = Counter(
+    "deckhands_dead_lettered_total", "Messages sent to the dead-letter subject", ["service"]
+)
+REDELIVERIES = Counter(
+    "deckhands_redeliveries_requested_total", "Messages nacked for redelivery", ["service"]
+)
+
+
+class PermanentError(Exception):
+    """The message can never be processed; retrying it is pointless."""
+
+
+def backoff_delay(delivered: int, first_s: float, max_s: float) -> float:
+    return min(max_s, first_s * (2 ** max(0, delivered - 1)))
+
+
+def _reason(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:1000]
+
+
+class DeliveryGuard:
+    """Middleware factory: `NatsBroker(middlewares=[DeliveryGuard(...)])`."""
+
+    def __init__(
+        self, service: Service, *, max_deliveries: int, backoff_s: float, backoff_max_s: float
+    ) -> None:
+        self.service = service
+        self.max_deliveries = max_deliveries
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+
+    def __call__(self, msg: Any, /, *, context: Any) -> _GuardMiddleware:
+        return _GuardMiddleware(msg, context=context, guard=self)
+
+
+class _GuardMiddleware(BaseMiddleware):
+    def __init__(self, msg: Any, /, *, context: Any, guard: DeliveryGuard) -> None:
+        super().__init__(msg, context=context)
+        self.guard = guard
+
+    async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+        raw = msg.raw_message
+        if not isinstance(raw, Msg) or not raw.reply or not raw.reply.startswith("$JS.ACK"):
+            return await call_next(msg)  # core NATS (request/reply): nothing to acknowledge
+
+        delivered = raw.metadata.num_delivered
+        try:
+            result = await call_next(msg)
+        except (ValidationError, PermanentError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            await self._dead_letter(msg, raw, exc, delivered)
+            return None
+        except Exception as exc:
+            if delivered >= self.guard.max_deliveries:
+                await self._dead_letter(msg, raw, exc, delivered)
+                return None
+            delay = backoff_delay(delivered, self.guard.backoff_s, self.guard.backoff_max_s)
+            log.warning(
+                "%s: delivery %d of %s failed, retrying in %.1fs: %s",
+                self.guard.service, delivered, raw.subject, delay, _reason(exc),
+            )
+            REDELIVERIES.labels(self.guard.service.value).inc()
+            await msg.nack(delay=delay)
+            return None
+        await msg.ack()
+        return result
+
+    async def _dead_letter(self, msg: Any, raw: Msg, exc: BaseException, delivered: int) -> None:
+        reason = _reason(exc)
+        meta = raw.metadata
+        headers = {
+            "Nats-Msg-Id": f"dlq-{meta.stream}-{meta.sequence.stream}",
+            "Deckhands-Dlq-Reason": reason,
+            "Deckhands-Dlq-Subject": raw.subject,
+            "Deckhands-Dlq-Stream": meta.stream,
+            "Deckhands-Dlq-Stream-Seq": str(meta.sequence.stream),
+            "Deckhands-Dlq-Deliveries": str(delivered),
+            "Deckhands-Dlq-Service": self.guard.service.value,
+        }
+        broker = self.context.get("broker")
+        await broker.publish(
+            raw.data, dlq_subject(self.guard.service), headers=headers, stream=DLQ_STREAM
+        )
+        log.error("%s: dead-lettered %s: %s", self.guard.service, raw.subject, reason)
+        DEAD_LETTERED.labels(self.guard.service.value).inc()
+        # The copy is safe in the DLQ stream; only now is the original let go.
+        await msg.ack()

@@ -1,0 +1,14 @@
+"""Every event deckhands exchanges: one pydantic model per kind, one discriminated union."""
+
+from .actions import *  # noqa: F403
+from .actions import __all__ as _actions
+from .base import *  # noqa: F403
+from .base import __all__ as _base
+from .observations import *  # noqa: F403
+from .observations import __all__ as _observations
+from .state import *  # noqa: F403
+from .state import __all__ as _state
+from .union import *  # noqa: F403
+from .union import __all__ as _union
+
+__all__ = [*_actions, *_base, *_observations, *_state, *_union]  # noqa: PLE0604

@@ -1,0 +1,89 @@
+"""Actions: what a user or the agent asks to happen (seeds 001 and 004)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import EventBase
+from .state import AgentState
+
+__all__ = [
+    "AgentFinishAction",
+    "AgentThinkAction",
+    "ChangeAgentStateAction",
+    "CmdRunAction",
+    "FileReadAction",
+    "FileWriteAction",
+    "LLMUsage",
+    "MessageAction",
+    "RunPythonAction",
+]
+
+
+class LLMUsage(BaseModel):
+    """Tokens and cost of the LLM call that produced an agent action."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_ms: float = 0.0
+
+
+class _AgentActionFields(EventBase):
+    thought: str = Field(default="", description="Text the model wrote alongside its tool call.")
+    tool_call_id: str | None = Field(default=None, description="Links the result to the call.")
+    llm_usage: LLMUsage | None = None
+
+
+class MessageAction(_AgentActionFields):
+    kind: Literal["message"] = "message"
+    content: str
+    wait_for_response: bool = False
+
+
+class CmdRunAction(_AgentActionFields):
+    kind: Literal["run"] = "run"
+    command: str
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+
+
+class RunPythonAction(_AgentActionFields):
+    kind: Literal["run_python"] = "run_python"
+    code: str
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+
+
+class FileReadAction(_AgentActionFields):
+    kind: Literal["read"] = "read"
+    path: str
+    start_line: int = Field(default=1, ge=1)
+    end_line: int | None = Field(default=None, ge=1, description="Inclusive; None reads to the end.")
+
+
+class FileWriteAction(_AgentActionFields):
+    kind: Literal["write"] = "write"
+    path: str
+    content: str
+
+
+class AgentThinkAction(_AgentActionFields):
+    kind: Literal["think"] = "think"
+
+
+class AgentFinishAction(_AgentActionFields):
+    kind: Literal["finish"] = "finish"
+    final_message: str = ""
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChangeAgentStateAction(EventBase):
+    """A request to move the task to another state, e.g. a user's stop."""
+
+    kind: Literal["change_agent_state"] = "change_agent_state"
+    agent_state: AgentState
+    reason: str = ""

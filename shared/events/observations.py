@@ -1,0 +1,87 @@
+"""Observations: what happened in answer to an action (seeds 001 and 004)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from .base import EventBase
+from .state import AgentState
+
+__all__ = [
+    "AgentStateChangedObservation",
+    "CmdOutputObservation",
+    "ErrorObservation",
+    "FileReadObservation",
+    "FileWriteObservation",
+    "PythonOutputObservation",
+    "RiskLevel",
+    "SecurityVerdictObservation",
+    "Verdict",
+]
+
+
+class CmdOutputObservation(EventBase):
+    kind: Literal["run_output"] = "run_output"
+    command: str
+    content: str
+    exit_code: int
+    cwd: str
+    timed_out: bool = False
+
+
+class PythonOutputObservation(EventBase):
+    kind: Literal["python_output"] = "python_output"
+    content: str
+    exit_code: int = 0
+
+
+class FileReadObservation(EventBase):
+    kind: Literal["read_output"] = "read_output"
+    path: str
+    content: str
+
+
+class FileWriteObservation(EventBase):
+    kind: Literal["write_output"] = "write_output"
+    path: str
+    content: str = ""
+
+
+class ErrorObservation(EventBase):
+    """Something went wrong that the agent should see and can react to."""
+
+    kind: Literal["error"] = "error"
+    content: str
+    error_code: str = Field(default="error", description="Machine-readable class of the error.")
+
+
+class AgentStateChangedObservation(EventBase):
+    kind: Literal["agent_state_changed"] = "agent_state_changed"
+    agent_state: AgentState
+    previous_state: AgentState | None = None
+    reason: str = ""
+
+
+class RiskLevel(StrEnum):
+    LOW = "LOW"
+    MEDIUM = "MEDIUM"
+    HIGH = "HIGH"
+    UNKNOWN = "UNKNOWN"
+
+
+class Verdict(StrEnum):
+    ALLOW = "ALLOW"
+    DENY = "DENY"
+
+
+class SecurityVerdictObservation(EventBase):
+    """The security monitor's ruling on one runnable action (its `cause`)."""
+
+    kind: Literal["security_verdict"] = "security_verdict"
+    verdict: Verdict
+    risk: RiskLevel
+    rule: str | None = Field(default=None, description="The rule that matched, if any.")
+    reason: str = ""

@@ -1,0 +1,80 @@
+"""The one discriminated union of every event, and the sets services route on."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, TypeAdapter
+
+from .actions import (
+    AgentFinishAction,
+    AgentThinkAction,
+    ChangeAgentStateAction,
+    CmdRunAction,
+    FileReadAction,
+    FileWriteAction,
+    MessageAction,
+    RunPythonAction,
+)
+from .observations import (
+    AgentStateChangedObservation,
+    CmdOutputObservation,
+    ErrorObservation,
+    FileReadObservation,
+    FileWriteObservation,
+    PythonOutputObservation,
+    SecurityVerdictObservation,
+)
+
+__all__ = [
+    "ACTION_TYPES",
+    "OBSERVATION_TYPES",
+    "RUNNABLE_ACTION_TYPES",
+    "Event",
+    "EventAdapter",
+    "RunnableAction",
+]
+
+Event = Annotated[
+    MessageAction
+    | CmdRunAction
+    | RunPythonAction
+    | FileReadAction
+    | FileWriteAction
+    | AgentThinkAction
+    | AgentFinishAction
+    | ChangeAgentStateAction
+    | CmdOutputObservation
+    | PythonOutputObservation
+    | FileReadObservation
+    | FileWriteObservation
+    | ErrorObservation
+    | AgentStateChangedObservation
+    | SecurityVerdictObservation,
+    Field(discriminator="kind"),
+]
+
+RunnableAction = Annotated[
+    CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction,
+    Field(discriminator="kind"),
+]
+
+EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
+
+RUNNABLE_ACTION_TYPES = (CmdRunAction, RunPythonAction, FileReadAction, FileWriteAction)
+ACTION_TYPES = (
+    MessageAction,
+    *RUNNABLE_ACTION_TYPES,
+    AgentThinkAction,
+    AgentFinishAction,
+    ChangeAgentStateAction,
+)
+OBSERVATION_TYPES = (
+    CmdOutputObservation,
+    PythonOutputObservation,
+    FileReadObservation,
+    FileWriteObservation,
+    ErrorObservation,
+    AgentStateChangedObservation,
+    SecurityVerdictObservation,
+)

@@ -1,0 +1,48 @@
+"""Settings every service shares. Each service extends `CommonSettings` with its own."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["CommonSettings"]
+
+
+class CommonSettings(BaseSettings):
+    """Read from DECKHANDS_* environment variables; a bad value stops start-up with its name."""
+
+    model_config = SettingsConfigDict(env_prefix="DECKHANDS_", extra="ignore", frozen=True)
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="0 disables /metrics.")
+    log_level: str = "INFO"
+
+    max_deliveries: int = Field(
+        default=5, ge=1, description="Deliveries of one message before it is dead-lettered."
+    )
+    retry_backoff_s: float = Field(default=0.5, gt=0, description="First redelivery delay.")
+    retry_backoff_max_s: float = Field(default=10.0, gt=0)
+    ack_wait_s: float = Field(
+        default=60.0, gt=0, description="A silent consumer's message is redelivered after this."
+    )
+    stream_max_age_days: float = Field(default=30.0, gt=0)
+
+    otel_exporter: str = Field(
+        default="none", description="'none', 'console' or 'otlp' (OTLP over HTTP)."
+    )
+    otel_endpoint: str = "http://127.0.0.1:4318/v1/traces"
+
+    @field_validator("nats_url", "redis_url")
+    @classmethod
+    def _has_scheme(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError(f"{value!r} is not a URL (expected scheme://host:port)")
+        return value
+
+    @field_validator("otel_exporter")
+    @classmethod
+    def _known_exporter(cls, value: str) -> str:
+        if value not in {"none", "console", "otlp"}:
+            raise ValueError(f"unknown exporter {value!r}; use none, console or otlp")
+        return value

