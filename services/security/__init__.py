@@ -1,0 +1,1 @@
+"""security-monitor: rules on every runnable action before the runtime may see it."""

@@ -1,0 +1,48 @@
+"""Turns a ReviewAction into a SecurityVerdictObservation for the controller."""
+
+from __future__ import annotations
+
+import uuid
+
+from faststream.nats import NatsBroker
+from prometheus_client import Counter
+
+from shared.commands import ReviewAction
+from shared.events import EventSource, SecurityVerdictObservation
+from shared.publishing import publish_event_to
+from shared.subjects import Service
+
+from .rules import review
+
+__all__ = ["SecurityHandlers", "verdict_for"]
+
+VERDICTS = Counter(
+    "deckhands_security_verdicts_total", "Security verdicts", ["verdict", "risk", "rule"]
+)
+_VERDICT_NS = uuid.UUID("8f5b7f0e-3c1a-4c39-9d0e-4a3e59d0b1a7")
+
+
+def verdict_for(request: ReviewAction, workspace: str) -> SecurityVerdictObservation:
+    finding = review(request.action, workspace)
+    return SecurityVerdictObservation(
+        # Derived from the request so a redelivered review publishes the same event id.
+        id=uuid.uuid5(_VERDICT_NS, request.id).hex,
+        task_id=request.task_id,
+        source=EventSource.ENVIRONMENT,
+        cause=request.action.id,
+        verdict=finding.verdict,
+        risk=finding.risk,
+        rule=finding.rule,
+        reason=finding.reason,
+    )
+
+
+class SecurityHandlers:
+    def __init__(self, broker: NatsBroker, workspace: str) -> None:
+        self.broker = broker
+        self.workspace = workspace
+
+    async def on_review(self, request: ReviewAction) -> None:
+        verdict = verdict_for(request, self.workspace)
+        VERDICTS.labels(verdict.verdict.value, verdict.risk.value, verdict.rule or "").inc()
+        await publish_event_to(self.broker, Service.CONTROLLER, verdict)

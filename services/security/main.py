@@ -1,0 +1,48 @@
+"""Wiring of the security monitor: settings, broker, subscriber, telemetry."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream import FastStream
+
+from shared.broker import WORK, build_broker, durable_subscription
+from shared.streams import ensure_streams
+from shared.subjects import Service, work_subject
+from shared.telemetry import setup_logging, setup_metrics, setup_tracing
+
+from .handlers import SecurityHandlers
+from .settings import SecuritySettings
+
+__all__ = ["build_app", "main"]
+
+
+def build_app(settings: SecuritySettings | None = None) -> FastStream:
+    settings = settings or SecuritySettings()
+    broker = build_broker(settings, Service.SECURITY, setup_tracing(settings, "security"))
+    handlers = SecurityHandlers(broker, settings.workspace_root)
+    broker.subscriber(
+        work_subject(Service.SECURITY),
+        title="security.review",
+        description="Rules on a runnable action; answers with a SecurityVerdictObservation.",
+        **durable_subscription(settings, WORK, "security", workers=settings.workers),
+    )(handlers.on_review)
+
+    app = FastStream(broker)
+
+    @app.on_startup
+    async def _start() -> None:
+        setup_metrics(settings)
+        await ensure_streams(settings)
+
+    return app
+
+
+def main() -> None:
+    settings = SecuritySettings()
+    setup_logging(settings, "security")
+    asyncio.run(build_app(settings).run())
+
+
+if __name__ == "__main__":
+    main()
