@@ -8,8 +8,8 @@ from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, PullSub
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from faststream.nats.prometheus import NatsPrometheusMiddleware
-from prometheus_client import REGISTRY
 from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import REGISTRY
 
 from .delivery import DeliveryGuard
 from .settings import CommonSettings

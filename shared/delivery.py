@@ -89,7 +89,11 @@ class _GuardMiddleware(BaseMiddleware):
             delay = backoff_delay(delivered, self.guard.backoff_s, self.guard.backoff_max_s)
             log.warning(
                 "%s: delivery %d of %s failed, retrying in %.1fs: %s",
-                self.guard.service, delivered, raw.subject, delay, _reason(exc),
+                self.guard.service,
+                delivered,
+                raw.subject,
+                delay,
+                _reason(exc),
             )
             REDELIVERIES.labels(self.guard.service.value).inc()
             await msg.nack(delay=delay)

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import AgentState, utc_now
+from .events import AgentState, RunnableAction, utc_now
 
 __all__ = ["Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
 
@@ -48,6 +48,7 @@ class Outgoing(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     subject: str
+    stream: str
     payload: str
     msg_id: str
 
@@ -72,12 +73,16 @@ class TaskState(BaseModel):
     awaiting_id: str | None = Field(
         default=None, description="Id of the step request or action whose answer is awaited."
     )
+    pending_action: RunnableAction | None = Field(
+        default=None, description="The runnable action under review or running."
+    )
     result: TaskResult | None = None
     usage: TaskUsage = Field(default_factory=TaskUsage)
 
     processed: list[str] = Field(default_factory=list, description="Recent input ids applied.")
     outboxes: dict[str, list[Outgoing]] = Field(
-        default_factory=dict, description="What each recent input produced, to replay on redelivery."
+        default_factory=dict,
+        description="What each recent input produced, to replay on redelivery.",
     )
 
     def has_processed(self, input_id: str) -> bool:

@@ -56,6 +56,7 @@ async def ensure_streams(settings: CommonSettings) -> None:
     try:
         js = nc.jetstream()
         for config in stream_configs(settings):
+            assert config.name is not None
             try:
                 await js.stream_info(config.name)
             except NotFoundError:

@@ -46,7 +46,10 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def settings(nats_url: str, redis_url: str) -> CommonSettings:
     return CommonSettings(
-        nats_url=nats_url, redis_url=redis_url, retry_backoff_s=0.05, retry_backoff_max_s=0.2,
+        nats_url=nats_url,
+        redis_url=redis_url,
+        retry_backoff_s=0.05,
+        retry_backoff_max_s=0.2,
         max_deliveries=3,
     )
 

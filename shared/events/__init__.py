@@ -11,4 +11,4 @@ from .state import __all__ as _state
 from .union import *  # noqa: F403
 from .union import __all__ as _union
 
-__all__ = [*_actions, *_base, *_observations, *_state, *_union]  # noqa: PLE0604
+__all__ = [*_actions, *_base, *_observations, *_state, *_union]

@@ -62,7 +62,9 @@ class FileReadAction(_AgentActionFields):
     kind: Literal["read"] = "read"
     path: str
     start_line: int = Field(default=1, ge=1)
-    end_line: int | None = Field(default=None, ge=1, description="Inclusive; None reads to the end.")
+    end_line: int | None = Field(
+        default=None, ge=1, description="Inclusive; None reads to the end."
+    )
 
 
 class FileWriteAction(_AgentActionFields):

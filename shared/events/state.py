@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-__all__ = ["TERMINAL_STATES", "AgentState"]
+__all__ = ["LEGAL_TRANSITIONS", "TERMINAL_STATES", "AgentState", "can_transition"]
 
 
 class AgentState(StrEnum):
@@ -23,3 +23,52 @@ class AgentState(StrEnum):
 TERMINAL_STATES = frozenset(
     {AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED, AgentState.ERROR}
 )
+
+
+# Which states a task may move to from each state; anything else is refused.
+LEGAL_TRANSITIONS: dict[AgentState, frozenset[AgentState]] = {
+    AgentState.LOADING: frozenset({AgentState.RUNNING, AgentState.STOPPED, AgentState.ERROR}),
+    AgentState.RUNNING: frozenset(
+        {
+            AgentState.AWAITING_USER_INPUT,
+            AgentState.AWAITING_USER_CONFIRMATION,
+            AgentState.PAUSED,
+            AgentState.STOPPED,
+            AgentState.FINISHED,
+            AgentState.REJECTED,
+            AgentState.ERROR,
+            AgentState.RATE_LIMITED,
+        }
+    ),
+    AgentState.AWAITING_USER_INPUT: frozenset(
+        {AgentState.RUNNING, AgentState.PAUSED, AgentState.STOPPED, AgentState.ERROR}
+    ),
+    AgentState.AWAITING_USER_CONFIRMATION: frozenset(
+        {
+            AgentState.USER_CONFIRMED,
+            AgentState.USER_REJECTED,
+            AgentState.PAUSED,
+            AgentState.STOPPED,
+            AgentState.ERROR,
+        }
+    ),
+    AgentState.USER_CONFIRMED: frozenset(
+        {AgentState.RUNNING, AgentState.PAUSED, AgentState.STOPPED, AgentState.ERROR}
+    ),
+    AgentState.USER_REJECTED: frozenset(
+        {AgentState.RUNNING, AgentState.AWAITING_USER_INPUT, AgentState.STOPPED, AgentState.ERROR}
+    ),
+    AgentState.PAUSED: frozenset({AgentState.RUNNING, AgentState.STOPPED, AgentState.ERROR}),
+    AgentState.RATE_LIMITED: frozenset(
+        {AgentState.RUNNING, AgentState.PAUSED, AgentState.STOPPED, AgentState.ERROR}
+    ),
+    # A finished or failed task can be continued by a new user message, as in OpenHands.
+    AgentState.FINISHED: frozenset({AgentState.RUNNING, AgentState.STOPPED}),
+    AgentState.ERROR: frozenset({AgentState.RUNNING, AgentState.STOPPED}),
+    AgentState.REJECTED: frozenset({AgentState.RUNNING, AgentState.STOPPED}),
+    AgentState.STOPPED: frozenset(),
+}
+
+
+def can_transition(current: AgentState, target: AgentState) -> bool:
+    return target in LEGAL_TRANSITIONS[current]

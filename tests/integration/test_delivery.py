@@ -32,7 +32,9 @@ async def _dlq_messages(settings: CommonSettings, service: Service) -> list[nats
     return got
 
 
-def _broker_with(settings: CommonSettings, subject: str, durable: str, handler: object) -> NatsBroker:
+def _broker_with(
+    settings: CommonSettings, subject: str, durable: str, handler: object
+) -> NatsBroker:
     broker = build_broker(settings, Service.SECURITY)
     broker.subscriber(subject, **durable_subscription(settings, WORK, durable))(handler)
     return broker
@@ -72,8 +74,11 @@ async def test_garbage_goes_to_dead_letter_with_reason(streams: CommonSettings) 
         await broker.publish(Ping(n=1), subject, stream="DECKHANDS_WORK")
         await asyncio.wait_for(ok.wait(), 10)  # the service kept running after the garbage
         await asyncio.sleep(0.3)
-    dead = [m for m in await _dlq_messages(streams, Service.SECURITY)
-            if m.headers and m.headers.get("Deckhands-Dlq-Subject") == subject]
+    dead = [
+        m
+        for m in await _dlq_messages(streams, Service.SECURITY)
+        if m.headers and m.headers.get("Deckhands-Dlq-Subject") == subject
+    ]
     assert len(dead) == 1
     assert dead[0].data == b"\x00not json{"
     assert "validation" in dead[0].headers["Deckhands-Dlq-Reason"].lower()
@@ -96,8 +101,11 @@ async def test_always_failing_handler_is_dead_lettered_after_max_deliveries(
         await broker.publish(Ping(n=2), subject, stream="DECKHANDS_WORK")
         for _ in range(100):
             await asyncio.sleep(0.1)
-            dead = [m for m in await _dlq_messages(streams, Service.SECURITY)
-                    if m.headers and m.headers.get("Deckhands-Dlq-Subject") == subject]
+            dead = [
+                m
+                for m in await _dlq_messages(streams, Service.SECURITY)
+                if m.headers and m.headers.get("Deckhands-Dlq-Subject") == subject
+            ]
             if dead:
                 break
     assert attempts == streams.max_deliveries

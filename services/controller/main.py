@@ -1,0 +1,56 @@
+"""Wiring of the controller: settings, Redis, broker, subscriber, telemetry."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream import FastStream
+from redis.asyncio import Redis
+
+from shared.broker import WORK, build_broker, durable_subscription
+from shared.state_store import TaskStateStore
+from shared.streams import ensure_streams
+from shared.subjects import Service, work_subject
+from shared.telemetry import setup_logging, setup_metrics, setup_tracing
+
+from .handlers import ControllerHandlers
+from .settings import ControllerSettings
+
+__all__ = ["build_app", "main"]
+
+
+def build_app(settings: ControllerSettings | None = None) -> FastStream:
+    settings = settings or ControllerSettings()
+    broker = build_broker(settings, Service.CONTROLLER, setup_tracing(settings, "controller"))
+    redis = Redis.from_url(settings.redis_url)
+    handlers = ControllerHandlers(broker, TaskStateStore(redis), settings.cas_attempts)
+    broker.subscriber(
+        work_subject(Service.CONTROLLER),
+        title="controller.inbox",
+        description="User input, agent actions, verdicts and observations of every task.",
+        **durable_subscription(settings, WORK, "controller", workers=settings.workers),
+    )(handlers.on_input)
+
+    app = FastStream(broker)
+
+    @app.on_startup
+    async def _start() -> None:
+        setup_metrics(settings)
+        await redis.ping()
+        await ensure_streams(settings)
+
+    @app.after_shutdown
+    async def _stop() -> None:
+        await redis.aclose()
+
+    return app
+
+
+def main() -> None:
+    settings = ControllerSettings()
+    setup_logging(settings, "controller")
+    asyncio.run(build_app(settings).run())
+
+
+if __name__ == "__main__":
+    main()

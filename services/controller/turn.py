@@ -1,0 +1,101 @@
+"""One turn of the controller: the State it started from, what it logs, and what it sends.
+
+A turn is built in memory, saved as one State version, and only then published: the saved
+outbox lets a redelivered input republish exactly what the first attempt decided.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.commands import ExecuteAction, ReleaseSandbox, ReviewAction, StepRequest
+from shared.events import (
+    AgentState,
+    AgentStateChangedObservation,
+    EventBase,
+    EventSource,
+    can_transition,
+    utc_now,
+)
+from shared.state import Outgoing, TaskState
+from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
+
+__all__ = ["RELEASE_SANDBOX_STATES", "IllegalTransition", "Turn"]
+
+Command = StepRequest | ReviewAction | ExecuteAction | ReleaseSandbox
+
+# States after which the task's sandbox is destroyed. ERROR keeps it: a user message can resume.
+RELEASE_SANDBOX_STATES = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED})
+
+
+class IllegalTransition(Exception):
+    def __init__(self, current: AgentState, target: AgentState) -> None:
+        super().__init__(f"cannot go from {current.value} to {target.value}")
+        self.current, self.target = current, target
+
+
+class Turn:
+    def __init__(self, state: TaskState) -> None:
+        self.state = state
+        self.logged: list[EventBase] = []
+        self.sent: list[tuple[Service, Command]] = []
+
+    def update(self, **fields: Any) -> None:
+        self.state = self.state.model_copy(update=fields)
+
+    def log(self, event: EventBase) -> EventBase:
+        """Append `event` to the task's log with the next seq."""
+        seq = self.state.last_seq + 1
+        stamped = event.model_copy(update={"seq": seq})
+        self.update(last_seq=seq)
+        self.logged.append(stamped)
+        return stamped
+
+    def send(self, service: Service, command: Command) -> None:
+        self.sent.append((service, command))
+
+    def change_state(self, target: AgentState, reason: str = "", cause: str | None = None) -> None:
+        current = self.state.agent_state
+        if current == target:
+            return
+        if not can_transition(current, target):
+            raise IllegalTransition(current, target)
+        self.log(
+            AgentStateChangedObservation(
+                task_id=self.state.task_id,
+                source=EventSource.ENVIRONMENT,
+                cause=cause,
+                agent_state=target,
+                previous_state=current,
+                reason=reason,
+            )
+        )
+        finished = target in RELEASE_SANDBOX_STATES or target is AgentState.ERROR
+        self.update(agent_state=target, reason=reason, finished_at=utc_now() if finished else None)
+        if target in RELEASE_SANDBOX_STATES:
+            self.send(
+                Service.RUNTIME, ReleaseSandbox(task_id=self.state.task_id, reason=target.value)
+            )
+
+    def outbox(self) -> list[Outgoing]:
+        """Log entries first, so a service reading history sees what it is asked about."""
+        task = self.state.task_id
+        out = [
+            Outgoing(
+                subject=event_subject(task),
+                stream=EVENTS_STREAM,
+                payload=e.model_dump_json(),
+                msg_id=e.id,
+            )
+            for e in self.logged
+        ]
+        out += [
+            Outgoing(
+                subject=work_subject(service, task),
+                stream=WORK_STREAM,
+                payload=c.model_dump_json(),
+                msg_id=c.id,
+            )
+            for service, c in self.sent
+        ]
+        return out

@@ -1,0 +1,1 @@
+"""storage: keeps every task's event log durably and answers history queries."""

@@ -1,0 +1,62 @@
+"""Wiring of the storage service: the event-log consumer and the history responder."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream import FastStream
+
+from shared.broker import EVENTS, build_broker, durable_subscription
+from shared.streams import ensure_streams
+from shared.subjects import HISTORY_SUBJECT, Service, event_subject
+from shared.telemetry import setup_logging, setup_metrics, setup_tracing
+
+from .event_log import EventLog
+from .handlers import StorageHandlers
+from .settings import StorageSettings
+
+__all__ = ["build_app", "main"]
+
+
+def build_app(settings: StorageSettings | None = None) -> FastStream:
+    settings = settings or StorageSettings()
+    broker = build_broker(settings, Service.STORAGE, setup_tracing(settings, "storage"))
+    log = EventLog(settings.data_dir / f"{settings.replica}.sqlite3")
+    handlers = StorageHandlers(log)
+
+    broker.subscriber(
+        event_subject("*"),
+        title="storage.events",
+        description="Persists every logged event of every task.",
+        **durable_subscription(settings, EVENTS, settings.replica),
+    )(handlers.on_event)
+    broker.subscriber(
+        HISTORY_SUBJECT,
+        queue="storage",
+        title="storage.history",
+        description="Request/reply: a task's events after a seq, in order.",
+    )(handlers.on_history)
+
+    app = FastStream(broker)
+
+    @app.on_startup
+    async def _start() -> None:
+        setup_metrics(settings)
+        await log.open()
+        await ensure_streams(settings)
+
+    @app.after_shutdown
+    async def _stop() -> None:
+        await log.close()
+
+    return app
+
+
+def main() -> None:
+    settings = StorageSettings()
+    setup_logging(settings, "storage")
+    asyncio.run(build_app(settings).run())
+
+
+if __name__ == "__main__":
+    main()

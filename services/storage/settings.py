@@ -1,0 +1,22 @@
+"""Settings of the storage service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from shared.settings import CommonSettings
+
+__all__ = ["StorageSettings"]
+
+
+class StorageSettings(CommonSettings):
+    data_dir: Path = Field(
+        default=Path(".run/storage"), description="Where the event database lives (a volume)."
+    )
+    replica: str = Field(
+        default="storage-0",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Each replica keeps a full copy under its own durable consumer name.",
+    )
