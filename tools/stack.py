@@ -1,0 +1,192 @@
+"""Run the whole deckhands system on this machine: `python -m tools.stack up|down|status`.
+
+Starts nats-server (JetStream), redis-server, the scripted LLM (unless an LLM is configured)
+and the six services as separate processes. State, logs and pids live under `.run/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from .procs import start_nats, start_redis, wait_for_port
+
+__all__ = ["Stack", "StackConfig", "main"]
+
+SERVICES = ("storage", "controller", "security", "runtime", "reasoner", "gateway")
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SCRIPT = ROOT / "tools" / "scripted_llm" / "scripts" / "seed_squares.json"
+
+
+@dataclass
+class StackConfig:
+    run_dir: Path = ROOT / ".run"
+    nats_port: int = int(os.environ.get("DECKHANDS_STACK_NATS_PORT", "4222"))
+    redis_port: int = int(os.environ.get("DECKHANDS_STACK_REDIS_PORT", "6379"))
+    gateway_port: int = int(os.environ.get("DECKHANDS_STACK_GATEWAY_PORT", "8000"))
+    llm_port: int = int(os.environ.get("DECKHANDS_STACK_LLM_PORT", "9000"))
+    llm_script: Path = Path(os.environ.get("DECKHANDS_STACK_LLM_SCRIPT", str(DEFAULT_SCRIPT)))
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.pids = config.run_dir / "pids"
+        self.logs = config.run_dir / "logs"
+
+    def _env(self) -> dict[str, str]:
+        c = self.config
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "DECKHANDS_NATS_URL": f"nats://127.0.0.1:{c.nats_port}",
+            "DECKHANDS_REDIS_URL": f"redis://127.0.0.1:{c.redis_port}/0",
+            "DECKHANDS_HOST": "127.0.0.1",
+            "DECKHANDS_PORT": str(c.gateway_port),
+            "DECKHANDS_DATA_DIR": str(c.run_dir / "storage"),
+            **c.extra_env,
+        }
+        if not env.get("DECKHANDS_LLM_MODEL"):
+            env.update(
+                DECKHANDS_LLM_MODEL="openai/scripted",
+                DECKHANDS_LLM_API_BASE=f"http://127.0.0.1:{c.llm_port}/v1",
+                DECKHANDS_LLM_API_KEY="scripted-no-key",
+            )
+        return env
+
+    def _record(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        (self.pids / f"{name}.pid").write_text(str(proc.pid))
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            env=self._env(),
+            stdout=(self.logs / f"{name}.log").open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._record(name, proc)
+        return proc
+
+    def running(self) -> dict[str, int]:
+        alive = {}
+        for pid_file in sorted(self.pids.glob("*.pid")) if self.pids.exists() else []:
+            pid = int(pid_file.read_text())
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            alive[pid_file.stem] = pid
+        return alive
+
+    def up(self, timeout_s: float = 90.0) -> None:
+        if self.running():
+            self.down()
+        c = self.config
+        self.pids.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._record("nats", start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
+        redis = start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
+        self._record("redis", redis)
+        if "DECKHANDS_LLM_MODEL" not in c.extra_env and not os.environ.get("DECKHANDS_LLM_MODEL"):
+            llm = self._spawn(
+                "scripted-llm",
+                [sys.executable, "-m", "tools.scripted_llm", "--script", str(c.llm_script),
+                 "--port", str(c.llm_port)],
+            )
+            wait_for_port(c.llm_port, proc=llm)
+        for name in SERVICES:
+            self._spawn(name, [sys.executable, "-m", f"services.{name}"])
+        self._wait_ready(timeout_s)
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            dead = [n for n in SERVICES if n not in self.running()]
+            if dead:
+                raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}/<name>.log")
+            try:
+                r = httpx.get(f"{self.config.gateway_url}/readyz", timeout=2)
+                if r.status_code == 200:
+                    return
+                last = r.text
+            except httpx.HTTPError as exc:
+                last = str(exc)
+            time.sleep(0.3)
+        raise TimeoutError(f"gateway not ready after {timeout_s}s: {last}")
+
+    def down(self) -> None:
+        procs = self.running()
+        # Services first, so the runtime can release its sandboxes; servers last.
+        order = [n for n in procs if n not in ("nats", "redis")] + [
+            n for n in ("nats", "redis") if n in procs
+        ]
+        for name in order:
+            _terminate(procs[name])
+        for pid_file in self.pids.glob("*.pid") if self.pids.exists() else []:
+            pid_file.unlink()
+        _remove_sandboxes()
+
+
+def _terminate(pid: int, grace_s: float = 10.0) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _remove_sandboxes() -> None:
+    """`make down` leaves no container behind, even if the runtime was killed."""
+    ids = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=deckhands.role=sandbox"],
+        capture_output=True, text=True, check=False,
+    ).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    args = parser.parse_args()
+    stack = Stack(StackConfig())
+    if args.command == "up":
+        stack.up()
+        print(f"deckhands is up: gateway {stack.config.gateway_url} (logs in {stack.logs})")
+    elif args.command == "down":
+        stack.down()
+        print("deckhands is down")
+    else:
+        print(json.dumps(stack.running(), indent=2))
+
+
+if __name__ == "__main__":
+    main()
