@@ -70,3 +70,28 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+async def isolated_settings(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str
+) -> AsyncIterator[CommonSettings]:
+    """A nats-server of the module's own, streams declared.
+
+    Work-queue streams refuse two consumers with overlapping filters, so a test that runs a
+    service's real durable consumer (e.g. `deckhands.work.reasoner.*`) next to a test that
+    reads one task's work subject needs a server to itself.
+    """
+    root = tmp_path_factory.mktemp("nats-isolated")
+    port = free_port()
+    proc = start_nats(port, root / "store", root / "nats.log")
+    settings = CommonSettings(
+        nats_url=f"nats://127.0.0.1:{port}",
+        redis_url=redis_url,
+        retry_backoff_s=0.05,
+        retry_backoff_max_s=0.2,
+        max_deliveries=3,
+    )
+    await ensure_streams(settings)
+    yield settings
+    _stop(proc)

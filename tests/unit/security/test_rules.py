@@ -78,7 +78,9 @@ def test_writes_must_stay_in_the_workspace(path: str, allowed: bool) -> None:
 
 
 def test_python_deleting_root_is_denied_and_shelling_out_is_medium() -> None:
-    deny = review(RunPythonAction(task_id="t", source="AGENT", code="import shutil\nshutil.rmtree('/')"))
+    deny = review(
+        RunPythonAction(task_id="t", source="AGENT", code="import shutil\nshutil.rmtree('/')")
+    )
     assert deny.verdict is Verdict.DENY
     medium = review(RunPythonAction(task_id="t", source="AGENT", code="import os\nos.system('ls')"))
     assert (medium.verdict, medium.risk) == (Verdict.ALLOW, RiskLevel.MEDIUM)

@@ -1,0 +1,225 @@
+"""The controller with security and storage on real NATS and Redis; the test plays reasoner
+and runtime, so every hop of the loop is visible. Two controller replicas share the work."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from faststream import FastStream
+from nats.js import JetStreamContext
+from redis.asyncio import Redis
+
+from services.controller.main import build_app as build_controller
+from services.controller.settings import ControllerSettings
+from services.security.main import build_app as build_security
+from services.security.settings import SecuritySettings
+from services.storage.main import build_app as build_storage
+from services.storage.settings import StorageSettings
+from shared.commands import ExecuteAction, HistoryReply, HistoryRequest, ReleaseSandbox, StepRequest
+from shared.events import (
+    AgentFinishAction,
+    AgentState,
+    CmdOutputObservation,
+    CmdRunAction,
+    EventBase,
+    MessageAction,
+)
+from shared.settings import CommonSettings
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
+from shared.subjects import HISTORY_SUBJECT, WORK_STREAM, Service, work_subject
+
+
+def _common(settings: CommonSettings) -> dict[str, Any]:
+    return settings.model_dump(include=set(CommonSettings.model_fields))
+
+
+@pytest.fixture(scope="module")
+async def system(
+    isolated_settings: CommonSettings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[CommonSettings]:
+    common = _common(isolated_settings)
+    data = Path(tmp_path_factory.mktemp("storage"))
+    apps: list[FastStream] = [
+        build_controller(ControllerSettings(**common)),
+        build_controller(ControllerSettings(**common)),
+        build_security(SecuritySettings(**common)),
+        build_storage(StorageSettings(**common, data_dir=data)),
+    ]
+    for app in apps:
+        await app.start()
+    yield isolated_settings
+    for app in apps:
+        await app.stop()
+
+
+class Peer:
+    """Plays one service: reads a task's work subject, answers on the controller's."""
+
+    def __init__(self, js: JetStreamContext, sub: Any) -> None:
+        self.js, self.sub = js, sub
+
+    @classmethod
+    async def create(cls, js: JetStreamContext, service: Service, task_id: str) -> Peer:
+        sub = await js.pull_subscribe(
+            work_subject(service, task_id), durable=None, stream=WORK_STREAM
+        )
+        return cls(js, sub)
+
+    async def receive(self, timeout: float = 10) -> dict[str, Any]:
+        msgs = await self.sub.fetch(1, timeout=timeout)
+        await msgs[0].ack()
+        return dict(json.loads(msgs[0].data))
+
+    async def nothing_within(self, seconds: float) -> bool:
+        try:
+            await self.sub.fetch(1, timeout=seconds)
+        except nats.errors.TimeoutError:
+            return True
+        return False
+
+
+async def _answer(js: JetStreamContext, event: EventBase, msg_id: str | None = None) -> None:
+    await js.publish(
+        work_subject(Service.CONTROLLER, event.task_id),
+        event.model_dump_json().encode(),
+        headers={"Nats-Msg-Id": msg_id or event.id, "content-type": "application/json"},
+    )
+
+
+async def _wait_state(store: TaskStateStore, task_id: str, state: AgentState) -> TaskState:
+    for _ in range(200):
+        loaded = await store.load(task_id)
+        if loaded is not None and loaded.agent_state is state:
+            return loaded
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task {task_id} never reached {state}: {loaded}")
+
+
+async def test_one_task_through_the_loop_with_redelivery(system: CommonSettings) -> None:
+    task_id = uuid.uuid4().hex
+    redis = Redis.from_url(system.redis_url)
+    store = TaskStateStore(redis)
+    nc = await nats.connect(system.nats_url)
+    js = nc.jetstream()
+    reasoner = await Peer.create(js, Service.REASONER, task_id)
+    runtime = await Peer.create(js, Service.RUNTIME, task_id)
+    try:
+        assert await store.create(TaskState(task_id=task_id, task="list files", max_iterations=5))
+        await _answer(js, MessageAction(task_id=task_id, source="USER", content="list files"))
+
+        step = StepRequest.model_validate(await reasoner.receive())
+        assert step.iteration == 1
+        action = CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="ls -la")
+        await _answer(js, action)
+
+        execute = ExecuteAction.model_validate(await runtime.receive())
+        assert execute.action.id == action.id
+        output = CmdOutputObservation(
+            task_id=task_id,
+            source="ENVIRONMENT",
+            cause=action.id,
+            command="ls -la",
+            content="total 0",
+            exit_code=0,
+            cwd="/workspace",
+        )
+        await _answer(js, output)
+        step2 = StepRequest.model_validate(await reasoner.receive())
+        assert step2.iteration == 2
+
+        # The same observation delivered again (a fresh Nats-Msg-Id, so JetStream keeps it):
+        # the controller must recognise it and not run a third step.
+        before = await store.load(task_id)
+        await _answer(js, output, msg_id=uuid.uuid4().hex)
+        assert await reasoner.nothing_within(1.0)
+        after = await store.load(task_id)
+        assert before is not None and after is not None
+        assert (after.version, after.last_seq) == (before.version, before.last_seq)
+
+        finish = AgentFinishAction(
+            task_id=task_id, source="AGENT", cause=step2.id, final_message="listed"
+        )
+        await _answer(js, finish)
+        done = await _wait_state(store, task_id, AgentState.FINISHED)
+        assert done.result is not None and done.result.final_message == "listed"
+        assert done.iteration == 2
+        assert ReleaseSandbox.model_validate(await runtime.receive()).task_id == task_id
+
+        for _ in range(50):
+            reply = HistoryReply.model_validate_json(
+                (
+                    await nc.request(
+                        HISTORY_SUBJECT,
+                        HistoryRequest(task_id=task_id).model_dump_json().encode(),
+                        timeout=5,
+                    )
+                ).data
+            )
+            if reply.last_seq == done.last_seq:
+                break
+            await asyncio.sleep(0.05)
+        kinds = [e["kind"] for e in reply.events]
+        assert [e["seq"] for e in reply.events] == list(range(1, done.last_seq + 1))
+        assert kinds == [
+            "message",
+            "agent_state_changed",
+            "run",
+            "security_verdict",
+            "run_output",
+            "finish",
+            "agent_state_changed",
+        ]
+    finally:
+        await nc.close()
+        await redis.aclose()
+
+
+async def test_denied_action_is_fed_back_and_the_task_goes_on(system: CommonSettings) -> None:
+    task_id = uuid.uuid4().hex
+    redis = Redis.from_url(system.redis_url)
+    store = TaskStateStore(redis)
+    nc = await nats.connect(system.nats_url)
+    js = nc.jetstream()
+    reasoner = await Peer.create(js, Service.REASONER, task_id)
+    runtime = await Peer.create(js, Service.RUNTIME, task_id)
+    try:
+        assert await store.create(TaskState(task_id=task_id, task="x", max_iterations=5))
+        await _answer(js, MessageAction(task_id=task_id, source="USER", content="x"))
+        step = StepRequest.model_validate(await reasoner.receive())
+        await _answer(
+            js, CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="rm -rf /")
+        )
+        step2 = StepRequest.model_validate(await reasoner.receive())
+        assert step2.iteration == 2
+        assert await runtime.nothing_within(0.5)
+        state = await store.load(task_id)
+        assert state is not None and state.agent_state is AgentState.RUNNING
+    finally:
+        await nc.close()
+        await redis.aclose()
+
+
+async def test_unknown_task_and_garbage_are_dead_lettered(system: CommonSettings) -> None:
+    nc = await nats.connect(system.nats_url)
+    js = nc.jetstream()
+    task_id = uuid.uuid4().hex
+    try:
+        await js.publish(work_subject(Service.CONTROLLER, task_id), b"{not json")
+        await _answer(js, MessageAction(task_id=task_id, source="USER", content="?"))
+        dlq = await js.pull_subscribe("deckhands.dlq.controller", durable=None)
+        reasons = []
+        for _ in range(2):
+            msg = (await dlq.fetch(1, timeout=10))[0]
+            reasons.append(msg.headers["Deckhands-Dlq-Reason"])
+        assert any("unknown task" in r for r in reasons)
+        assert any("validation" in r.lower() or "json" in r.lower() for r in reasons)
+    finally:
+        await nc.close()
