@@ -45,7 +45,9 @@ _POWER = re.compile(r"(^|[;&|]\s*|\bsudo\s+)(shutdown|reboot|halt|poweroff)\b")
 _CHMOD_ROOT = re.compile(r"\bchmod\s+-R\s+[0-7]{3,4}\s+/(\s|$)")
 _PY_RMTREE_ROOT = re.compile(r"rmtree\(\s*['\"](/|~)['\"]")
 _PY_SHELL = re.compile(r"\b(os\.system|subprocess\.\w+|os\.popen)\s*\(")
-_NETWORK = re.compile(r"\b(curl|wget|nc|ssh|scp|git\s+clone|pip\d*\s+install|apt(-get)?\s+install)\b")
+_NETWORK = re.compile(
+    r"\b(curl|wget|nc|ssh|scp|git\s+clone|pip\d*\s+install|apt(-get)?\s+install)\b"
+)
 _PRIVILEGE = re.compile(r"\b(sudo|su|chown|chmod)\b")
 
 
