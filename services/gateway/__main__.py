@@ -1,0 +1,5 @@
+"""`python -m services.gateway` runs the HTTP API."""
+
+from .main import main
+
+main()

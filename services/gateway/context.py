@@ -1,0 +1,83 @@
+"""What the routers need, made once per process in the lifespan and handed out by Depends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from faststream.nats import NatsBroker
+from redis.asyncio import Redis
+
+from shared.state_store import TaskStateStore
+
+from .event_service import EventService
+from .history import HistoryClient
+from .readiness_service import ReadinessService
+from .settings import GatewaySettings
+from .task_service import TaskService
+
+__all__ = [
+    "EventServiceDep",
+    "GatewayContext",
+    "ReadinessServiceDep",
+    "TaskServiceDep",
+    "build_context",
+    "get_context",
+]
+
+
+@dataclass(frozen=True)
+class GatewayContext:
+    settings: GatewaySettings
+    broker: NatsBroker
+    redis: Redis
+    tasks: TaskService
+    events: EventService
+    readiness: ReadinessService
+
+
+def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
+    store = TaskStateStore(redis)
+    tasks = TaskService(
+        store,
+        broker,
+        default_max_iterations=settings.default_max_iterations,
+        idempotency_ttl_s=settings.idempotency_ttl_s,
+    )
+    history = HistoryClient(
+        broker, timeout_s=settings.history_timeout_s, page_size=settings.history_page_size
+    )
+    events = EventService(
+        broker,
+        history,
+        tasks,
+        heartbeat_s=settings.sse_heartbeat_s,
+        gap_retry_s=settings.sse_gap_retry_s,
+    )
+    readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
+    return GatewayContext(settings, broker, redis, tasks, events, readiness)
+
+
+def get_context(request: Request) -> GatewayContext:
+    context = getattr(request.app.state, "gateway", None)
+    if not isinstance(context, GatewayContext):
+        raise RuntimeError("the gateway has not started (its lifespan did not run)")
+    return context
+
+
+def _tasks(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskService:
+    return context.tasks
+
+
+def _events(context: Annotated[GatewayContext, Depends(get_context)]) -> EventService:
+    return context.events
+
+
+def _readiness(context: Annotated[GatewayContext, Depends(get_context)]) -> ReadinessService:
+    return context.readiness
+
+
+TaskServiceDep = Annotated[TaskService, Depends(_tasks)]
+EventServiceDep = Annotated[EventService, Depends(_events)]
+ReadinessServiceDep = Annotated[ReadinessService, Depends(_readiness)]

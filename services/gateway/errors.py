@@ -1,0 +1,107 @@
+"""What can go wrong behind the API, and the JSON answer each failure gets."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+__all__ = [
+    "GatewayError",
+    "IdempotencyConflict",
+    "PublishFailed",
+    "StorageBadReply",
+    "StorageUnavailable",
+    "TaskNotFound",
+    "install_error_handlers",
+]
+
+log = logging.getLogger("deckhands.gateway")
+
+
+class GatewayError(Exception):
+    """A failure with an HTTP status and a message the client can act on."""
+
+    status_code = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class TaskNotFound(GatewayError):
+    status_code = 404
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id!r} not found")
+        self.task_id = task_id
+
+
+class IdempotencyConflict(GatewayError):
+    status_code = 422
+
+
+class StorageUnavailable(GatewayError):
+    """The storage service did not answer a history query in time."""
+
+    status_code = 503
+
+
+class StorageBadReply(GatewayError):
+    status_code = 502
+
+
+class PublishFailed(GatewayError):
+    """JetStream did not confirm a publish; nothing was accepted, the client may retry."""
+
+    status_code = 503
+
+
+def _field_name(loc: tuple[Any, ...] | list[Any]) -> str:
+    # ("body", "task") -> "task"; ("query", "after") -> "after"; keeps nested paths readable.
+    parts = [str(p) for p in loc[1:]] if len(loc) > 1 else [str(p) for p in loc]
+    return ".".join(parts)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = []
+    for error in exc.errors():
+        error = dict(error)
+        error.pop("input", None)  # never echo a (possibly huge or secret) body back
+        error.pop("url", None)
+        if error.get("type") == "json_invalid":
+            # loc is ("body", <character offset>): the body as a whole is what is wrong.
+            reason = (error.get("ctx") or {}).get("error", "invalid JSON")
+            error["field"] = "body"
+            error["msg"] = f"body is not valid JSON: {reason} (at character {error['loc'][-1]})"
+        else:
+            error["field"] = _field_name(error.get("loc", ()))
+        errors.append(error)
+    summary = "; ".join(f"{e['field']}: {e.get('msg', 'invalid')}" for e in errors)
+    return JSONResponse(
+        status_code=422,
+        content=jsonable_encoder({"detail": errors, "message": f"invalid request: {summary}"}),
+    )
+
+
+async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    if exc.status_code >= 500:
+        log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
+    return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail})
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(status_code=500, content={"detail": "internal error; see gateway logs"})
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(Exception, _unexpected_error)

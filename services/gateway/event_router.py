@@ -1,0 +1,75 @@
+"""HTTP routes of a task's events: pages, the trajectory, and the live SSE stream."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+
+from .context import EventServiceDep
+from .models import EventPage, Trajectory
+from .sse import SSE_HEADERS
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/tasks", tags=["events"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "Unknown task"},
+    503: {"description": "The storage service did not answer in time"},
+}
+
+
+@router.get(
+    "/{task_id}/events",
+    response_model=EventPage,
+    responses=_ERRORS,
+    summary="The task's events with seq > after, in order",
+)
+async def list_events(
+    task_id: str,
+    events: EventServiceDep,
+    after: Annotated[int, Query(ge=0, description="Return events with seq greater than this.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> EventPage:
+    return await events.page(task_id, after, limit)
+
+
+@router.get(
+    "/{task_id}/trajectory",
+    response_model=Trajectory,
+    responses=_ERRORS,
+    summary="The whole event log of the task, for replay and debugging",
+)
+async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
+    return await events.trajectory(task_id)
+
+
+@router.get(
+    "/{task_id}/events/stream",
+    responses={
+        200: {
+            "description": "Server-Sent Events: `id: <seq>`, `event: <kind>`, `data: <event JSON>`",
+            "content": {"text/event-stream": {}},
+        },
+        **_ERRORS,
+    },
+    response_class=StreamingResponse,
+    summary="Live events; resumable with Last-Event-ID",
+)
+async def stream_events(
+    task_id: str,
+    events: EventServiceDep,
+    after: Annotated[int, Query(ge=0, description="Start after this seq.")] = 0,
+    close_on_terminal: Annotated[
+        bool, Query(description="End the stream after the task reaches a terminal state.")
+    ] = False,
+    last_event_id: Annotated[
+        int | None,
+        Header(alias="Last-Event-ID", ge=0, description="Resume after this seq (wins over after)."),
+    ] = None,
+) -> StreamingResponse:
+    start = last_event_id if last_event_id is not None else after
+    stream = await events.open_stream(task_id, start, close_on_terminal=close_on_terminal)
+    return StreamingResponse(stream.frames(), media_type="text/event-stream", headers=SSE_HEADERS)

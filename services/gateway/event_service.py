@@ -1,0 +1,234 @@
+"""A task's events: pages of its history, and a live stream without gaps or duplicates.
+
+The live stream joins two sources. The controller publishes every logged event on the task's
+event subject; the storage service answers for everything already logged. The stream
+subscribes to the subject *first*, then reads history, so nothing published in between is
+missed; events are emitted strictly in seq order, each once. When a live event arrives ahead
+of the next expected seq (a reconnect, a slow consumer, storage still catching up), the
+missing range is fetched from storage, and retried until storage has it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats.errors
+from faststream.nats import NatsBroker
+from nats.aio.subscription import Subscription
+from prometheus_client import Gauge
+
+from shared.events import TERMINAL_STATES
+from shared.subjects import event_subject
+
+from .errors import GatewayError
+from .history import HistoryClient, event_seq
+from .models import EventPage, Trajectory
+from .sse import sse_comment, sse_event, sse_retry
+from .task_service import TaskService
+
+__all__ = ["EventSequencer", "EventService", "EventStream", "is_terminal_event"]
+
+log = logging.getLogger("deckhands.gateway.events")
+
+OPEN_STREAMS = Gauge("deckhands_gateway_event_streams_open", "Event streams (SSE) now open")
+
+_RECONNECT_HINT_MS = 2000
+
+
+def is_terminal_event(event: dict[str, Any]) -> bool:
+    return event.get("kind") == "agent_state_changed" and event.get("agent_state") in {
+        s.value for s in TERMINAL_STATES
+    }
+
+
+class EventSequencer:
+    """Orders events by seq from any number of sources: each seq once, none skipped."""
+
+    def __init__(self, after: int) -> None:
+        self.last = after
+        self._pending: dict[int, dict[str, Any]] = {}
+
+    def offer(self, event: dict[str, Any]) -> None:
+        seq = event_seq(event)
+        if seq is not None and seq > self.last:
+            self._pending.setdefault(seq, event)
+
+    def ready(self) -> list[dict[str, Any]]:
+        """The events that continue the sequence, in order; later ones wait for the gap."""
+        out = []
+        while (event := self._pending.pop(self.last + 1, None)) is not None:
+            out.append(event)
+            self.last += 1
+        return out
+
+    def has_next(self) -> bool:
+        return self.last + 1 in self._pending
+
+    @property
+    def highest_known(self) -> int:
+        return max(self._pending, default=self.last)
+
+
+class EventStream:
+    """One client's stream; `frames()` yields SSE text until the client goes or the task ends."""
+
+    def __init__(
+        self,
+        task_id: str,
+        subscription: Subscription,
+        history: HistoryClient,
+        sequencer: EventSequencer,
+        stored_last_seq: int,
+        *,
+        heartbeat_s: float,
+        gap_retry_s: float,
+        close_on_terminal: bool,
+    ) -> None:
+        self.task_id = task_id
+        self._sub = subscription
+        self._history = history
+        self._seq = sequencer
+        self._target = stored_last_seq  # storage holds at least this much of the log
+        self._heartbeat_s = heartbeat_s
+        self._gap_retry_s = gap_retry_s
+        self._close_on_terminal = close_on_terminal
+        self._closed = False
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                await self._sub.unsubscribe()
+            except nats.errors.Error:
+                pass  # connection already closed: the subscription died with it
+
+    def _behind(self) -> bool:
+        return self._seq.last < max(self._target, self._seq.highest_known)
+
+    async def _fill(self) -> bool:
+        """Ask storage for what is missing; True if the next expected event is now at hand."""
+        try:
+            reply = await self._history.page(self.task_id, self._seq.last)
+        except GatewayError as exc:
+            log.warning(
+                "task %s: cannot fetch events after %d: %s", self.task_id, self._seq.last, exc
+            )
+            return False
+        self._target = max(self._target, reply.last_seq)
+        for event in reply.events:
+            self._seq.offer(event)
+        return self._seq.has_next()
+
+    async def frames(self) -> AsyncIterator[str]:
+        OPEN_STREAMS.inc()
+        try:
+            yield sse_retry(_RECONNECT_HINT_MS)
+            last_write = time.monotonic()
+            next_fill = 0.0
+            while True:
+                for event in self._seq.ready():
+                    yield sse_event(event_seq(event) or 0, str(event.get("kind", "event")), event)
+                    last_write = time.monotonic()
+                    if self._close_on_terminal and is_terminal_event(event):
+                        return
+                if self._behind() and time.monotonic() >= next_fill:
+                    if await self._fill():
+                        continue  # a long backlog is paged through without waiting
+                    next_fill = time.monotonic() + self._gap_retry_s
+                now = time.monotonic()
+                wait = self._heartbeat_s - (now - last_write)
+                if self._behind():
+                    wait = min(wait, next_fill - now)
+                if wait <= 0:
+                    if now - last_write >= self._heartbeat_s:
+                        yield sse_comment("keep-alive")
+                        last_write = time.monotonic()
+                    continue
+                try:
+                    msg = await self._sub.next_msg(timeout=wait)
+                except (TimeoutError, nats.errors.TimeoutError):
+                    continue
+                except nats.errors.Error as exc:
+                    # The connection is closing (shutdown): end the stream; the client
+                    # reconnects with Last-Event-ID and loses nothing.
+                    log.info("task %s: event stream ends: %s", self.task_id, exc)
+                    return
+                self._offer_live(msg.data)
+        finally:
+            OPEN_STREAMS.dec()
+            await self.close()
+
+    def _offer_live(self, data: bytes) -> None:
+        try:
+            event = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            log.warning("task %s: unparseable event on the event subject, skipped", self.task_id)
+            return
+        if isinstance(event, dict) and event.get("task_id") == self.task_id:
+            self._seq.offer(event)
+
+
+class EventService:
+    def __init__(
+        self,
+        broker: NatsBroker,
+        history: HistoryClient,
+        tasks: TaskService,
+        *,
+        heartbeat_s: float,
+        gap_retry_s: float,
+    ) -> None:
+        self.broker = broker
+        self.history = history
+        self.tasks = tasks
+        self.heartbeat_s = heartbeat_s
+        self.gap_retry_s = gap_retry_s
+
+    async def page(self, task_id: str, after: int, limit: int) -> EventPage:
+        await self.tasks.get(task_id)
+        reply = await self.history.page(task_id, after, limit)
+        next_after = event_seq(reply.events[-1]) or after if reply.events else after
+        return EventPage(
+            task_id=task_id,
+            events=reply.events,
+            next_after=next_after,
+            last_seq=reply.last_seq,
+            has_more=next_after < reply.last_seq,
+        )
+
+    async def trajectory(self, task_id: str) -> Trajectory:
+        state = await self.tasks.get(task_id)
+        events = [event async for event in self.history.all_after(task_id)]
+        return Trajectory(task_id=task_id, task=state.task, events=events)
+
+    async def open_stream(
+        self, task_id: str, after: int, *, close_on_terminal: bool = False
+    ) -> EventStream:
+        """Subscribe, then read the first page of history: a storage outage fails here, as an
+        HTTP error, rather than inside an already-started stream."""
+        await self.tasks.get(task_id)
+        connection = self.broker.connection
+        sub = await connection.subscribe(event_subject(task_id))
+        try:
+            await connection.flush()  # the server knows the subscription before history is read
+            sequencer = EventSequencer(after)
+            first = await self.history.page(task_id, after)
+            for event in first.events:
+                sequencer.offer(event)
+        except BaseException:
+            await sub.unsubscribe()
+            raise
+        return EventStream(
+            task_id,
+            sub,
+            self.history,
+            sequencer,
+            first.last_seq,
+            heartbeat_s=self.heartbeat_s,
+            gap_retry_s=self.gap_retry_s,
+            close_on_terminal=close_on_terminal,
+        )

@@ -1,0 +1,130 @@
+"""Wiring of the gateway: the FastAPI app, its NATS broker, and `main()` running uvicorn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI
+from faststream.nats import NatsBroker
+from opentelemetry.sdk.trace import TracerProvider
+from redis.asyncio import Redis
+
+from shared.broker import WORK, build_broker
+from shared.commands import HistoryRequest
+from shared.events import ChangeAgentStateAction, MessageAction
+from shared.settings import CommonSettings
+from shared.streams import ensure_streams
+from shared.subjects import HISTORY_SUBJECT, Service, work_subject
+from shared.telemetry import setup_logging, setup_tracing
+
+from . import event_router, health_router, task_router
+from .context import build_context
+from .errors import install_error_handlers
+from .observability import HttpObservabilityMiddleware
+from .settings import GatewaySettings
+
+__all__ = ["build_app", "build_gateway_broker", "main"]
+
+log = logging.getLogger("deckhands.gateway")
+
+
+def build_gateway_broker(
+    settings: CommonSettings, tracer_provider: TracerProvider | None = None
+) -> NatsBroker:
+    """The gateway's broker. Its publishers are declared for the AsyncAPI document only: the
+    gateway publishes through shared.publishing, which adds the Nats-Msg-Id."""
+    broker = build_broker(settings, Service.GATEWAY, tracer_provider)
+    broker.publisher(
+        work_subject(Service.CONTROLLER, "*"),
+        stream=WORK,
+        title="gateway: user input to the controller",
+        description="A task's first message, user messages, and stop/pause/resume/confirmation "
+        "requests (ChangeAgentStateAction), one subject per task.",
+        schema=MessageAction | ChangeAgentStateAction,
+    )
+    broker.publisher(
+        HISTORY_SUBJECT,
+        title="gateway: history query to storage (request/reply)",
+        description="Answered with a HistoryReply.",
+        schema=HistoryRequest,
+    )
+    return broker
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: GatewaySettings = app.state.settings
+    broker: NatsBroker = app.state.broker
+    try:
+        await ensure_streams(settings)
+    except Exception as exc:
+        raise RuntimeError(
+            f"gateway start-up: cannot reach NATS JetStream at {settings.nats_url} "
+            f"(DECKHANDS_NATS_URL): {type(exc).__name__}: {exc}"
+        ) from exc
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        await redis.ping()  # type: ignore[misc]
+    except Exception as exc:
+        await redis.aclose()
+        raise RuntimeError(
+            f"gateway start-up: cannot reach Redis at {settings.redis_url} "
+            f"(DECKHANDS_REDIS_URL): {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        await broker.start()
+        app.state.gateway = build_context(settings, broker, redis)
+        log.info("gateway ready (NATS %s, Redis %s)", settings.nats_url, settings.redis_url)
+        yield
+    finally:
+        app.state.gateway = None
+        try:
+            await broker.stop()
+        finally:
+            await redis.aclose()
+
+
+def build_app(
+    settings: GatewaySettings | None = None, tracer_provider: TracerProvider | None = None
+) -> FastAPI:
+    """Pure wiring: nothing connects until the app's lifespan starts."""
+    settings = settings or GatewaySettings()
+    app = FastAPI(
+        title="deckhands gateway",
+        version="1",
+        summary="Run OpenHands-style coding agents: create tasks, follow their events, steer them.",
+        lifespan=_lifespan,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    app.state.settings = settings
+    app.state.broker = build_gateway_broker(settings, tracer_provider)
+    app.state.gateway = None
+    install_error_handlers(app)
+    app.add_middleware(HttpObservabilityMiddleware)
+    app.include_router(task_router.router)
+    app.include_router(event_router.router)
+    app.include_router(health_router.router)
+    return app
+
+
+def main() -> None:
+    settings = GatewaySettings()
+    setup_logging(settings, "gateway")
+    provider = setup_tracing(settings, "gateway")
+    app = build_app(settings, provider)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        log_config=None,  # keep setup_logging's handler, which redacts secrets
+        timeout_graceful_shutdown=5,  # open event streams must not hold a shutdown forever
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The gateway's settings: DECKHANDS_* environment variables on top of the common ones."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from shared.settings import CommonSettings
+
+__all__ = ["GatewaySettings"]
+
+
+class GatewaySettings(CommonSettings):
+    host: str = Field(default="127.0.0.1", description="Address uvicorn binds (DECKHANDS_HOST).")
+    port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (DECKHANDS_PORT).")
+
+    default_max_iterations: int = Field(
+        default=30, ge=1, le=1000, description="Iteration limit of a task that names none."
+    )
+    history_timeout_s: float = Field(
+        default=5.0, gt=0, description="How long to wait for the storage service's answer."
+    )
+    history_page_size: int = Field(
+        default=500, ge=1, le=10_000, description="Events asked of storage per request."
+    )
+    idempotency_ttl_s: int = Field(
+        default=86_400, ge=1, description="How long an Idempotency-Key stays bound to its task."
+    )
+    sse_heartbeat_s: float = Field(
+        default=15.0, gt=0, description="Comment sent on an idle event stream to keep it open."
+    )
+    sse_gap_retry_s: float = Field(
+        default=0.5, gt=0, description="Delay between attempts to fetch missing events."
+    )
+    readiness_timeout_s: float = Field(
+        default=2.0, gt=0, description="Time each /readyz check may take."
+    )

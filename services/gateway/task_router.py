@@ -1,0 +1,153 @@
+"""HTTP routes of /v1/tasks: create, read, and user input (messages, stop, pause, resume,
+confirmation). Logic lives in TaskService."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Response, status
+
+from shared.events import AgentState
+
+from .context import TaskServiceDep
+from .models import (
+    AcceptedEvent,
+    ConfirmationRequest,
+    CreateTaskRequest,
+    MessageRequest,
+    TaskCreated,
+    TaskView,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+Responses = dict[int | str, dict[str, Any]]
+
+_NOT_FOUND: Responses = {404: {"description": "Unknown task"}}
+_UNAVAILABLE: Responses = {503: {"description": "NATS or Redis unavailable; retry"}}
+_CONTROL_RESPONSES: Responses = {**_NOT_FOUND, **_UNAVAILABLE}
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Repeat a request with the same key to get the same result, not a second one.",
+    ),
+]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=TaskCreated,
+    responses={**_UNAVAILABLE, 422: {"description": "Invalid body, or a reused key"}},
+    summary="Create a task and start its agent",
+)
+async def create_task(
+    body: CreateTaskRequest,
+    tasks: TaskServiceDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> TaskCreated:
+    created = await tasks.create(body.task, body.max_iterations, idempotency_key)
+    response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
+    if created.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return TaskCreated(id=created.state.task_id, state=created.state.agent_state)
+
+
+@router.get("/{task_id}", response_model=TaskView, responses=_NOT_FOUND, summary="A task's state")
+async def get_task(task_id: str, tasks: TaskServiceDep) -> TaskView:
+    return TaskView.from_state(await tasks.get(task_id))
+
+
+def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:
+    return AcceptedEvent(task_id=task_id, event_id=event_id, kind=kind)
+
+
+@router.post(
+    "/{task_id}/messages",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=AcceptedEvent,
+    responses=_CONTROL_RESPONSES,
+    summary="Send a user message to the task's agent (also resumes a waiting task)",
+)
+async def send_message(
+    task_id: str,
+    body: MessageRequest,
+    tasks: TaskServiceDep,
+    idempotency_key: IdempotencyKey = None,
+) -> AcceptedEvent:
+    event = await tasks.send_message(task_id, body.content, idempotency_key)
+    return _accepted(task_id, event.id, "message")
+
+
+async def _change_state(
+    tasks: TaskServiceDep,
+    task_id: str,
+    agent_state: AgentState,
+    reason: str,
+    idempotency_key: str | None,
+) -> AcceptedEvent:
+    event = await tasks.change_state(
+        task_id, agent_state, reason, idempotency_key=idempotency_key
+    )
+    return _accepted(task_id, event.id, "change_agent_state")
+
+
+def _control_route(path: str, summary: str) -> Any:
+    return router.post(
+        path,
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=AcceptedEvent,
+        responses=_CONTROL_RESPONSES,
+        summary=summary,
+    )
+
+
+@_control_route("/{task_id}/stop", "Stop the task for good")
+async def stop_task(
+    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+) -> AcceptedEvent:
+    return await _change_state(
+        tasks, task_id, AgentState.STOPPED, "stopped by user", idempotency_key
+    )
+
+
+@_control_route("/{task_id}/pause", "Pause the task")
+async def pause_task(
+    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+) -> AcceptedEvent:
+    return await _change_state(tasks, task_id, AgentState.PAUSED, "paused by user", idempotency_key)
+
+
+@_control_route("/{task_id}/resume", "Resume a paused task")
+async def resume_task(
+    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+) -> AcceptedEvent:
+    return await _change_state(
+        tasks, task_id, AgentState.RUNNING, "resumed by user", idempotency_key
+    )
+
+
+@_control_route("/{task_id}/confirmation", "Approve or reject the action awaiting confirmation")
+async def confirm_action(
+    task_id: str,
+    body: ConfirmationRequest,
+    tasks: TaskServiceDep,
+    idempotency_key: IdempotencyKey = None,
+) -> AcceptedEvent:
+    # OpenHands' convention: the answer is a state change whose cause is the action answered.
+    agent_state = AgentState.USER_CONFIRMED if body.approve else AgentState.USER_REJECTED
+    event = await tasks.change_state(
+        task_id,
+        agent_state,
+        "confirmed by user" if body.approve else "rejected by user",
+        cause=body.action_id,
+        idempotency_key=idempotency_key,
+    )
+    return _accepted(task_id, event.id, "change_agent_state")

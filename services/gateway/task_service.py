@@ -1,0 +1,215 @@
+"""Creating tasks and sending user input to them: the logic behind /v1/tasks."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+
+from faststream.nats import NatsBroker
+from prometheus_client import Counter
+from redis.exceptions import RedisError
+
+from shared.events import (
+    AgentState,
+    ChangeAgentStateAction,
+    EventBase,
+    EventSource,
+    MessageAction,
+    new_id,
+)
+from shared.publishing import publish_event_to
+from shared.state import TaskState
+from shared.state_store import StateConflict, TaskStateStore
+from shared.subjects import Service
+
+from .errors import IdempotencyConflict, PublishFailed, StorageUnavailable, TaskNotFound
+
+__all__ = ["CreatedTask", "TaskService", "derived_event_id", "valid_task_id"]
+
+log = logging.getLogger("deckhands.gateway.tasks")
+
+TASKS_CREATED = Counter("deckhands_gateway_tasks_created_total", "Tasks created by the gateway")
+USER_EVENTS = Counter(
+    "deckhands_gateway_user_events_total", "User events queued for the controller", ["kind"]
+)
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_ID_NAMESPACE = uuid.UUID("6f1f3c52-7d1e-4d8a-9a57-1c1f0d2a9b10")
+
+
+def valid_task_id(task_id: str) -> bool:
+    """Ids the gateway could have issued; anything else cannot name a task (or a subject token)."""
+    return bool(_TASK_ID.fullmatch(task_id))
+
+
+def derived_event_id(*parts: str) -> str:
+    """A stable event id: publishing it again is dropped by JetStream's Nats-Msg-Id dedup and
+    recognised by the controller, so a retried request cannot queue the same input twice."""
+    return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)).hex
+
+
+@dataclass(frozen=True)
+class CreatedTask:
+    state: TaskState
+    replayed: bool  # an earlier request with the same Idempotency-Key made this task
+
+
+class TaskService:
+    def __init__(
+        self,
+        store: TaskStateStore,
+        broker: NatsBroker,
+        *,
+        default_max_iterations: int,
+        idempotency_ttl_s: int,
+    ) -> None:
+        self.store = store
+        self.broker = broker
+        self.default_max_iterations = default_max_iterations
+        self.idempotency_ttl_s = idempotency_ttl_s
+
+    async def get(self, task_id: str) -> TaskState:
+        if not valid_task_id(task_id):
+            raise TaskNotFound(task_id)
+        try:
+            state = await self.store.load(task_id)
+        except RedisError as exc:
+            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
+        if state is None:
+            raise TaskNotFound(task_id)
+        return state
+
+    async def create(
+        self, task: str, max_iterations: int | None, idempotency_key: str | None = None
+    ) -> CreatedTask:
+        """Save the task's State, then queue its first user message for the controller.
+
+        With an Idempotency-Key every step is safe to repeat, so a retry after any partial
+        failure (key claimed, state saved, publish lost) finishes the same task:
+        - the key is bound to one task id in Redis (set-if-absent);
+        - the State is created only if missing;
+        - the first message has an id derived from the task id, so publishing it again is
+          deduplicated, and it is published again only while the task is still LOADING,
+          i.e. before the controller has taken it.
+        """
+        candidate = new_id()
+        try:
+            task_id = (
+                candidate
+                if idempotency_key is None
+                else await self.store.claim_idempotency_key(
+                    f"tasks:{idempotency_key}", candidate, self.idempotency_ttl_s
+                )
+            )
+            replayed = task_id != candidate
+            state = await self.store.load(task_id) if replayed else None
+            if state is None:
+                state = await self._create_state(task_id, task, max_iterations)
+            elif state.task != task:
+                raise IdempotencyConflict(
+                    "this Idempotency-Key was already used for a different task; "
+                    "use a new key for a new task"
+                )
+        except RedisError as exc:
+            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
+
+        if state.agent_state is AgentState.LOADING:
+            first = MessageAction(
+                id=derived_event_id(task_id, "initial-message"),
+                task_id=task_id,
+                source=EventSource.USER,
+                content=state.task,
+            )
+            try:
+                await self._publish(first)
+            except PublishFailed:
+                if idempotency_key is None:
+                    # No retry can reach this task: do not leave it LOADING forever.
+                    await self._mark_unqueued(state)
+                raise
+        if not replayed:
+            TASKS_CREATED.inc()
+        return CreatedTask(state=state, replayed=replayed)
+
+    async def _create_state(
+        self, task_id: str, task: str, max_iterations: int | None
+    ) -> TaskState:
+        state = TaskState(
+            task_id=task_id,
+            task=task,
+            agent_state=AgentState.LOADING,
+            max_iterations=max_iterations or self.default_max_iterations,
+        )
+        if await self.store.create(state):
+            return state.model_copy(update={"version": 1})
+        # A concurrent request with the same key created it first: use theirs.
+        existing = await self.store.load(task_id)
+        if existing is None:  # pragma: no cover - created, then gone: only a manual delete
+            raise StorageUnavailable(f"task {task_id} vanished while being created")
+        return existing
+
+    async def _mark_unqueued(self, state: TaskState) -> None:
+        try:
+            await self.store.save(
+                state.model_copy(
+                    update={
+                        "agent_state": AgentState.ERROR,
+                        "reason": "the task could not be queued for the controller",
+                    }
+                )
+            )
+        except (RedisError, StateConflict) as exc:
+            log.warning("task %s: could not mark unqueued task failed: %s", state.task_id, exc)
+
+    async def send_message(
+        self, task_id: str, content: str, idempotency_key: str | None = None
+    ) -> EventBase:
+        await self.get(task_id)
+        event = MessageAction(
+            id=self._event_id(task_id, "message", idempotency_key),
+            task_id=task_id,
+            source=EventSource.USER,
+            content=content,
+        )
+        await self._publish(event)
+        return event
+
+    async def change_state(
+        self,
+        task_id: str,
+        agent_state: AgentState,
+        reason: str,
+        *,
+        cause: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> EventBase:
+        """Ask the controller for a state change; it alone decides whether it is legal."""
+        await self.get(task_id)
+        event = ChangeAgentStateAction(
+            id=self._event_id(task_id, f"state:{agent_state.value}:{cause}", idempotency_key),
+            task_id=task_id,
+            source=EventSource.USER,
+            agent_state=agent_state,
+            reason=reason,
+            cause=cause,
+        )
+        await self._publish(event)
+        return event
+
+    @staticmethod
+    def _event_id(task_id: str, purpose: str, idempotency_key: str | None) -> str:
+        if idempotency_key is None:
+            return new_id()
+        return derived_event_id(task_id, purpose, idempotency_key)
+
+    async def _publish(self, event: EventBase) -> None:
+        try:
+            await publish_event_to(self.broker, Service.CONTROLLER, event)
+        except Exception as exc:
+            raise PublishFailed(
+                f"could not queue the {type(event).__name__} for the controller "
+                f"({type(exc).__name__}: {exc}); nothing was accepted, retry the request"
+            ) from exc
+        USER_EVENTS.labels(getattr(event, "kind", "event")).inc()
