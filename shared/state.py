@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import AgentState, RunnableAction, utc_now
+from .events import AgentState, RiskLevel, RunnableAction, utc_now
 
 __all__ = ["Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
 
@@ -24,6 +24,8 @@ class Awaiting(StrEnum):
     SECURITY = "security"
     RUNTIME = "runtime"
     USER = "user"
+    CONFIRMATION = "confirmation"
+    DELEGATE = "delegate"
 
 
 class TaskResult(BaseModel):
@@ -67,7 +69,23 @@ class TaskState(BaseModel):
 
     iteration: int = 0
     max_iterations: int = Field(ge=1)
+    initial_max_iterations: int | None = Field(
+        default=None, description="Added to the limit each time a user message resumes the task."
+    )
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    initial_budget_usd: float | None = Field(default=None, gt=0)
     last_seq: int = 0
+
+    confirmation_mode: bool = False
+    confirmation_threshold: RiskLevel = RiskLevel.HIGH
+    recent: list[str] = Field(
+        default_factory=list, description="Signatures since the last user message (stuck check)."
+    )
+    parent_task_id: str | None = None
+    parent_action_id: str | None = Field(
+        default=None, description="The parent's AgentDelegateAction this sub-task answers."
+    )
+    sub_tasks: list[str] = Field(default_factory=list)
 
     awaiting: Awaiting = Awaiting.NOTHING
     awaiting_id: str | None = Field(

@@ -7,15 +7,17 @@ to send and how the State changes. Nothing here touches Redis or NATS.
 from __future__ import annotations
 
 import logging
+import uuid
 
 from prometheus_client import Counter
 
 from shared.commands import ExecuteAction, ReviewAction, StepRequest
 from shared.events import (
     RUNNABLE_ACTION_TYPES,
+    AgentDelegateAction,
+    AgentDelegateObservation,
     AgentFinishAction,
     AgentState,
-    AgentThinkAction,
     ChangeAgentStateAction,
     CmdRunAction,
     ErrorObservation,
@@ -24,16 +26,19 @@ from shared.events import (
     FileReadAction,
     FileWriteAction,
     MessageAction,
+    RiskLevel,
     RunPythonAction,
     SecurityVerdictObservation,
+    UserRejectObservation,
     Verdict,
 )
-from shared.state import Awaiting, TaskResult, TaskUsage
+from shared.state import Awaiting, TaskResult, TaskState, TaskUsage
 from shared.subjects import Service
 
+from .stuck import SIGNATURES_KEPT, detect, signature
 from .turn import IllegalTransition, Turn
 
-__all__ = ["apply"]
+__all__ = ["apply", "sub_task_id"]
 
 RunnableActionT = CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction
 
@@ -45,78 +50,165 @@ STALE = Counter(
     ["kind"],
 )
 STEPS = Counter("deckhands_controller_steps_total", "Step requests sent to the reasoner")
-# States in which the loop waits for a person, so no new step is requested.
-_HELD = frozenset({AgentState.PAUSED, AgentState.AWAITING_USER_INPUT})
+STUCK = Counter("deckhands_controller_stuck_total", "Tasks ended by the stuck detector")
+_RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
+_SUB_TASK_NS = uuid.UUID("0b6f3c1e-8a4d-4c5e-9f2a-7d1e3b5c9a80")
+
+
+def sub_task_id(delegate_action_id: str) -> str:
+    """Derived from the action, so a redelivered delegation names the same sub-task."""
+    return uuid.uuid5(_SUB_TASK_NS, delegate_action_id).hex
 
 
 def apply(turn: Turn, event: EventBase) -> None:
+    awaiting, awaiting_id = turn.state.awaiting, turn.state.awaiting_id
     if event.source is EventSource.USER:
         _from_user(turn, event)
-    elif turn.state.awaiting is Awaiting.AGENT and event.cause == turn.state.awaiting_id:
-        _from_agent(turn, event)
-    elif turn.state.awaiting is Awaiting.SECURITY and event.cause == turn.state.awaiting_id:
-        _from_security(turn, event)
-    elif turn.state.awaiting is Awaiting.RUNTIME and event.cause == turn.state.awaiting_id:
-        _from_runtime(turn, event)
-    else:
+    elif event.cause is None or event.cause != awaiting_id:
         # A late answer (the task was stopped meanwhile) or a duplicate: not part of the log.
         STALE.labels(getattr(event, "kind", "?")).inc()
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
+    elif awaiting is Awaiting.AGENT:
+        _from_agent(turn, event)
+    elif awaiting is Awaiting.SECURITY:
+        _from_security(turn, event)
+    elif awaiting in (Awaiting.RUNTIME, Awaiting.DELEGATE):
+        _observed(turn, event)
+    else:
+        STALE.labels(getattr(event, "kind", "?")).inc()
 
 
-def _refuse(turn: Turn, event: EventBase, error: IllegalTransition) -> None:
+def _remember(turn: Turn, event: EventBase) -> None:
+    sig = signature(event)
+    if sig is not None:
+        turn.update(recent=[*turn.state.recent, sig][-SIGNATURES_KEPT:])
+
+
+def _refuse(turn: Turn, event: EventBase, reason: str) -> None:
     turn.log(
         ErrorObservation(
             task_id=event.task_id,
             source=EventSource.ENVIRONMENT,
             cause=event.id,
-            content=f"Refused: {error}.",
+            content=f"Refused: {reason}.",
             error_code="illegal_transition",
         )
     )
 
 
+# --- the user ------------------------------------------------------------------------------
+
+
 def _from_user(turn: Turn, event: EventBase) -> None:
     turn.log(event)
-    state = turn.state.agent_state
     try:
         if isinstance(event, ChangeAgentStateAction):
             _user_changes_state(turn, event)
         elif isinstance(event, MessageAction):
-            if state is AgentState.STOPPED:
-                return
-            if state is not AgentState.RUNNING and state is not AgentState.PAUSED:
-                turn.change_state(AgentState.RUNNING, "user message", cause=event.id)
-            if turn.state.awaiting is Awaiting.NOTHING or turn.state.awaiting is Awaiting.USER:
-                _request_step(turn)
+            _user_message(turn, event)
     except IllegalTransition as error:
-        _refuse(turn, event, error)
+        _refuse(turn, event, str(error))
+
+
+def _user_message(turn: Turn, event: MessageAction) -> None:
+    state = turn.state.agent_state
+    if state is AgentState.STOPPED:
+        _refuse(turn, event, "the task is stopped; start a new task")
+        return
+    # Interactive mode: the stuck detector only looks at history after the last user message.
+    turn.update(recent=[])
+    if state is AgentState.AWAITING_USER_CONFIRMATION:
+        return  # the message is in the log; the pending action still needs a yes or no
+    if state is not AgentState.RUNNING and state is not AgentState.PAUSED:
+        _raise_limits(turn)
+        turn.change_state(AgentState.RUNNING, "user message", cause=event.id)
+    if turn.state.awaiting in (Awaiting.NOTHING, Awaiting.USER):
+        _request_step(turn)
+
+
+def _raise_limits(turn: Turn) -> None:
+    """As in OpenHands: resuming raises a limit that was hit by its initial amount."""
+    s = turn.state
+    if s.iteration >= s.max_iterations:
+        turn.update(
+            max_iterations=s.max_iterations + (s.initial_max_iterations or s.max_iterations)
+        )
+    if s.max_budget_usd is not None and s.usage.cost_usd >= s.max_budget_usd:
+        turn.update(max_budget_usd=s.usage.cost_usd + (s.initial_budget_usd or s.max_budget_usd))
 
 
 def _user_changes_state(turn: Turn, event: ChangeAgentStateAction) -> None:
     target = event.agent_state
+    if target in (AgentState.USER_CONFIRMED, AgentState.USER_REJECTED):
+        _user_confirms(turn, event)
+        return
     if target not in {AgentState.STOPPED, AgentState.PAUSED, AgentState.RUNNING}:
         raise IllegalTransition(turn.state.agent_state, target)
     turn.change_state(target, event.reason or f"{target.value.lower()} by user", cause=event.id)
     if target is AgentState.STOPPED:
-        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None)
+        for child in turn.state.sub_tasks:
+            turn.send(
+                Service.CONTROLLER,
+                ChangeAgentStateAction(
+                    task_id=child,
+                    source=EventSource.USER,
+                    agent_state=AgentState.STOPPED,
+                    reason="the parent task was stopped",
+                ),
+            )
+        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
     elif target is AgentState.RUNNING and turn.state.awaiting is Awaiting.NOTHING:
         _request_step(turn)
 
 
-def _from_agent(turn: Turn, event: EventBase) -> None:
+def _user_confirms(turn: Turn, event: ChangeAgentStateAction) -> None:
+    s = turn.state
+    if s.awaiting is not Awaiting.CONFIRMATION or s.pending_action is None:
+        _refuse(turn, event, "no action is awaiting confirmation")
+        return
+    if event.cause is not None and event.cause != s.awaiting_id:
+        _refuse(turn, event, f"action {event.cause} is not the one awaiting confirmation")
+        return
+    action = s.pending_action
+    turn.change_state(event.agent_state, event.reason or "answered by the user", cause=event.id)
+    if event.agent_state is AgentState.USER_CONFIRMED:
+        turn.change_state(AgentState.RUNNING, "action confirmed", cause=event.id)
+        turn.update(awaiting=Awaiting.RUNTIME, awaiting_id=action.id)
+        turn.send(Service.RUNTIME, ExecuteAction(task_id=action.task_id, action=action))
+        return
+    _remember(
+        turn,
+        turn.log(
+            UserRejectObservation(task_id=action.task_id, source=EventSource.USER, cause=action.id)
+        ),
+    )
+    turn.change_state(AgentState.RUNNING, "action rejected", cause=event.id)
+    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
+    _next_step(turn)
+
+
+# --- the agent -----------------------------------------------------------------------------
+
+
+def _add_usage(turn: Turn, event: EventBase) -> None:
     usage = getattr(event, "llm_usage", None)
-    if usage is not None:
-        u = turn.state.usage
-        turn.update(
-            usage=TaskUsage(
-                prompt_tokens=u.prompt_tokens + usage.prompt_tokens,
-                completion_tokens=u.completion_tokens + usage.completion_tokens,
-                cost_usd=u.cost_usd + usage.cost_usd,
-                llm_calls=u.llm_calls + 1,
-            )
+    if usage is None:
+        return
+    u = turn.state.usage
+    turn.update(
+        usage=TaskUsage(
+            prompt_tokens=u.prompt_tokens + usage.prompt_tokens,
+            completion_tokens=u.completion_tokens + usage.completion_tokens,
+            cost_usd=u.cost_usd + usage.cost_usd,
+            llm_calls=u.llm_calls + 1,
         )
+    )
+
+
+def _from_agent(turn: Turn, event: EventBase) -> None:
+    _add_usage(turn, event)
     action = turn.log(event)
+    _remember(turn, action)
     turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None)
 
     if isinstance(action, AgentFinishAction):
@@ -128,66 +220,118 @@ def _from_agent(turn: Turn, event: EventBase) -> None:
     elif isinstance(action, RUNNABLE_ACTION_TYPES):
         turn.update(awaiting=Awaiting.SECURITY, awaiting_id=action.id, pending_action=action)
         turn.send(Service.SECURITY, ReviewAction(task_id=action.task_id, action=action))
-    else:  # think, a plain message, or an ErrorObservation about a bad LLM reply
-        if not isinstance(action, AgentThinkAction | MessageAction | ErrorObservation):
-            log.warning("task %s: unexpected %s from the agent", action.task_id, action)
+    elif isinstance(action, AgentDelegateAction):
+        _delegate(turn, action)
+    else:  # think, a plain message, a condensation, or an error about a bad LLM reply
         _next_step(turn)
+
+
+def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
+    parent = turn.state
+    child_id = sub_task_id(action.id)
+    limit = action.max_iterations or parent.initial_max_iterations or parent.max_iterations
+    turn.new_tasks.append(
+        TaskState(
+            task_id=child_id,
+            task=action.task,
+            max_iterations=limit,
+            initial_max_iterations=limit,
+            confirmation_mode=parent.confirmation_mode,
+            confirmation_threshold=parent.confirmation_threshold,
+            parent_task_id=parent.task_id,
+            parent_action_id=action.id,
+        )
+    )
+    turn.update(
+        awaiting=Awaiting.DELEGATE, awaiting_id=action.id, sub_tasks=[*parent.sub_tasks, child_id]
+    )
+    turn.send(
+        Service.CONTROLLER,
+        MessageAction(task_id=child_id, source=EventSource.USER, content=action.task),
+    )
+
+
+# --- security, runtime, sub-tasks ----------------------------------------------------------
+
+
+def _needs_confirmation(state: TaskState, risk: RiskLevel) -> bool:
+    if not state.confirmation_mode:
+        return False
+    if risk is RiskLevel.UNKNOWN:
+        return True
+    return _RISK_ORDER[risk] >= _RISK_ORDER.get(state.confirmation_threshold, 2)
 
 
 def _from_security(turn: Turn, event: EventBase) -> None:
-    if not isinstance(event, SecurityVerdictObservation):
-        turn.log(event)
+    verdict = turn.log(event)
+    action = turn.state.pending_action
+    if not isinstance(verdict, SecurityVerdictObservation) or action is None:
+        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
         _next_step(turn)
         return
-    verdict = turn.log(event)
-    action_id = turn.state.awaiting_id
-    assert isinstance(verdict, SecurityVerdictObservation) and action_id is not None
-    if verdict.verdict is Verdict.ALLOW:
-        action = _find_logged_action(turn, action_id)
+    if verdict.verdict is Verdict.DENY:
+        _remember(
+            turn,
+            turn.log(
+                ErrorObservation(
+                    task_id=event.task_id,
+                    source=EventSource.ENVIRONMENT,
+                    cause=action.id,
+                    error_code="security_denied",
+                    content=f"The security monitor denied this action ({verdict.rule}): "
+                    f"{verdict.reason}. Choose another way.",
+                )
+            ),
+        )
+        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
+        _next_step(turn)
+    elif _needs_confirmation(turn.state, verdict.risk):
+        turn.change_state(
+            AgentState.AWAITING_USER_CONFIRMATION,
+            f"{verdict.risk.value} risk action needs confirmation",
+            cause=action.id,
+        )
+        turn.update(awaiting=Awaiting.CONFIRMATION)
+    else:
         turn.update(awaiting=Awaiting.RUNTIME)
         turn.send(Service.RUNTIME, ExecuteAction(task_id=event.task_id, action=action))
-        return
-    turn.log(
-        ErrorObservation(
-            task_id=event.task_id,
-            source=EventSource.ENVIRONMENT,
-            cause=action_id,
-            error_code="security_denied",
-            content=f"The security monitor denied this action ({verdict.rule}): {verdict.reason}. "
-            "Choose another way.",
+
+
+def _observed(turn: Turn, event: EventBase) -> None:
+    _remember(turn, turn.log(event))
+    if isinstance(event, AgentDelegateObservation):
+        log.info(
+            "task %s: sub-task %s ended %s", event.task_id, event.sub_task_id, event.agent_state
         )
-    )
     turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
     _next_step(turn)
 
 
-def _find_logged_action(turn: Turn, action_id: str) -> RunnableActionT:
-    pending = turn.state.pending_action
-    if pending is None or pending.id != action_id:
-        raise RuntimeError(f"task {turn.state.task_id}: approved action {action_id} is not pending")
-    return pending
-
-
-def _from_runtime(turn: Turn, event: EventBase) -> None:
-    turn.log(event)
-    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
-    _next_step(turn)
+# --- the next step -------------------------------------------------------------------------
 
 
 def _next_step(turn: Turn) -> None:
-    if turn.state.agent_state in _HELD or turn.state.agent_state is not AgentState.RUNNING:
-        return
+    if turn.state.agent_state is not AgentState.RUNNING:
+        return  # paused, waiting for a person, or ended: no new step until resumed
     _request_step(turn)
 
 
 def _request_step(turn: Turn) -> None:
     state = turn.state
+    pattern = detect(state.recent)
+    if pattern is not None:
+        STUCK.inc()
+        _fail(turn, f"stuck in a loop: {pattern}")
+        return
     if state.iteration >= state.max_iterations:
-        turn.change_state(
-            AgentState.ERROR,
-            f"reached the maximum number of iterations ({state.max_iterations})",
+        _fail(turn, f"reached the maximum number of iterations ({state.max_iterations})")
+        return
+    if state.max_budget_usd is not None and state.usage.cost_usd >= state.max_budget_usd:
+        _fail(
+            turn,
+            f"reached the maximum budget (${state.max_budget_usd:.4f}; "
+            f"spent ${state.usage.cost_usd:.4f})",
         )
-        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None)
         return
     step = StepRequest(
         task_id=state.task_id, after_seq=state.last_seq, iteration=state.iteration + 1
@@ -195,3 +339,8 @@ def _request_step(turn: Turn) -> None:
     turn.update(iteration=step.iteration, awaiting=Awaiting.AGENT, awaiting_id=step.id)
     turn.send(Service.REASONER, step)
     STEPS.inc()
+
+
+def _fail(turn: Turn, reason: str) -> None:
+    turn.change_state(AgentState.ERROR, reason)
+    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)

@@ -53,6 +53,9 @@ class ControllerHandlers:
                 return state.outboxes.get(event.id, [])
             turn = Turn(state)
             apply(turn, event)
+            for sub_task in turn.new_tasks:
+                # Before the parent's save: a sub-task must exist before its first input.
+                await self.store.create(sub_task)
             outbox = turn.outbox()
             turn.update(**turn.state.record_input(event.id, outbox))
             try:

@@ -10,6 +10,7 @@ from typing import Any
 
 from shared.commands import ExecuteAction, ReleaseSandbox, ReviewAction, StepRequest
 from shared.events import (
+    AgentDelegateObservation,
     AgentState,
     AgentStateChangedObservation,
     EventBase,
@@ -23,6 +24,8 @@ from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, 
 __all__ = ["RELEASE_SANDBOX_STATES", "IllegalTransition", "Turn"]
 
 Command = StepRequest | ReviewAction | ExecuteAction | ReleaseSandbox
+# What a turn may send: a work order, or an event into some task's controller inbox.
+Message = Command | EventBase
 
 # States after which the task's sandbox is destroyed. ERROR keeps it: a user message can resume.
 RELEASE_SANDBOX_STATES = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED})
@@ -38,7 +41,8 @@ class Turn:
     def __init__(self, state: TaskState) -> None:
         self.state = state
         self.logged: list[EventBase] = []
-        self.sent: list[tuple[Service, Command]] = []
+        self.sent: list[tuple[Service, Message]] = []
+        self.new_tasks: list[TaskState] = []
 
     def update(self, **fields: Any) -> None:
         self.state = self.state.model_copy(update=fields)
@@ -51,8 +55,8 @@ class Turn:
         self.logged.append(stamped)
         return stamped
 
-    def send(self, service: Service, command: Command) -> None:
-        self.sent.append((service, command))
+    def send(self, service: Service, message: Message) -> None:
+        self.sent.append((service, message))
 
     def change_state(self, target: AgentState, reason: str = "", cause: str | None = None) -> None:
         current = self.state.agent_state
@@ -76,11 +80,29 @@ class Turn:
             self.send(
                 Service.RUNTIME, ReleaseSandbox(task_id=self.state.task_id, reason=target.value)
             )
+        if finished and self.state.parent_task_id and self.state.parent_action_id:
+            self._report_to_parent(target, reason)
+
+    def _report_to_parent(self, target: AgentState, reason: str) -> None:
+        result = self.state.result
+        assert self.state.parent_task_id is not None
+        self.send(
+            Service.CONTROLLER,
+            AgentDelegateObservation(
+                task_id=self.state.parent_task_id,
+                source=EventSource.ENVIRONMENT,
+                cause=self.state.parent_action_id,
+                sub_task_id=self.state.task_id,
+                agent_state=target,
+                content=result.final_message if result else reason,
+                outputs=result.outputs if result else {},
+            ),
+        )
 
     def outbox(self) -> list[Outgoing]:
         """Log entries first, so a service reading history sees what it is asked about."""
         task = self.state.task_id
-        out = [
+        out: list[Outgoing] = [
             Outgoing(
                 subject=event_subject(task),
                 stream=EVENTS_STREAM,
@@ -91,11 +113,11 @@ class Turn:
         ]
         out += [
             Outgoing(
-                subject=work_subject(service, task),
+                subject=work_subject(service, m.task_id),
                 stream=WORK_STREAM,
-                payload=c.model_dump_json(),
-                msg_id=c.id,
+                payload=m.model_dump_json(),
+                msg_id=m.id,
             )
-            for service, c in self.sent
+            for service, m in self.sent
         ]
         return out

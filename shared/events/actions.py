@@ -10,10 +10,12 @@ from .base import EventBase
 from .state import AgentState
 
 __all__ = [
+    "AgentDelegateAction",
     "AgentFinishAction",
     "AgentThinkAction",
     "ChangeAgentStateAction",
     "CmdRunAction",
+    "CondensationAction",
     "FileReadAction",
     "FileWriteAction",
     "LLMUsage",
@@ -89,3 +91,19 @@ class ChangeAgentStateAction(EventBase):
     kind: Literal["change_agent_state"] = "change_agent_state"
     agent_state: AgentState
     reason: str = ""
+
+
+class AgentDelegateAction(_AgentActionFields):
+    """Start a sub-task with its own state and iteration budget; the parent waits for it."""
+
+    kind: Literal["delegate"] = "delegate"
+    task: str = Field(min_length=1)
+    max_iterations: int | None = Field(default=None, ge=1, le=1000)
+
+
+class CondensationAction(_AgentActionFields):
+    """The reasoner shortened the history it sends to the LLM (seed 002, condenser)."""
+
+    kind: Literal["condensation"] = "condensation"
+    forgotten_up_to_seq: int = Field(ge=0, description="Events up to this seq were summarised.")
+    summary: str = ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -11,6 +11,7 @@ from .base import EventBase
 from .state import AgentState
 
 __all__ = [
+    "AgentDelegateObservation",
     "AgentStateChangedObservation",
     "CmdOutputObservation",
     "ErrorObservation",
@@ -19,6 +20,7 @@ __all__ = [
     "PythonOutputObservation",
     "RiskLevel",
     "SecurityVerdictObservation",
+    "UserRejectObservation",
     "Verdict",
 ]
 
@@ -85,3 +87,20 @@ class SecurityVerdictObservation(EventBase):
     risk: RiskLevel
     rule: str | None = Field(default=None, description="The rule that matched, if any.")
     reason: str = ""
+
+
+class UserRejectObservation(EventBase):
+    """The user refused to let the action (its `cause`) run."""
+
+    kind: Literal["user_rejected"] = "user_rejected"
+    content: str = "The user rejected this action."
+
+
+class AgentDelegateObservation(EventBase):
+    """A sub-task ended; carries its outcome back to the parent's delegate action (`cause`)."""
+
+    kind: Literal["delegate_output"] = "delegate_output"
+    sub_task_id: str
+    agent_state: AgentState
+    content: str = ""
+    outputs: dict[str, Any] = Field(default_factory=dict)

@@ -7,16 +7,19 @@ from typing import Annotated
 from pydantic import Field, TypeAdapter
 
 from .actions import (
+    AgentDelegateAction,
     AgentFinishAction,
     AgentThinkAction,
     ChangeAgentStateAction,
     CmdRunAction,
+    CondensationAction,
     FileReadAction,
     FileWriteAction,
     MessageAction,
     RunPythonAction,
 )
 from .observations import (
+    AgentDelegateObservation,
     AgentStateChangedObservation,
     CmdOutputObservation,
     ErrorObservation,
@@ -24,6 +27,7 @@ from .observations import (
     FileWriteObservation,
     PythonOutputObservation,
     SecurityVerdictObservation,
+    UserRejectObservation,
 )
 
 __all__ = [
@@ -44,13 +48,17 @@ Event = Annotated[
     | AgentThinkAction
     | AgentFinishAction
     | ChangeAgentStateAction
+    | AgentDelegateAction
+    | CondensationAction
     | CmdOutputObservation
     | PythonOutputObservation
     | FileReadObservation
     | FileWriteObservation
     | ErrorObservation
     | AgentStateChangedObservation
-    | SecurityVerdictObservation,
+    | SecurityVerdictObservation
+    | UserRejectObservation
+    | AgentDelegateObservation,
     Field(discriminator="kind"),
 ]
 
@@ -68,6 +76,8 @@ ACTION_TYPES = (
     AgentThinkAction,
     AgentFinishAction,
     ChangeAgentStateAction,
+    AgentDelegateAction,
+    CondensationAction,
 )
 OBSERVATION_TYPES = (
     CmdOutputObservation,
@@ -77,4 +87,6 @@ OBSERVATION_TYPES = (
     ErrorObservation,
     AgentStateChangedObservation,
     SecurityVerdictObservation,
+    UserRejectObservation,
+    AgentDelegateObservation,
 )
