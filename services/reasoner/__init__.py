@@ -1,0 +1,1 @@
+"""agent-reasoner: builds the prompt from a task's history, asks the LLM, answers one Action."""

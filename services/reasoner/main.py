@@ -1,0 +1,53 @@
+"""Wiring of the reasoner: settings, broker, subscriber, LLM client, telemetry."""
+
+from __future__ import annotations
+
+import asyncio
+
+from faststream import FastStream
+
+from shared.broker import WORK, build_broker, durable_subscription
+from shared.streams import ensure_streams
+from shared.subjects import Service, work_subject
+from shared.telemetry import setup_logging, setup_metrics, setup_tracing
+
+from .handlers import StepHandler
+from .llm import LLMClient
+from .settings import ReasonerSettings
+
+__all__ = ["build_app", "main"]
+
+
+def build_app(settings: ReasonerSettings | None = None) -> FastStream:
+    settings = settings or ReasonerSettings()
+    broker = build_broker(settings, Service.REASONER, setup_tracing(settings, "reasoner"))
+    llm = LLMClient(settings)
+    handler = StepHandler(broker, settings, llm)
+    broker.subscriber(
+        work_subject(Service.REASONER),
+        title="reasoner.step",
+        description="Decides the task's next action with the LLM; answers the controller with "
+        "one Action, or an ErrorObservation when the reply was not a valid action.",
+        **durable_subscription(settings, WORK, "reasoner", workers=settings.workers),
+    )(handler.on_step)
+
+    app = FastStream(broker)
+
+    @app.on_startup
+    async def _start() -> None:
+        settings.require_llm()
+        setup_metrics(settings)
+        await ensure_streams(settings)
+        await llm.prepare()
+
+    return app
+
+
+def main() -> None:
+    settings = ReasonerSettings()
+    setup_logging(settings, "reasoner")
+    asyncio.run(build_app(settings).run())
+
+
+if __name__ == "__main__":
+    main()

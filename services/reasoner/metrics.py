@@ -1,0 +1,37 @@
+"""Prometheus metrics of the reasoner: LLM tokens, cost, latency, and what each step produced."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+__all__ = [
+    "LLM_CALLS",
+    "LLM_COMPLETION_TOKENS",
+    "LLM_COST",
+    "LLM_LATENCY",
+    "LLM_PROMPT_TOKENS",
+    "STEP_ANSWERS",
+]
+
+LLM_PROMPT_TOKENS = Counter(
+    "deckhands_llm_prompt_tokens_total", "Prompt tokens sent to the LLM", ["model"]
+)
+LLM_COMPLETION_TOKENS = Counter(
+    "deckhands_llm_completion_tokens_total", "Completion tokens received from the LLM", ["model"]
+)
+LLM_COST = Counter(
+    "deckhands_llm_cost_usd_total", "LLM cost in USD, by litellm's cost map (0 when unknown)",
+    ["model"],
+)
+LLM_LATENCY = Histogram(
+    "deckhands_llm_latency_seconds", "Duration of one LLM call, retries included", ["model"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300),
+)
+LLM_CALLS = Counter(
+    "deckhands_llm_calls_total", "LLM calls by outcome ('ok' or the error's type)",
+    ["model", "outcome"],
+)
+STEP_ANSWERS = Counter(
+    "deckhands_reasoner_answers_total", "Events the reasoner answered steps with, by kind",
+    ["kind"],
+)

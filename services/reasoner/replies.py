@@ -1,0 +1,177 @@
+"""From an LLM reply to the one event the reasoner answers a step with.
+
+Native tool calls are used when present (the first, if several). Otherwise the text is searched
+for a tool call written out, as models without function calling (and small local models even
+with it) do: a JSON object {"tool": ..., "arguments": ...} (or {"name": ..., "arguments": ...}),
+bare or in a ```json block; and, in prompt-based mode, a ```bash or ```python block. Text with
+no tool call is a question for the user. Anything malformed becomes an ErrorObservation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.commands import StepRequest
+from shared.events import ErrorObservation, EventSource, LLMUsage, MessageAction
+
+from .prompt import BAD_REPLY_ERROR, LLM_ERROR
+from .tools import AgentToolAction, BadReply, ToolCall, action_for_call
+
+__all__ = [
+    "LLMReply",
+    "ReasonerEvent",
+    "event_for_reply",
+    "llm_error_event",
+    "parse_text_tool_call",
+    "step_event_id",
+]
+
+ReasonerEvent = AgentToolAction | MessageAction | ErrorObservation
+
+# Event ids derive from the step request's id: a redelivered step publishes the same id, and
+# JetStream's Nats-Msg-Id dedup keeps a single answer.
+_STEP_NS = uuid.UUID("5b0f3c2e-8d4a-4f63-9e57-2c1d7a6b9e10")
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
+_PYTHON_LANGS = {"python", "py", "python3"}
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    """What the model answered, provider-neutral."""
+
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: LLMUsage | None = None
+
+
+def step_event_id(step: StepRequest) -> str:
+    return uuid.uuid5(_STEP_NS, step.id).hex
+
+
+def _tool_call_from_object(obj: Any) -> ToolCall | None:
+    if not isinstance(obj, dict):
+        return None
+    args = obj.get("arguments", obj.get("parameters", obj.get("args")))
+    # {"name": ...} alone is too common in ordinary JSON to be read as a call.
+    name = obj.get("tool", obj.get("name") if args is not None else None)
+    if not isinstance(name, str):
+        return None
+    if args is None:
+        # {"tool": "execute_bash", "command": "ls"}: the arguments written inline.
+        args = {k: v for k, v in obj.items() if k not in ("tool", "name")}
+    if not isinstance(args, str | dict):
+        args = json.dumps(args)
+    return ToolCall(name=name, arguments=args)
+
+
+def _json_objects(text: str) -> list[tuple[Any, int, int]]:
+    """Every top-level JSON object in the text, with its span."""
+    found = []
+    decoder = json.JSONDecoder()
+    i = text.find("{")
+    while i != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        found.append((obj, i, end))
+        i = text.find("{", end)
+    return found
+
+
+def _looks_like_call(text: str) -> bool:
+    return bool(re.search(r'"tool"\s*:|"name"\s*:.*"arguments"\s*:', text, re.DOTALL))
+
+
+def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str] | None:
+    """A tool call written in the text, and the text around it; None if there is none.
+
+    Raises BadReply when the text clearly tries to call a tool but the JSON is broken.
+    """
+    for match in _FENCE.finditer(text):
+        lang, body = match.group(1).lower(), match.group(2)
+        rest = (text[: match.start()] + text[match.end():]).strip()
+        if lang in ("json", "") and body.strip().startswith("{"):
+            objects = _json_objects(body)
+            call = _tool_call_from_object(objects[0][0]) if objects else None
+            if call is not None:
+                return call, rest
+            if _looks_like_call(body):
+                raise BadReply("the tool call in the ```json block is not valid JSON")
+        elif code_blocks and lang in _SHELL_LANGS and body.strip():
+            return ToolCall("execute_bash", {"command": body.strip()}), rest
+        elif code_blocks and lang in _PYTHON_LANGS and body.strip():
+            return ToolCall("execute_python", {"code": body}), rest
+    for obj, start, end in _json_objects(text):
+        call = _tool_call_from_object(obj)
+        if call is not None:
+            return call, (text[:start] + text[end:]).strip()
+    stripped = text.strip()
+    if stripped.startswith("{") and _looks_like_call(stripped):
+        raise BadReply("the tool call is not valid JSON")
+    return None
+
+
+def _fields(step: StepRequest, usage: LLMUsage | None, thought: str, call_id: str | None) -> dict:
+    return {
+        "id": step_event_id(step),
+        "task_id": step.task_id,
+        "source": EventSource.AGENT,
+        "cause": step.id,
+        "thought": thought,
+        "tool_call_id": call_id,
+        "llm_usage": usage,
+    }
+
+
+def _bad_reply(step: StepRequest, problem: str) -> ErrorObservation:
+    return ErrorObservation(
+        id=step_event_id(step),
+        task_id=step.task_id,
+        source=EventSource.AGENT,
+        cause=step.id,
+        error_code=BAD_REPLY_ERROR,
+        content=problem,
+    )
+
+
+def event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> ReasonerEvent:
+    """The one event that answers `step`, given what the model replied. Never raises."""
+    content = (reply.content or "").strip()
+    event_id = step_event_id(step)
+    try:
+        if reply.tool_calls:
+            call = reply.tool_calls[0]
+            call_id = call.id or f"call_{event_id[:24]}"
+            return action_for_call(call, _fields(step, reply.usage, content, call_id))
+        found = parse_text_tool_call(content, code_blocks=not native)
+        if found is not None:
+            call, rest = found
+            # Prompt-based calls get an id too, so the observation links back to them.
+            return action_for_call(call, _fields(step, reply.usage, rest, f"call_{event_id[:24]}"))
+    except BadReply as exc:
+        return _bad_reply(step, str(exc))
+    if not content:
+        return _bad_reply(step, "the reply was empty: call one of the tools")
+    return MessageAction(
+        content=content, wait_for_response=True, **_fields(step, reply.usage, "", None)
+    )
+
+
+def llm_error_event(step: StepRequest, problem: str) -> ErrorObservation:
+    """The answer to a step whose LLM call failed on every delivery."""
+    return ErrorObservation(
+        id=step_event_id(step),
+        task_id=step.task_id,
+        source=EventSource.SYSTEM,
+        cause=step.id,
+        error_code=LLM_ERROR,
+        content=f"the LLM could not be reached: {problem}",
+    )

@@ -1,0 +1,78 @@
+"""Settings of the reasoner: which LLM to call and how (DECKHANDS_LLM_* variables)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+
+from shared.settings import CommonSettings
+
+__all__ = ["ReasonerSettings"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ReasonerSettings(CommonSettings):
+    llm_model: str = Field(
+        default="",
+        description="litellm model name, e.g. openai/gpt-4o-mini, "
+        "anthropic/claude-3-5-haiku-latest, ollama/qwen2.5-coder:1.5b, or openai/<name> for any "
+        "OpenAI-compatible server.",
+    )
+    llm_api_base: str | None = Field(
+        default=None, description="Base URL of an OpenAI-compatible server, e.g. http://host:8080/v1."
+    )
+    llm_api_key: SecretStr | None = Field(
+        default=None, description="Never logged. Unset: litellm reads the provider's own variable."
+    )
+    llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    llm_timeout_s: float = Field(default=120.0, gt=0, description="One LLM call, in seconds.")
+    llm_num_retries: int = Field(
+        default=2, ge=0, le=10, description="litellm's retries on timeouts, rate limits and 5xx."
+    )
+    llm_native_tool_calling: Literal["auto", "true", "false"] = Field(
+        default="auto",
+        description="Offer tools as function calls ('true'), describe them in the prompt and parse "
+        "the call from the text ('false'), or ask litellm whether the model supports them.",
+    )
+    llm_tool_choice: Literal["auto", "required"] = Field(
+        default="auto", description="'required' forces a tool call, which some small models need."
+    )
+    llm_max_output_tokens: int = Field(
+        default=1024, ge=0, description="Cap on a reply's tokens; 0 leaves the provider's default."
+    )
+
+    workers: int = Field(default=4, ge=1, description="Step requests handled concurrently.")
+    history_wait_s: float = Field(
+        default=3.0, ge=0, description="How long to wait for storage to catch up with a step."
+    )
+    history_request_timeout_s: float = Field(default=2.0, gt=0)
+    history_page_size: int = Field(default=1000, ge=1, le=10000)
+    max_observation_chars: int = Field(
+        default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
+    )
+
+    @field_validator("llm_native_tool_calling", mode="before")
+    @classmethod
+    def _tri_state(cls, value: object) -> object:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, str):
+            lowered = value.strip().lower()
+            if lowered in _TRUE:
+                return "true"
+            if lowered in _FALSE:
+                return "false"
+            return lowered
+        return value
+
+    def require_llm(self) -> None:
+        """Called at start-up: a reasoner without a model cannot do anything useful."""
+        if not self.llm_model.strip():
+            raise RuntimeError(
+                "DECKHANDS_LLM_MODEL is not set: give a litellm model name, e.g. "
+                "openai/gpt-4o-mini, or openai/scripted with "
+                "DECKHANDS_LLM_API_BASE=http://127.0.0.1:8765/v1 for the scripted server"
+            )

@@ -1,0 +1,258 @@
+"""The agent's tools: their function-calling schemas, and the Action each call becomes.
+
+A tool call is validated here; anything wrong with it (unknown tool, arguments that are not JSON,
+a missing or mistyped argument) raises `BadReply`, which the reasoner turns into an
+ErrorObservation the model sees on its next step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shared.events import (
+    AgentFinishAction,
+    AgentThinkAction,
+    CmdRunAction,
+    FileReadAction,
+    FileWriteAction,
+    RunPythonAction,
+)
+
+__all__ = [
+    "TOOL_NAMES",
+    "TOOL_SPECS",
+    "AgentToolAction",
+    "BadReply",
+    "ToolCall",
+    "action_for_call",
+    "call_for_action",
+    "describe_tools",
+]
+
+AgentToolAction = (
+    CmdRunAction
+    | RunPythonAction
+    | FileReadAction
+    | FileWriteAction
+    | AgentThinkAction
+    | AgentFinishAction
+)
+
+
+class BadReply(Exception):
+    """The model's reply is not a usable action; the message tells the model what was wrong."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str | dict[str, Any]  # as received: a JSON string (native) or an object (text)
+    id: str | None = None
+
+
+def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+# Short descriptions on purpose: small local models pay for every prompt token.
+TOOL_SPECS: list[dict[str, Any]] = [
+    _fn(
+        "execute_bash",
+        "Run a bash command in the sandbox (cwd /workspace). Returns output and exit code.",
+        {
+            "command": {"type": "string", "description": "The command line."},
+            "timeout": {"type": "number", "description": "Seconds before it is stopped."},
+        },
+        ["command"],
+    ),
+    _fn(
+        "execute_python",
+        "Run Python code in the sandbox. Returns what it prints.",
+        {"code": {"type": "string"}},
+        ["code"],
+    ),
+    _fn(
+        "read_file",
+        "Read a text file, optionally only lines start_line..end_line (1-based, inclusive).",
+        {
+            "path": {"type": "string"},
+            "start_line": {"type": "integer"},
+            "end_line": {"type": "integer"},
+        },
+        ["path"],
+    ),
+    _fn(
+        "write_file",
+        "Create or overwrite a file with the given content.",
+        {"path": {"type": "string"}, "content": {"type": "string"}},
+        ["path", "content"],
+    ),
+    _fn(
+        "think",
+        "Write down a thought or plan. Nothing runs.",
+        {"thought": {"type": "string"}},
+        ["thought"],
+    ),
+    _fn(
+        "finish",
+        "End the task: a short message with the result for the user, and optional outputs.",
+        {
+            "message": {"type": "string"},
+            "outputs": {"type": "object", "description": "Named results, if any."},
+        },
+        ["message"],
+    ),
+]
+
+TOOL_NAMES: tuple[str, ...] = tuple(spec["function"]["name"] for spec in TOOL_SPECS)
+
+
+class _Args(BaseModel):
+    # Extra arguments are ignored: small models add some, and they change nothing.
+    model_config = ConfigDict(extra="ignore")
+
+
+class _ExecuteBash(_Args):
+    command: str = Field(min_length=1)
+    timeout: float | None = Field(default=None, gt=0, le=3600)
+
+
+class _ExecutePython(_Args):
+    code: str = Field(min_length=1)
+
+
+class _ReadFile(_Args):
+    path: str = Field(min_length=1)
+    start_line: int = Field(default=1, ge=1)
+    end_line: int | None = Field(default=None, ge=1)
+
+
+class _WriteFile(_Args):
+    path: str = Field(min_length=1)
+    content: str
+
+
+class _Think(_Args):
+    thought: str
+
+
+class _Finish(_Args):
+    message: str
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+_ARGUMENTS: dict[str, type[_Args]] = {
+    "execute_bash": _ExecuteBash,
+    "execute_python": _ExecutePython,
+    "read_file": _ReadFile,
+    "write_file": _WriteFile,
+    "think": _Think,
+    "finish": _Finish,
+}
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _decode_arguments(call: ToolCall) -> dict[str, Any]:
+    raw = call.arguments
+    if isinstance(raw, str):
+        if not raw.strip():
+            raw = "{}"
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise BadReply(f"the arguments of {call.name} are not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise BadReply(f"the arguments of {call.name} must be a JSON object")
+    return raw
+
+
+def action_for_call(call: ToolCall, fields: dict[str, Any]) -> AgentToolAction:
+    """The Action a tool call asks for; `fields` are the event fields (id, task_id, cause...)."""
+    model = _ARGUMENTS.get(call.name)
+    if model is None:
+        raise BadReply(
+            f"there is no tool named {call.name!r}; the tools are: {', '.join(TOOL_NAMES)}"
+        )
+    try:
+        args: Any = model.model_validate(_decode_arguments(call))
+        return _build(call.name, args, fields)
+    except ValidationError as exc:
+        raise BadReply(f"bad arguments for {call.name}: {_explain(exc)}") from exc
+
+
+def _build(name: str, args: Any, fields: dict[str, Any]) -> AgentToolAction:
+    if name == "execute_bash":
+        return CmdRunAction(command=args.command, timeout_s=args.timeout, **fields)
+    if name == "execute_python":
+        return RunPythonAction(code=args.code, **fields)
+    if name == "read_file":
+        return FileReadAction(
+            path=args.path, start_line=args.start_line, end_line=args.end_line, **fields
+        )
+    if name == "write_file":
+        return FileWriteAction(path=args.path, content=args.content, **fields)
+    if name == "think":
+        text = fields.get("thought") or ""
+        thought = f"{text}\n\n{args.thought}" if text and text != args.thought else args.thought
+        return AgentThinkAction(**{**fields, "thought": thought})
+    return AgentFinishAction(final_message=args.message, outputs=args.outputs, **fields)
+
+
+def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
+    """The tool name and arguments that produced an action, to replay it in the prompt."""
+    if isinstance(action, CmdRunAction):
+        args: dict[str, Any] = {"command": action.command}
+        if action.timeout_s is not None:
+            args["timeout"] = action.timeout_s
+        return "execute_bash", args
+    if isinstance(action, RunPythonAction):
+        return "execute_python", {"code": action.code}
+    if isinstance(action, FileReadAction):
+        args = {"path": action.path}
+        if action.start_line != 1:
+            args["start_line"] = action.start_line
+        if action.end_line is not None:
+            args["end_line"] = action.end_line
+        return "read_file", args
+    if isinstance(action, FileWriteAction):
+        return "write_file", {"path": action.path, "content": action.content}
+    if isinstance(action, AgentThinkAction):
+        return "think", {"thought": action.thought}
+    if isinstance(action, AgentFinishAction):
+        args = {"message": action.final_message}
+        if action.outputs:
+            args["outputs"] = action.outputs
+        return "finish", args
+    return None
+
+
+def describe_tools() -> str:
+    """The tools as prompt text, for models without native function calling."""
+    lines = []
+    for spec in TOOL_SPECS:
+        fn = spec["function"]
+        params = fn["parameters"]
+        args = ", ".join(
+            f'"{name}"{"" if name in params["required"] else "?"}: {prop["type"]}'
+            for name, prop in params["properties"].items()
+        )
+        lines.append(f"- {fn['name']} {{{args}}}: {fn['description']}")
+    return "\n".join(lines)
