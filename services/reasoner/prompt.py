@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.events import (
+    AgentDelegateObservation,
     AgentFinishAction,
     AgentThinkAction,
     CmdOutputObservation,
@@ -26,6 +27,7 @@ from shared.events import (
     MessageAction,
     PythonOutputObservation,
     SecurityVerdictObservation,
+    UserRejectObservation,
 )
 
 from .tools import call_for_action, describe_tools
@@ -70,6 +72,8 @@ _ANSWER_TYPES = (
     FileReadObservation,
     FileWriteObservation,
     ErrorObservation,
+    UserRejectObservation,
+    AgentDelegateObservation,
 )
 
 
@@ -93,15 +97,24 @@ def _observation_text(obs: object, limit: int) -> str:
     if isinstance(obs, CmdOutputObservation):
         status = f"[exit code {obs.exit_code}, cwd {obs.cwd}"
         status += ", timed out]" if obs.timed_out else "]"
-        return f"{_clip(obs.content, limit)}\n{status}".lstrip("\n")
+        return f"{_clip(obs.content, limit).rstrip()}\n{status}".lstrip("\n")
     if isinstance(obs, PythonOutputObservation):
-        return f"{_clip(obs.content, limit)}\n[exit code {obs.exit_code}]".lstrip("\n")
+        return f"{_clip(obs.content, limit).rstrip()}\n[exit code {obs.exit_code}]".lstrip("\n")
     if isinstance(obs, FileReadObservation):
         return _clip(obs.content, limit)
     if isinstance(obs, FileWriteObservation):
         return obs.content or f"Wrote {obs.path}."
     if isinstance(obs, ErrorObservation):
         return f"ERROR: {_clip(obs.content, limit)}"
+    if isinstance(obs, UserRejectObservation):
+        return f"REJECTED: {obs.content}"
+    if isinstance(obs, AgentDelegateObservation):
+        text = f"The helper's task ended in state {obs.agent_state.value}."
+        if obs.content:
+            text += f"\n{_clip(obs.content, limit)}"
+        if obs.outputs:
+            text += f"\nOutputs: {_clip(json.dumps(obs.outputs), limit)}"
+        return text
     return _clip(str(getattr(obs, "content", "")), limit)
 
 
@@ -181,8 +194,7 @@ def build_messages(
     ]
     answers = _answers(events)
     answered = {id(obs) for obs in answers.values()}
-    action_ids = {e.id for e in events if _is_agent_tool_action(e)}
-    verdicts = _verdicts(events)
+    known_ids = {e.id for e in events}
 
     for event in events:
         if event is task or id(event) in answered:
@@ -205,12 +217,14 @@ def build_messages(
                 messages.append({"role": "assistant", "content": event.content})
         elif isinstance(event, AgentThinkAction | AgentFinishAction):
             # Agent actions without a tool call (e.g. replayed ones) are just what it said.
-            text = event.thought or getattr(event, "final_message", "")
+            text = getattr(event, "final_message", "") or event.thought
             if event.source == EventSource.AGENT and text:
                 messages.append({"role": "assistant", "content": text})
         elif isinstance(event, ErrorObservation):
-            if _action_answered(event, verdicts) in action_ids or event.error_code == LLM_ERROR:
-                continue  # a later duplicate answer, or a failure the model had no part in
+            if event.error_code == LLM_ERROR or event.cause in known_ids:
+                # A failure the model had no part in, a second answer to an action, or the
+                # controller refusing a user's request: none is a reply to the model.
+                continue
             if event.error_code == BAD_REPLY_ERROR:
                 text = f"{INVALID_REPLY_PREFIX}: {event.content}. Reply with one valid tool call."
             else:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.events import (
+    AgentDelegateAction,
     AgentFinishAction,
     AgentThinkAction,
     CmdRunAction,
@@ -23,6 +24,7 @@ from shared.events import (
 )
 
 __all__ = [
+    "TOOL_ARGUMENTS",
     "TOOL_NAMES",
     "TOOL_SPECS",
     "AgentToolAction",
@@ -34,7 +36,8 @@ __all__ = [
 ]
 
 AgentToolAction = (
-    CmdRunAction
+    AgentDelegateAction
+    | CmdRunAction
     | RunPythonAction
     | FileReadAction
     | FileWriteAction
@@ -105,6 +108,15 @@ TOOL_SPECS: list[dict[str, Any]] = [
         ["thought"],
     ),
     _fn(
+        "delegate",
+        "Hand a self-contained sub-task to a helper agent; you get its result back.",
+        {
+            "task": {"type": "string", "description": "What the helper must do."},
+            "max_iterations": {"type": "integer"},
+        },
+        ["task"],
+    ),
+    _fn(
         "finish",
         "End the task: a short message with the result for the user, and optional outputs.",
         {
@@ -147,17 +159,23 @@ class _Think(_Args):
     thought: str
 
 
+class _Delegate(_Args):
+    task: str = Field(min_length=1)
+    max_iterations: int | None = Field(default=None, ge=1, le=1000)
+
+
 class _Finish(_Args):
     message: str
     outputs: dict[str, Any] = Field(default_factory=dict)
 
 
-_ARGUMENTS: dict[str, type[_Args]] = {
+TOOL_ARGUMENTS: dict[str, type[_Args]] = {
     "execute_bash": _ExecuteBash,
     "execute_python": _ExecutePython,
     "read_file": _ReadFile,
     "write_file": _WriteFile,
     "think": _Think,
+    "delegate": _Delegate,
     "finish": _Finish,
 }
 
@@ -186,7 +204,7 @@ def _decode_arguments(call: ToolCall) -> dict[str, Any]:
 
 def action_for_call(call: ToolCall, fields: dict[str, Any]) -> AgentToolAction:
     """The Action a tool call asks for; `fields` are the event fields (id, task_id, cause...)."""
-    model = _ARGUMENTS.get(call.name)
+    model = TOOL_ARGUMENTS.get(call.name)
     if model is None:
         raise BadReply(
             f"there is no tool named {call.name!r}; the tools are: {', '.join(TOOL_NAMES)}"
@@ -213,6 +231,8 @@ def _build(name: str, args: Any, fields: dict[str, Any]) -> AgentToolAction:
         text = fields.get("thought") or ""
         thought = f"{text}\n\n{args.thought}" if text and text != args.thought else args.thought
         return AgentThinkAction(**{**fields, "thought": thought})
+    if name == "delegate":
+        return AgentDelegateAction(task=args.task, max_iterations=args.max_iterations, **fields)
     return AgentFinishAction(final_message=args.message, outputs=args.outputs, **fields)
 
 
@@ -236,6 +256,11 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
         return "write_file", {"path": action.path, "content": action.content}
     if isinstance(action, AgentThinkAction):
         return "think", {"thought": action.thought}
+    if isinstance(action, AgentDelegateAction):
+        args = {"task": action.task}
+        if action.max_iterations is not None:
+            args["max_iterations"] = action.max_iterations
+        return "delegate", args
     if isinstance(action, AgentFinishAction):
         args = {"message": action.final_message}
         if action.outputs:

@@ -531,8 +531,10 @@ class ScriptedLLMServer:
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> ScriptedLLMServer:
+        # A short poll interval: stop() returns at once, which keeps test teardown quick.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="scripted-llm", daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+            name="scripted-llm", daemon=True,
         )
         self._thread.start()
         return self
