@@ -40,15 +40,15 @@ def build_gateway_broker(
     broker.publisher(
         work_subject(Service.CONTROLLER, "*"),
         stream=WORK,
-        title="gateway: user input to the controller",
+        title="gateway.user_input",
         description="A task's first message, user messages, and stop/pause/resume/confirmation "
         "requests (ChangeAgentStateAction), one subject per task.",
         schema=MessageAction | ChangeAgentStateAction,
     )
     broker.publisher(
         HISTORY_SUBJECT,
-        title="gateway: history query to storage (request/reply)",
-        description="Answered with a HistoryReply.",
+        title="gateway.history_query",
+        description="Request/reply with the storage service, answered with a HistoryReply.",
         schema=HistoryRequest,
     )
     return broker
@@ -82,9 +82,21 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         app.state.gateway = None
         try:
-            await broker.stop()
+            await _stop_broker(broker)
         finally:
             await redis.aclose()
+
+
+async def _stop_broker(broker: NatsBroker) -> None:
+    """Drain the connection; if NATS is gone (drain refuses while reconnecting), just close it,
+    so that shutdown never hangs or fails on the way out."""
+    try:
+        await broker.stop()
+    except Exception as exc:
+        log.warning("NATS connection not drained (%s: %s); closing it", type(exc).__name__, exc)
+        connection = getattr(broker, "_connection", None)
+        if connection is not None and not connection.is_closed:
+            await connection.close()
 
 
 def build_app(

@@ -1,0 +1,116 @@
+"""The gateway as a real process (`python -m services.gateway`) on real nats-server and
+redis-server, with the storage service played by `gateway_doubles.StorageDouble`.
+
+The gateway tests get a nats-server of their own: the tasks they create stay queued for a
+controller that never comes, and must not be picked up by another suite's controller.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import nats
+import pytest
+from gateway_doubles import StorageDouble
+from nats.aio.client import Client as NatsClient
+
+from services.gateway.settings import GatewaySettings
+from shared.streams import ensure_streams
+from shared.subjects import HISTORY_SUBJECT
+from tools.procs import free_port, start_nats, wait_for_port
+
+HEARTBEAT_S = 1.0
+
+
+@pytest.fixture(scope="session")
+def gateway_nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("gateway-nats")
+    port = free_port()
+    proc = start_nats(port, root / "store", root / "nats.log")
+    yield f"nats://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+async def gateway_settings(gateway_nats_url: str, redis_url: str) -> GatewaySettings:
+    settings = GatewaySettings(
+        nats_url=gateway_nats_url,
+        redis_url=redis_url,
+        port=free_port(),
+        history_timeout_s=1.0,
+        sse_heartbeat_s=HEARTBEAT_S,
+        sse_gap_retry_s=0.1,
+    )
+    await ensure_streams(settings)
+    return settings
+
+
+def gateway_env(settings: GatewaySettings) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DECKHANDS_NATS_URL": settings.nats_url,
+        "DECKHANDS_REDIS_URL": settings.redis_url,
+        "DECKHANDS_HOST": settings.host,
+        "DECKHANDS_PORT": str(settings.port),
+        "DECKHANDS_HISTORY_TIMEOUT_S": str(settings.history_timeout_s),
+        "DECKHANDS_SSE_HEARTBEAT_S": str(settings.sse_heartbeat_s),
+        "DECKHANDS_SSE_GAP_RETRY_S": str(settings.sse_gap_retry_s),
+        "DECKHANDS_DEFAULT_MAX_ITERATIONS": "30",
+    }
+
+
+@pytest.fixture(scope="session")
+def gateway_url(
+    gateway_settings: GatewaySettings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    log = Path(tmp_path_factory.mktemp("gateway")) / "gateway.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.gateway"],
+        env=gateway_env(gateway_settings),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_for_port(gateway_settings.port, timeout_s=30, proc=proc)
+    except Exception:
+        proc.kill()
+        print(log.read_text())
+        raise
+    yield f"http://{gateway_settings.host}:{gateway_settings.port}"
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        print(log.read_text()[-5000:])
+
+
+@pytest.fixture
+async def http(gateway_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=15) as client:
+        yield client
+
+
+@pytest.fixture
+async def nc(gateway_nats_url: str) -> AsyncIterator[NatsClient]:
+    client = await nats.connect(gateway_nats_url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def storage(nc: NatsClient) -> AsyncIterator[StorageDouble]:
+    double = StorageDouble()
+    sub = await nc.subscribe(HISTORY_SUBJECT, cb=double.handle)
+    await nc.flush()
+    yield double
+    await sub.unsubscribe()

@@ -1,0 +1,278 @@
+"""Creating and steering tasks through the real gateway process: what lands in Redis, what is
+queued for the controller, and what the client is told."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+from gateway_doubles import controller_inbox
+from nats.aio.client import Client as NatsClient
+from redis.asyncio import Redis
+
+from shared.events import AgentState, new_id
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
+
+SEED = "Write a Python script that prints the squares of 1 to 10 and run it"
+
+
+async def test_create_saves_state_and_queues_the_first_user_message(
+    http: httpx.AsyncClient, nc: NatsClient, redis: Redis
+) -> None:
+    resp = await http.post("/v1/tasks", json={"task": SEED, "max_iterations": 7})
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    assert re.fullmatch(r"[0-9a-f]{32}", body["id"])
+    assert body["state"] == "LOADING"
+    assert resp.headers["location"] == f"/v1/tasks/{body['id']}"
+
+    state = await TaskStateStore(redis).load(body["id"])
+    assert state is not None and state.task == SEED and state.max_iterations == 7
+    assert state.agent_state is AgentState.LOADING
+
+    [queued] = await controller_inbox(nc, body["id"], expect=1)
+    assert queued["kind"] == "message" and queued["source"] == "USER"
+    assert queued["content"] == SEED and queued["task_id"] == body["id"]
+    assert queued["seq"] is None  # the controller assigns seq when it logs the event
+    assert queued["_headers"]["Nats-Msg-Id"] == queued["id"]
+
+    task = (await http.get(f"/v1/tasks/{body['id']}")).json()
+    assert task["id"] == body["id"] and task["state"] == "LOADING"
+    assert task["iterations"] == 0 and task["max_iterations"] == 7
+    assert task["result"] is None and task["finished_at"] is None
+    assert task["usage"] == {
+        "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost_usd": 0.0,
+        "llm_calls": 0,
+    }
+
+
+async def test_max_iterations_defaults_from_settings(http: httpx.AsyncClient) -> None:
+    created = (await http.post("/v1/tasks", json={"task": "x"})).json()
+    assert (await http.get(f"/v1/tasks/{created['id']}")).json()["max_iterations"] == 30
+
+
+async def test_finished_task_shows_result_and_usage(
+    http: httpx.AsyncClient, redis: Redis
+) -> None:
+    created = (await http.post("/v1/tasks", json={"task": "x"})).json()
+    store = TaskStateStore(redis)
+    state = await store.load(created["id"])
+    assert state is not None
+    finished = state.model_copy(
+        update={
+            "agent_state": AgentState.FINISHED,
+            "reason": "agent finished",
+            "iteration": 3,
+            "finished_at": state.updated_at,
+            "result": {"final_message": "10 squared is 100", "outputs": {"file": "sq.py"}},
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.25,
+                      "llm_calls": 2},
+        }
+    )
+    await store.save(TaskState.model_validate(finished.model_dump(warnings=False)))
+    task = (await http.get(f"/v1/tasks/{created['id']}")).json()
+    assert task["state"] == "FINISHED" and task["reason"] == "agent finished"
+    assert task["iterations"] == 3 and task["finished_at"] is not None
+    assert task["result"] == {"final_message": "10 squared is 100", "outputs": {"file": "sq.py"}}
+    assert task["usage"]["total_tokens"] == 15 and task["usage"]["cost_usd"] == 0.25
+
+
+async def test_same_idempotency_key_gives_the_same_task_and_one_message(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    key = {"Idempotency-Key": new_id()}
+    first = await http.post("/v1/tasks", json={"task": SEED}, headers=key)
+    again = await http.post("/v1/tasks", json={"task": SEED}, headers=key)
+    assert first.status_code == again.status_code == 202
+    assert first.json()["id"] == again.json()["id"]
+    assert "idempotent-replayed" not in first.headers
+    assert again.headers["idempotent-replayed"] == "true"
+    queued = await controller_inbox(nc, first.json()["id"], expect=1, settle_s=1.0)
+    assert [q["content"] for q in queued] == [SEED]
+
+
+async def test_concurrent_retries_with_one_key_make_one_task(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    key = {"Idempotency-Key": new_id()}
+    answers = await asyncio.gather(
+        *(http.post("/v1/tasks", json={"task": SEED}, headers=key) for _ in range(5))
+    )
+    assert {a.status_code for a in answers} == {202}
+    ids = {a.json()["id"] for a in answers}
+    assert len(ids) == 1
+    assert len(await controller_inbox(nc, ids.pop(), expect=1, settle_s=1.0)) == 1
+
+
+async def test_reusing_a_key_for_another_task_is_refused(http: httpx.AsyncClient) -> None:
+    key = {"Idempotency-Key": new_id()}
+    assert (await http.post("/v1/tasks", json={"task": "a"}, headers=key)).status_code == 202
+    resp = await http.post("/v1/tasks", json={"task": "b"}, headers=key)
+    assert resp.status_code == 422
+    assert "Idempotency-Key" in resp.json()["detail"]
+
+
+async def test_retry_completes_a_creation_that_died_before_saving_the_state(
+    http: httpx.AsyncClient, nc: NatsClient, redis: Redis
+) -> None:
+    # A first attempt claimed the key, then its process died: no state, nothing queued.
+    key = new_id()
+    orphan_id = new_id()
+    store = TaskStateStore(redis)
+    assert await store.claim_idempotency_key(f"tasks:{key}", orphan_id, 60) == orphan_id
+
+    resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})
+    assert resp.status_code == 202 and resp.json()["id"] == orphan_id
+    state = await store.load(orphan_id)
+    assert state is not None and state.task == SEED
+    [queued] = await controller_inbox(nc, orphan_id, expect=1)
+    assert queued["content"] == SEED
+
+
+async def test_retry_completes_a_creation_that_died_before_publishing(
+    http: httpx.AsyncClient, nc: NatsClient, redis: Redis
+) -> None:
+    # A first attempt claimed the key and saved the state, then died before publishing.
+    key = new_id()
+    task_id = new_id()
+    store = TaskStateStore(redis)
+    await store.claim_idempotency_key(f"tasks:{key}", task_id, 60)
+    assert await store.create(TaskState(task_id=task_id, task=SEED, max_iterations=5))
+
+    resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})
+    assert resp.status_code == 202 and resp.json()["id"] == task_id
+    [queued] = await controller_inbox(nc, task_id, expect=1)
+    assert queued["content"] == SEED and queued["kind"] == "message"
+
+
+async def test_a_retry_after_the_controller_took_the_task_queues_nothing(
+    http: httpx.AsyncClient, nc: NatsClient, redis: Redis
+) -> None:
+    key = {"Idempotency-Key": new_id()}
+    task_id = (await http.post("/v1/tasks", json={"task": SEED}, headers=key)).json()["id"]
+    assert len(await controller_inbox(nc, task_id, expect=1)) == 1
+    store = TaskStateStore(redis)
+    state = await store.load(task_id)
+    assert state is not None
+    await store.save(state.model_copy(update={"agent_state": AgentState.RUNNING}))
+
+    again = await http.post("/v1/tasks", json={"task": SEED}, headers=key)
+    assert again.json() == {"id": task_id, "state": "RUNNING"}
+    assert await controller_inbox(nc, task_id, expect=0, settle_s=1.0) == []
+
+
+async def test_user_input_is_queued_for_the_controller_in_order(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
+    calls = [
+        ("messages", {"content": "also print cubes"}),
+        ("pause", None),
+        ("resume", None),
+        ("confirmation", {"action_id": "a1", "approve": True}),
+        ("confirmation", {"action_id": "a2", "approve": False}),
+        ("stop", None),
+    ]
+    accepted = []
+    for path, body in calls:
+        resp = await http.post(f"/v1/tasks/{task_id}/{path}", json=body)
+        assert resp.status_code == 202, resp.text
+        assert resp.json()["task_id"] == task_id
+        accepted.append(resp.json()["event_id"])
+
+    queued = await controller_inbox(nc, task_id, expect=7)
+    assert [q["id"] for q in queued[1:]] == accepted
+    assert all(q["source"] == "USER" and q["task_id"] == task_id for q in queued)
+    _first, message, pause, resume, confirm, reject, stop = queued
+    assert message["kind"] == "message" and message["content"] == "also print cubes"
+    assert (pause["kind"], pause["agent_state"]) == ("change_agent_state", "PAUSED")
+    assert (resume["agent_state"], resume["reason"]) == ("RUNNING", "resumed by user")
+    assert (confirm["agent_state"], confirm["cause"]) == ("USER_CONFIRMED", "a1")
+    assert (reject["agent_state"], reject["cause"]) == ("USER_REJECTED", "a2")
+    assert (stop["agent_state"], stop["reason"]) == ("STOPPED", "stopped by user")
+
+
+async def test_a_retried_message_with_a_key_is_queued_once(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
+    key = {"Idempotency-Key": new_id()}
+    ids = [
+        (await http.post(f"/v1/tasks/{task_id}/messages", json={"content": "hi"}, headers=key))
+        .json()["event_id"]
+        for _ in range(2)
+    ]
+    assert ids[0] == ids[1]
+    queued = await controller_inbox(nc, task_id, expect=2, settle_s=1.0)
+    assert [q["kind"] for q in queued] == ["message", "message"]
+    assert queued[1]["content"] == "hi"
+
+
+async def test_published_messages_continue_the_http_requests_trace(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    trace_id = new_id()
+    traceparent = f"00-{trace_id}-{new_id()[:16]}-01"
+    resp = await http.post("/v1/tasks", json={"task": "x"}, headers={"traceparent": traceparent})
+    [queued] = await controller_inbox(nc, resp.json()["id"], expect=1)
+    assert queued["_headers"]["traceparent"].split("-")[1] == trace_id
+
+    # Without one, the HTTP request is the root: a fresh trace, still propagated.
+    resp = await http.post("/v1/tasks", json={"task": "y"})
+    [queued] = await controller_inbox(nc, resp.json()["id"], expect=1)
+    fresh = queued["_headers"]["traceparent"]
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", fresh)
+    assert fresh.split("-")[1] not in (trace_id, "0" * 32)
+
+
+async def test_unknown_tasks_are_404_with_a_clear_body(http: httpx.AsyncClient) -> None:
+    missing = new_id()
+    for method, path, body in [
+        ("GET", f"/v1/tasks/{missing}", None),
+        ("GET", f"/v1/tasks/{missing}/events", None),
+        ("GET", f"/v1/tasks/{missing}/events/stream", None),
+        ("GET", f"/v1/tasks/{missing}/trajectory", None),
+        ("POST", f"/v1/tasks/{missing}/messages", {"content": "hi"}),
+        ("POST", f"/v1/tasks/{missing}/stop", None),
+        ("POST", f"/v1/tasks/{missing}/pause", None),
+        ("POST", f"/v1/tasks/{missing}/resume", None),
+        ("POST", f"/v1/tasks/{missing}/confirmation", {"action_id": "a", "approve": True}),
+        ("GET", "/v1/tasks/not.a*valid>id", None),
+    ]:
+        resp = await http.request(method, path, json=body)
+        assert resp.status_code == 404, (method, path, resp.text)
+        assert resp.headers["content-type"] == "application/json"
+        assert "not found" in resp.json()["detail"], resp.text
+
+
+async def test_bad_bodies_are_422_naming_the_field(http: httpx.AsyncClient) -> None:
+    task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
+    cases = [
+        ("/v1/tasks", {}, "task"),
+        ("/v1/tasks", {"task": ""}, "task"),
+        ("/v1/tasks", {"task": "   "}, "task"),
+        ("/v1/tasks", {"task": 5}, "task"),
+        ("/v1/tasks", {"task": "x", "max_iterations": 0}, "max_iterations"),
+        ("/v1/tasks", {"task": "x", "max_iterations": 1001}, "max_iterations"),
+        ("/v1/tasks", {"task": "x", "max_iteration": 3}, "max_iteration"),
+        (f"/v1/tasks/{task_id}/messages", {}, "content"),
+        (f"/v1/tasks/{task_id}/confirmation", {"action_id": "a"}, "approve"),
+    ]
+    for path, body, field in cases:
+        resp = await http.post(path, json=body)
+        assert resp.status_code == 422, (body, resp.text)
+        detail = resp.json()
+        assert field in [e["field"] for e in detail["detail"]], (body, detail)
+        assert field in detail["message"]
+
+    resp = await http.post(
+        "/v1/tasks", content=b'{"task": "x",', headers={"content-type": "application/json"}
+    )
+    assert resp.status_code == 422
+    assert resp.json()["detail"][0]["field"] == "body"
+    assert "not valid JSON" in resp.json()["message"]
+
+    resp = await http.get(f"/v1/tasks/{task_id}/events", params={"after": -1})
+    assert resp.status_code == 422 and resp.json()["detail"][0]["field"] == "after"
