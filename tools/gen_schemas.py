@@ -5,8 +5,9 @@
 
 The AsyncAPI document is built from every service's broker: each `services/<svc>/main.py` that
 defines `build_app()` is built with default settings (build_app does no I/O by contract). When
-build_app returns something without a broker (the gateway's FastAPI app), a module of the
-service that defines `build_<svc>_broker(settings)` supplies the broker instead.
+build_app returns something without a `broker` (the gateway's FastAPI app), a module of the
+service that defines `build_<svc>_broker(settings)` supplies the broker instead (failing that,
+`app.state.broker`).
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ def _broker_of(service: str) -> Any:
         return broker
     module_name = _broker_factory_module(service)
     if module_name is None:
-        return None  # a service without a broker has no channels to document
+        # A web app may keep its broker in app.state; a service without one has no channels.
+        return getattr(getattr(app, "state", None), "broker", None)
     factory = getattr(importlib.import_module(module_name), f"build_{service}_broker")
     parameters = inspect.signature(factory).parameters
     required = [p for p in parameters.values() if p.default is inspect.Parameter.empty]
