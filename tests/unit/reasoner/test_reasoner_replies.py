@@ -60,7 +60,7 @@ def test_each_tool_becomes_its_action(
     name: str, arguments: dict, kind: type, fields: dict
 ) -> None:
     event = event_for_reply(STEP, _native(name, json.dumps(arguments)), native=True)
-    assert isinstance(event, kind)
+    assert isinstance(event, kind) and not isinstance(event, ErrorObservation)
     for key, value in fields.items():
         assert getattr(event, key) == value
     assert event.source is EventSource.AGENT
@@ -94,6 +94,7 @@ def test_text_next_to_a_tool_call_is_the_thought_and_only_the_first_call_counts(
 def test_a_missing_call_id_is_made_up_from_the_event_id() -> None:
     event = event_for_reply(STEP, _native("execute_bash", '{"command": "ls"}', call_id=None),
                             native=True)
+    assert isinstance(event, CmdRunAction)
     assert event.tool_call_id and event.tool_call_id.startswith("call_")
 
 
