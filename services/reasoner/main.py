@@ -7,12 +7,14 @@ import asyncio
 from faststream import FastStream
 
 from shared.broker import WORK, build_broker, durable_subscription
+from shared.commands import HistoryRequest
 from shared.streams import ensure_streams
-from shared.subjects import Service, work_subject
+from shared.subjects import HISTORY_SUBJECT, Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .handlers import StepHandler
 from .llm import LLMClient
+from .replies import ReasonerEvent
 from .settings import ReasonerSettings
 
 __all__ = ["build_app", "main"]
@@ -30,6 +32,22 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         "one Action, or an ErrorObservation when the reply was not a valid action.",
         **durable_subscription(settings, WORK, "reasoner", workers=settings.workers),
     )(handler.on_step)
+    # Declared for the AsyncAPI document only: the handler publishes through shared.publishing,
+    # which adds the Nats-Msg-Id.
+    broker.publisher(
+        work_subject(Service.CONTROLLER, "*"),
+        stream=WORK,
+        title="reasoner.actions",
+        description="The one Action answering each step (cause = the step request id), or an "
+        "ErrorObservation (error_code bad_llm_reply or llm_error).",
+        schema=ReasonerEvent,
+    )
+    broker.publisher(
+        HISTORY_SUBJECT,
+        title="reasoner.history_query",
+        description="Request/reply with the storage service, answered with a HistoryReply.",
+        schema=HistoryRequest,
+    )
 
     app = FastStream(broker)
 
