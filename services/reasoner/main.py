@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from faststream import FastStream
+from pydantic import ValidationError
 
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import HistoryRequest
@@ -62,7 +64,11 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
 
 
 def main() -> None:
-    settings = ReasonerSettings()
+    try:
+        settings = ReasonerSettings()
+        settings.require_llm()
+    except (ValidationError, RuntimeError) as exc:
+        sys.exit(f"reasoner: bad configuration: {exc}")
     setup_logging(settings, "reasoner")
     asyncio.run(build_app(settings).run())
 
