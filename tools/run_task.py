@@ -1,6 +1,6 @@
 """Post a task to the gateway, print each event as it arrives, end with the result.
 
-    python -m tools.run_task "Write a Python script ..." [--gateway URL] [--timeout S]
+python -m tools.run_task "Write a Python script ..." [--gateway URL] [--timeout S]
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def _describe(event: dict[str, Any]) -> str:
         "write_output": lambda e: e["path"],
         "read_output": lambda e: e["content"].rstrip(),
         "error": lambda e: f"{e['error_code']}: {e['content']}",
-        "agent_state_changed": lambda e: f"{e['previous_state']} -> {e['agent_state']} {e['reason']}",
+        "agent_state_changed": lambda e: (
+            f"{e['previous_state']} -> {e['agent_state']} {e['reason']}"
+        ),
         "security_verdict": lambda e: f"{e['verdict']} risk={e['risk']} {e['reason']}".rstrip(),
     }.get(kind, lambda e: json.dumps(e)[:300])(event)
     body = str(detail).replace("\n", "\n        ")

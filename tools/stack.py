@@ -107,8 +107,15 @@ class Stack:
         if "DECKHANDS_LLM_MODEL" not in c.extra_env and not os.environ.get("DECKHANDS_LLM_MODEL"):
             llm = self._spawn(
                 "scripted-llm",
-                [sys.executable, "-m", "tools.scripted_llm", "--script", str(c.llm_script),
-                 "--port", str(c.llm_port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tools.scripted_llm",
+                    "--script",
+                    str(c.llm_script),
+                    "--port",
+                    str(c.llm_port),
+                ],
             )
             wait_for_port(c.llm_port, proc=llm)
         for name in SERVICES:
@@ -167,7 +174,9 @@ def _remove_sandboxes() -> None:
     """`make down` leaves no container behind, even if the runtime was killed."""
     ids = subprocess.run(
         ["docker", "ps", "-aq", "--filter", "label=deckhands.role=sandbox"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
