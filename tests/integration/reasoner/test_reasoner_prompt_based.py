@@ -15,12 +15,14 @@ from shared.events import (
     FileWriteObservation,
 )
 
-REASONER_SETTINGS = {"llm_native_tool_calling": "false"}
+# A tiny page size makes every history fetch page through storage's replies.
+REASONER_SETTINGS = {"llm_native_tool_calling": "false", "history_page_size": 2}
 SQUARES = "".join(f"{i} squared is {i * i}\n" for i in range(1, 11))
 
 
 async def test_the_seed_task_without_native_tool_calls(harness: Harness) -> None:
     h = harness
+    requests_before = h.storage.requests
     task_id = h.new_task("Write a Python script that prints the squares of 1 to 10 and run it")
 
     step = await h.step(task_id, 1)
@@ -52,3 +54,5 @@ async def test_the_seed_task_without_native_tool_calls(harness: Harness) -> None
     finish = await h.answer(task_id)
     assert isinstance(finish, AgentFinishAction)
     assert "10 squared is 100" in finish.final_message
+    # Two events per page: the three steps saw 2, 4 and 6 events, in 1, 2 and 3 requests.
+    assert h.storage.requests - requests_before == 1 + 2 + 3
