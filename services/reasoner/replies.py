@@ -131,7 +131,7 @@ def _fields(step: StepRequest, usage: LLMUsage | None, thought: str, call_id: st
     }
 
 
-def _bad_reply(step: StepRequest, problem: str) -> ErrorObservation:
+def _bad_reply(step: StepRequest, problem: str, usage: LLMUsage | None) -> ErrorObservation:
     return ErrorObservation(
         id=step_event_id(step),
         task_id=step.task_id,
@@ -139,6 +139,7 @@ def _bad_reply(step: StepRequest, problem: str) -> ErrorObservation:
         cause=step.id,
         error_code=BAD_REPLY_ERROR,
         content=problem,
+        llm_usage=usage,  # a bad reply still cost tokens; it counts toward the budget
     )
 
 
@@ -157,9 +158,9 @@ def event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> Reas
             # Prompt-based calls get an id too, so the observation links back to them.
             return action_for_call(call, _fields(step, reply.usage, rest, f"call_{event_id[:24]}"))
     except BadReply as exc:
-        return _bad_reply(step, str(exc))
+        return _bad_reply(step, str(exc), reply.usage)
     if not content:
-        return _bad_reply(step, "the reply was empty: call one of the tools")
+        return _bad_reply(step, "the reply was empty: call one of the tools", reply.usage)
     return MessageAction(
         content=content, wait_for_response=True, **_fields(step, reply.usage, "", None)
     )

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from .actions import LLMUsage
 from .base import EventBase
 from .state import AgentState
 
@@ -58,6 +59,9 @@ class ErrorObservation(EventBase):
     kind: Literal["error"] = "error"
     content: str
     error_code: str = Field(default="error", description="Machine-readable class of the error.")
+    llm_usage: LLMUsage | None = Field(
+        default=None, description="Set when a bad LLM reply cost tokens; counts toward the budget."
+    )
 
 
 class AgentStateChangedObservation(EventBase):
