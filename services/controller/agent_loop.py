@@ -68,6 +68,8 @@ def apply(turn: Turn, event: EventBase) -> None:
         # A late answer (the task was stopped meanwhile) or a duplicate: not part of the log.
         STALE.labels(getattr(event, "kind", "?")).inc()
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
+    elif awaiting is Awaiting.AGENT and _is_rate_limit_notice(event):
+        _rate_limited(turn, event)
     elif awaiting is Awaiting.AGENT:
         _from_agent(turn, event)
     elif awaiting is Awaiting.SECURITY:
@@ -205,7 +207,24 @@ def _add_usage(turn: Turn, event: EventBase) -> None:
     )
 
 
+def _is_rate_limit_notice(event: EventBase) -> bool:
+    return (
+        isinstance(event, ChangeAgentStateAction)
+        and event.source is EventSource.SYSTEM
+        and event.agent_state is AgentState.RATE_LIMITED
+    )
+
+
+def _rate_limited(turn: Turn, event: EventBase) -> None:
+    """The reasoner is waiting out a rate limit; the step stays in flight."""
+    turn.log(event)
+    if turn.state.agent_state is AgentState.RUNNING:
+        turn.change_state(AgentState.RATE_LIMITED, getattr(event, "reason", ""), cause=event.id)
+
+
 def _from_agent(turn: Turn, event: EventBase) -> None:
+    if turn.state.agent_state is AgentState.RATE_LIMITED:
+        turn.change_state(AgentState.RUNNING, "the LLM answered", cause=event.id)
     _add_usage(turn, event)
     action = turn.log(event)
     _remember(turn, action)

@@ -207,3 +207,21 @@ def test_delegation_creates_a_sub_task_and_its_outcome_reaches_the_parent() -> N
     parent = _apply(turn.state, report[0])
     assert isinstance(parent.sent[-1][1], StepRequest)
     assert parent.logged[-1].kind == "delegate_output"  # type: ignore[attr-defined]
+
+
+def test_rate_limit_notice_shows_rate_limited_until_the_answer() -> None:
+    state, step = _started()
+    notice = ChangeAgentStateAction(
+        task_id=TASK,
+        source="SYSTEM",
+        cause=step.id,
+        agent_state=AgentState.RATE_LIMITED,
+        reason="LLM rate limit: retrying in 2s",
+    )
+    limited = _apply(state, notice)
+    assert limited.state.agent_state is AgentState.RATE_LIMITED
+    assert limited.state.awaiting is Awaiting.AGENT and limited.sent == []
+    answer = CmdRunAction(task_id=TASK, source="AGENT", cause=step.id, command="ls")
+    resumed = _apply(limited.state, answer)
+    assert resumed.state.agent_state is AgentState.RUNNING
+    assert resumed.state.awaiting is Awaiting.SECURITY
