@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build the sandbox image without any registry.
+#
+#   deploy/sandbox/build.sh            # builds deckhands/sandbox:latest if it is missing
+#   FORCE=1 deploy/sandbox/build.sh    # rebuilds it
+#
+# Environment:
+#   SANDBOX_IMAGE  tag to build            (default deckhands/sandbox:latest;
+#                                           DECKHANDS_SANDBOX_IMAGE is honoured too)
+#   BASE_IMAGE     image to build FROM     (default deckhands/base:bookworm; where a registry
+#                                           exists, python:3.12-slim works as well)
+#   SUITE          Debian suite for the base rootfs (default bookworm)
+#   FORCE=1        rebuild the sandbox image even if its tag exists
+#   FORCE_BASE=1   also rebuild the default base image from a fresh rootfs
+#
+# When BASE_IMAGE is the default and missing, a minimal Debian root filesystem is made with
+# mmdebstrap (from the host's apt mirror) and `docker import`ed as the base.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SANDBOX_IMAGE="${SANDBOX_IMAGE:-${DECKHANDS_SANDBOX_IMAGE:-deckhands/sandbox:latest}}"
+DEFAULT_BASE="deckhands/base:bookworm"
+BASE_IMAGE="${BASE_IMAGE:-$DEFAULT_BASE}"
+SUITE="${SUITE:-bookworm}"
+FORCE="${FORCE:-0}"
+FORCE_BASE="${FORCE_BASE:-0}"
+
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+if [[ "$FORCE" != "1" ]] && have_image "$SANDBOX_IMAGE"; then
+    echo "sandbox image $SANDBOX_IMAGE exists (FORCE=1 rebuilds it)"
+    exit 0
+fi
+
+# Serialise concurrent builds (tests and `make` may race): the second waits, then skips.
+exec 9>"${TMPDIR:-/tmp}/deckhands-sandbox-build.lock"
+flock 9
+if [[ "$FORCE" != "1" ]] && have_image "$SANDBOX_IMAGE"; then
+    echo "sandbox image $SANDBOX_IMAGE exists (built concurrently)"
+    exit 0
+fi
+
+build_base() {
+    if ! command -v mmdebstrap >/dev/null 2>&1; then
+        echo "installing mmdebstrap"
+        SUDO=""
+        [[ "$(id -u)" != "0" ]] && SUDO="sudo"
+        $SUDO apt-get install -y mmdebstrap || { $SUDO apt-get update && $SUDO apt-get install -y mmdebstrap; }
+    fi
+    local tmp
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' RETURN
+    echo "building base rootfs ($SUITE) with mmdebstrap"
+    mmdebstrap --variant=minbase \
+        --include=python3,bash,coreutils,procps,tini,ca-certificates \
+        --aptopt='Acquire::Languages "none"' \
+        --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        "$SUITE" "$tmp/rootfs.tar"
+    docker import \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'CMD ["/bin/bash"]' \
+        "$tmp/rootfs.tar" "$BASE_IMAGE"
+}
+
+if [[ "$BASE_IMAGE" == "$DEFAULT_BASE" ]] && { [[ "$FORCE_BASE" == "1" ]] || ! have_image "$BASE_IMAGE"; }; then
+    build_base
+fi
+
+echo "building $SANDBOX_IMAGE from $BASE_IMAGE"
+docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$SANDBOX_IMAGE" "$HERE"
+echo "built $SANDBOX_IMAGE"

@@ -1,0 +1,1 @@
+"""runtime-executor: runs approved actions in hardened Docker sandboxes from a warm pool."""

@@ -1,0 +1,131 @@
+"""What the runtime remembers in Redis, so any replica (or a restarted one) can carry on.
+
+- task bindings: task id -> container id, claimed with SET NX so one task never gets two
+  sandboxes and a sandbox is never bound twice;
+- replica heartbeats: which replicas are alive, so a replica's warm sandboxes are only
+  reaped once it is gone;
+- the action ledger: executed action id -> the observation published for it, so a redelivered
+  ExecuteAction republishes that observation instead of running the command again, and a
+  "running" marker so a concurrent duplicate waits instead of running it twice.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+__all__ = ["ActionLedger", "TaskBindings"]
+
+_DELETE_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+_REFRESH_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class TaskBindings:
+    def __init__(self, redis: Redis, pool_name: str, ttl_s: int) -> None:
+        self.redis = redis
+        self.prefix = f"deckhands:runtime:{pool_name}"
+        self.ttl_s = ttl_s
+        self._delete_if = redis.register_script(_DELETE_IF)
+
+    def _task_key(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{task_id}"
+
+    async def get(self, task_id: str) -> str | None:
+        return _text(await self.redis.get(self._task_key(task_id)))
+
+    async def bind(self, task_id: str, container_id: str) -> str:
+        """Bind unless the task is bound already; return the container the task is bound to."""
+        key = self._task_key(task_id)
+        if await self.redis.set(key, container_id, nx=True, ex=self.ttl_s):
+            return container_id
+        bound = _text(await self.redis.get(key))
+        if bound is None:  # expired between the two calls: try once more
+            return await self.bind(task_id, container_id)
+        return bound
+
+    async def touch(self, task_id: str) -> None:
+        await self.redis.expire(self._task_key(task_id), self.ttl_s)
+
+    async def unbind(self, task_id: str, container_id: str) -> None:
+        """Remove the binding only if it still names this container."""
+        await self._delete_if(keys=[self._task_key(task_id)], args=[container_id])
+
+    async def all(self) -> dict[str, str]:
+        """Every binding of this pool: task id -> container id."""
+        found: dict[str, str] = {}
+        start = len(self._task_key(""))
+        async for raw in self.redis.scan_iter(match=self._task_key("*"), count=500):
+            key = _text(raw) or ""
+            value = _text(await self.redis.get(key))
+            if value is not None:
+                found[key[start:]] = value
+        return found
+
+    # -- replicas
+
+    async def heartbeat(self, replica_id: str, ttl_s: int) -> None:
+        await self.redis.set(f"{self.prefix}:replica:{replica_id}", "1", ex=ttl_s)
+
+    async def replica_alive(self, replica_id: str) -> bool:
+        return bool(await self.redis.exists(f"{self.prefix}:replica:{replica_id}"))
+
+    async def replica_gone(self, replica_id: str) -> None:
+        await self.redis.delete(f"{self.prefix}:replica:{replica_id}")
+
+
+class ActionLedger:
+    def __init__(self, redis: Redis, ttl_s: int) -> None:
+        self.redis = redis
+        self.ttl_s = ttl_s
+        self._delete_if = redis.register_script(_DELETE_IF)
+        self._refresh_if = redis.register_script(_REFRESH_IF)
+
+    @staticmethod
+    def _result_key(action_id: str) -> str:
+        return f"deckhands:runtime:observation:{action_id}"
+
+    @staticmethod
+    def _running_key(action_id: str) -> str:
+        return f"deckhands:runtime:running:{action_id}"
+
+    async def result(self, action_id: str) -> str | None:
+        return _text(await self.redis.get(self._result_key(action_id)))
+
+    async def record(self, action_id: str, observation_json: str) -> str:
+        """Store the observation unless one is stored; return the one that is stored."""
+        key = self._result_key(action_id)
+        if await self.redis.set(key, observation_json, nx=True, ex=self.ttl_s):
+            return observation_json
+        return _text(await self.redis.get(key)) or observation_json
+
+    async def start(self, action_id: str) -> bool:
+        """Mark the action as sent to a sandbox; False if an earlier attempt already did."""
+        key = f"deckhands:runtime:started:{action_id}"
+        return bool(await self.redis.set(key, "1", nx=True, ex=self.ttl_s))
+
+    async def claim(self, action_id: str, owner: str, ttl_s: int) -> bool:
+        return bool(await self.redis.set(self._running_key(action_id), owner, nx=True, ex=ttl_s))
+
+    async def refresh(self, action_id: str, owner: str, ttl_s: int) -> None:
+        await self._refresh_if(keys=[self._running_key(action_id)], args=[owner, ttl_s])
+
+    async def running(self, action_id: str) -> bool:
+        return bool(await self.redis.exists(self._running_key(action_id)))
+
+    async def finish(self, action_id: str, owner: str) -> None:
+        await self._delete_if(keys=[self._running_key(action_id)], args=[owner])

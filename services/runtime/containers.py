@@ -1,0 +1,351 @@
+"""Sandbox containers on the Docker engine: hardened creation, attach, rename, listing, removal.
+
+docker-py is blocking, so every call runs in a worker thread and the event loop never waits on
+Docker. Containers carry labels (labels cannot change after creation) and a name that does:
+`deckhands-idle-<random>` while in the pool, `deckhands-task-<task>` once bound to a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+from docker.errors import APIError, ImageNotFound, NotFound
+from docker.types import LogConfig, Mount
+
+from .executor_client import ExecutorClient, SandboxLost, open_attach_socket
+from .settings import RuntimeSettings
+
+__all__ = [
+    "IDLE_PREFIX",
+    "LABEL_POOL",
+    "LABEL_REPLICA",
+    "LABEL_ROLE",
+    "ROLE_SANDBOX",
+    "TASK_PREFIX",
+    "ContainerInfo",
+    "DockerSandboxes",
+    "Sandbox",
+    "SandboxStartError",
+    "task_container_name",
+]
+
+log = logging.getLogger("deckhands.runtime.containers")
+
+LABEL_ROLE = "deckhands.role"
+ROLE_SANDBOX = "sandbox"
+LABEL_POOL = "deckhands.pool"
+LABEL_REPLICA = "deckhands.replica"
+LABEL_IMAGE = "deckhands.image"
+IDLE_PREFIX = "deckhands-idle-"
+TASK_PREFIX = "deckhands-task-"
+_NAME_SAFE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
+
+
+class SandboxStartError(Exception):
+    """A sandbox could not be created or its executor never answered."""
+
+
+def task_container_name(task_id: str) -> str:
+    """The container name of a task's sandbox; ids Docker would refuse are hashed."""
+    if _NAME_SAFE.match(task_id):
+        return TASK_PREFIX + task_id
+    return TASK_PREFIX + "h" + hashlib.sha256(task_id.encode()).hexdigest()[:32]
+
+
+@dataclass
+class Sandbox:
+    """A running container with a healthy executor we are attached to."""
+
+    container_id: str
+    name: str
+    client: ExecutorClient
+    created_at: float = field(default_factory=time.monotonic)
+    task_id: str | None = None
+
+    @property
+    def short_id(self) -> str:
+        return self.container_id[:12]
+
+    @property
+    def lost(self) -> bool:
+        return self.client.lost
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    id: str
+    name: str
+    running: bool
+    status: str
+    labels: dict[str, str]
+    oom_killed: bool = False
+    exit_code: int | None = None
+
+    @property
+    def task_name(self) -> str | None:
+        """`deckhands-task-<x>` for a bound sandbox, else None."""
+        return self.name if self.name.startswith(TASK_PREFIX) else None
+
+
+def _info(raw: dict[str, Any]) -> ContainerInfo:
+    # Both the list (Names, State str) and inspect (Name, State dict) shapes.
+    if "Names" in raw:
+        name = (raw.get("Names") or ["/"])[0].lstrip("/")
+        state = raw.get("State") or ""
+        return ContainerInfo(
+            id=raw["Id"], name=name, running=state == "running", status=state,
+            labels=raw.get("Labels") or {},
+        )
+    state_d = raw.get("State") or {}
+    return ContainerInfo(
+        id=raw["Id"], name=str(raw.get("Name", "")).lstrip("/"),
+        running=bool(state_d.get("Running")) and not state_d.get("Restarting"),
+        status=str(state_d.get("Status", "")),
+        labels=(raw.get("Config") or {}).get("Labels") or {},
+        oom_killed=bool(state_d.get("OOMKilled")),
+        exit_code=state_d.get("ExitCode"),
+    )
+
+
+class DockerSandboxes:
+    """Creates and manages this pool's sandbox containers."""
+
+    def __init__(
+        self, settings: RuntimeSettings, replica_id: str, client: docker.DockerClient | None = None
+    ) -> None:
+        self.settings = settings
+        self.replica_id = replica_id
+        self._client = client
+        # Containers being created right now: reconciliation must not mistake them for leaks.
+        self.pending_names: set[str] = set()
+
+    # -- connection
+
+    def _api(self) -> Any:
+        if self._client is None:
+            self._client = docker.from_env(timeout=60)
+        return self._client.api
+
+    async def check(self) -> None:
+        """Fail start-up with a clear message when Docker or the image is missing."""
+
+        def _check() -> None:
+            api = self._api()
+            api.ping()
+            try:
+                api.inspect_image(self.settings.sandbox_image)
+            except ImageNotFound:
+                raise SandboxStartError(
+                    f"sandbox image {self.settings.sandbox_image!r} is missing; build it with "
+                    "deploy/sandbox/build.sh"
+                ) from None
+
+        try:
+            await asyncio.to_thread(_check)
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"cannot reach the Docker engine: {exc}") from exc
+
+    # -- creation
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_ROLE: ROLE_SANDBOX,
+            LABEL_POOL: self.settings.pool_name,
+            LABEL_REPLICA: self.replica_id,
+            LABEL_IMAGE: self.settings.sandbox_image,
+        }
+
+    def host_config(self) -> dict[str, Any]:
+        """The hardening every sandbox gets; see README's runtime section."""
+        s = self.settings
+        workspace: Mount
+        if s.sandbox_workspace == "tmpfs":
+            workspace = Mount(
+                "/workspace", None, type="tmpfs", tmpfs_size=s.sandbox_workspace_size,
+                tmpfs_mode=0o1777,
+            )
+        else:
+            # An anonymous volume: Docker copies the image's /workspace (owned by the sandbox
+            # user) into it, and `remove(v=True)` deletes it with the container.
+            workspace = Mount(
+                "/workspace", None, type="volume",
+                labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
+            )
+        return {
+            "network_mode": s.sandbox_network_name if s.sandbox_network else "none",
+            "read_only": True,
+            "mounts": [workspace],
+            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},mode=1777"},
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "pids_limit": s.sandbox_pids,
+            "mem_limit": s.sandbox_memory,
+            "memswap_limit": s.sandbox_memory,  # equal to the memory limit: no swap
+            "nano_cpus": int(s.sandbox_cpus * 1e9),
+            "init": s.docker_init,
+            "runtime": s.docker_runtime,
+            "log_config": LogConfig(
+                type="json-file", config={"max-size": s.sandbox_log_max_size, "max-file": "1"}
+            ),
+            "restart_policy": {"Name": "no"},
+        }
+
+    async def create(self) -> Sandbox:
+        """Create, start and attach a fresh sandbox; it is ready once its executor answers."""
+        name = IDLE_PREFIX + secrets.token_hex(6)
+
+        def _create() -> str:
+            api = self._api()
+            config = api.create_container_config(
+                self.settings.sandbox_image,
+                None,
+                labels=self.labels(),
+                stdin_open=True,  # the executor's request channel
+                tty=False,
+                user="1000:1000",
+                working_dir="/workspace",
+                hostname="sandbox",
+                environment={"DECKHANDS_WORKSPACE": "/workspace"},
+                host_config=api.create_host_config(**self.host_config()),
+            )
+            # docker-py sets StdinOnce with stdin_open, which would close the executor's stdin
+            # when the first client detaches; a restarted runtime must be able to re-attach.
+            config["StdinOnce"] = False
+            container = api.create_container_from_config(config, name)
+            cid = str(container["Id"])
+            try:
+                api.start(cid)
+            except Exception:
+                self._remove_sync(cid)
+                raise
+            return cid
+
+        self.pending_names.add(name)
+        try:
+            creation = asyncio.ensure_future(asyncio.to_thread(_create))
+            try:
+                # Shielded: a cancelled caller must not leave the thread's container behind.
+                cid = await asyncio.shield(creation)
+            except asyncio.CancelledError:
+                creation.add_done_callback(self._remove_when_created)
+                raise
+            except docker.errors.DockerException as exc:
+                raise SandboxStartError(f"cannot create a sandbox: {exc}") from exc
+            try:
+                return await self.attach(cid, name, timeout_s=self.settings.start_timeout_s)
+            except BaseException:
+                await self.remove(cid)
+                raise
+        finally:
+            self.pending_names.discard(name)
+
+    def _remove_when_created(self, creation: asyncio.Future[str]) -> None:
+        if creation.cancelled() or creation.exception() is not None:
+            return
+        cid = creation.result()
+        asyncio.get_running_loop().run_in_executor(None, self._remove_sync, cid)
+
+    async def attach(self, container_id: str, name: str, timeout_s: float = 5.0) -> Sandbox:
+        """Attach to a running sandbox and wait until its executor answers a ping."""
+        try:
+            sock = await asyncio.to_thread(open_attach_socket, self._api(), container_id)
+        except docker.errors.DockerException as exc:
+            raise SandboxStartError(f"cannot attach to {container_id[:12]}: {exc}") from exc
+        client = await ExecutorClient.connect(sock, name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await client.request("ping", min(1.0, max(0.05, deadline - time.monotonic())))
+                return Sandbox(container_id=container_id, name=name, client=client)
+            except (TimeoutError, SandboxLost) as exc:
+                if client.lost or time.monotonic() >= deadline:
+                    await client.close()
+                    raise SandboxStartError(
+                        f"the executor in {container_id[:12]} did not answer: {exc}"
+                    ) from exc
+
+    # -- changes
+
+    async def rename(self, container_id: str, name: str) -> None:
+        """Rename, first removing a leftover container that holds the name (e.g. a dead one)."""
+
+        def _rename() -> None:
+            api = self._api()
+            try:
+                api.rename(container_id, name)
+            except APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                try:
+                    holder = api.inspect_container(name)
+                except NotFound:
+                    holder = None
+                if holder is not None and holder["Id"] != container_id:
+                    log.warning("removing %s (%s) which held the name", name, holder["Id"][:12])
+                    self._remove_sync(holder["Id"])
+                api.rename(container_id, name)
+
+        await asyncio.to_thread(_rename)
+
+    def _remove_sync(self, container_id: str) -> None:
+        try:
+            self._api().remove_container(container_id, v=True, force=True)
+        except NotFound:
+            pass
+        except APIError as exc:
+            if exc.status_code == 409 and "already in progress" in str(exc):
+                return
+            raise
+
+    async def remove(self, container_id: str) -> None:
+        try:
+            await asyncio.to_thread(self._remove_sync, container_id)
+        except docker.errors.DockerException as exc:
+            log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
+
+    # -- queries
+
+    async def list(self, *, everything: bool = True) -> list[ContainerInfo]:
+        """This pool's sandbox containers (all states when `everything`)."""
+
+        def _list() -> list[ContainerInfo]:
+            raw = self._api().containers(
+                all=everything,
+                filters={"label": [f"{LABEL_ROLE}={ROLE_SANDBOX}",
+                                   f"{LABEL_POOL}={self.settings.pool_name}"]},
+            )
+            return [_info(c) for c in raw]
+
+        return await asyncio.to_thread(_list)
+
+    async def inspect(self, ref: str) -> ContainerInfo | None:
+        """A container by id or name, or None when there is none."""
+
+        def _inspect() -> ContainerInfo | None:
+            try:
+                return _info(self._api().inspect_container(ref))
+            except NotFound:
+                return None
+
+        return await asyncio.to_thread(_inspect)
+
+    async def stats_memory(self, container_id: str) -> int:
+        """Current memory use of a container in bytes (for the benchmark)."""
+
+        def _stats() -> int:
+            stats = self._api().stats(container_id, stream=False)
+            return int((stats.get("memory_stats") or {}).get("usage") or 0)
+
+        return await asyncio.to_thread(_stats)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()

@@ -1,0 +1,160 @@
+"""Talking to the in-sandbox executor over the container's attached stdin/stdout.
+
+The executor (deploy/sandbox/executor.py) reads one JSON request per line and answers with one
+JSON line carrying the same `id`. Without a TTY, Docker multiplexes the attached output in
+frames: an 8-byte header (stream type, 3 zero bytes, big-endian payload length) then the payload.
+Several clients may be attached to one container (e.g. two replicas): each ignores answers to ids
+it did not send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import socket
+import struct
+from typing import Any
+
+__all__ = ["ExecutorClient", "ExecutorError", "SandboxLost", "open_attach_socket"]
+
+log = logging.getLogger("deckhands.runtime.executor")
+
+_HEADER = struct.Struct(">BxxxL")
+_STDOUT = 1
+_ids = itertools.count(1)
+
+
+class SandboxLost(Exception):
+    """The container (or its executor) is gone; its workspace and sessions with it."""
+
+
+class ExecutorError(Exception):
+    """The executor answered a request with ok=false."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def open_attach_socket(api: Any, container_id: str) -> socket.socket:
+    """Blocking: attach to the container's stdin+stdout and return a socket of our own.
+
+    docker-py performs the HTTP upgrade; the connection is then duplicated so that asyncio owns
+    a plain socket whose lifetime does not depend on docker-py's response objects.
+    """
+    attached = api.attach_socket(
+        container_id, params={"stdin": 1, "stdout": 1, "stderr": 0, "stream": 1}
+    )
+    raw = getattr(attached, "_sock", attached)
+    sock = socket.socket(fileno=os.dup(raw.fileno()))
+    with contextlib.suppress(Exception):
+        attached.close()
+    sock.setblocking(False)
+    return sock
+
+
+class ExecutorClient:
+    """Request/response over one attach stream; fails every waiter when the stream ends."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str
+    ) -> None:
+        self.name = name
+        self._reader = reader
+        self._writer = writer
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._prefix = os.urandom(4).hex()
+        self.lost_reason: str | None = None
+        self._task = asyncio.create_task(self._read_loop(), name=f"executor-reader-{name}")
+
+    @classmethod
+    async def connect(cls, sock: socket.socket, name: str) -> ExecutorClient:
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
+        return cls(reader, writer, name)
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    async def request(self, op: str, wait_s: float, **fields: Any) -> dict[str, Any]:
+        """Send one request and wait up to `wait_s` for its answer; ExecutorError if not ok."""
+        if self.lost_reason is not None:
+            raise SandboxLost(self.lost_reason)
+        rid = f"{self._prefix}-{next(_ids)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            line = json.dumps({"id": rid, "op": op, **fields}, ensure_ascii=False) + "\n"
+            try:
+                self._writer.write(line.encode())
+                await self._writer.drain()
+            except (ConnectionError, OSError) as exc:
+                self._lose(f"the attach stream broke: {exc}")
+                raise SandboxLost(self.lost_reason or "lost") from exc
+            answer = await asyncio.wait_for(future, wait_s)
+        finally:
+            self._pending.pop(rid, None)
+        if not answer.get("ok"):
+            raise ExecutorError(str(answer.get("code", "error")), str(answer.get("error", "")))
+        return answer
+
+    async def ping(self, timeout_s: float = 2.0) -> bool:
+        try:
+            await self.request("ping", timeout_s)
+        except (SandboxLost, ExecutorError, TimeoutError):
+            return False
+        return True
+
+    async def close(self) -> None:
+        self._lose("closed by the runtime")
+        self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._task
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+    def _lose(self, reason: str) -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(SandboxLost(self.lost_reason))
+
+    async def _read_loop(self) -> None:
+        buffer = bytearray()
+        try:
+            while True:
+                header = await self._reader.readexactly(_HEADER.size)
+                kind, size = _HEADER.unpack(header)
+                payload = await self._reader.readexactly(size)
+                if kind != _STDOUT:
+                    continue
+                buffer += payload
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    self._dispatch(line)
+        except asyncio.IncompleteReadError:
+            self._lose("the sandbox's executor stopped (its container exited or was removed)")
+        except (ConnectionError, OSError) as exc:
+            self._lose(f"the attach stream broke: {exc}")
+        except asyncio.CancelledError:
+            self._lose("closed by the runtime")
+            raise
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            log.warning("%s: unparseable executor output: %r", self.name, line[:200])
+            return
+        if not isinstance(answer, dict):
+            return
+        future = self._pending.get(str(answer.get("id")))
+        if future is not None and not future.done():
+            future.set_result(answer)

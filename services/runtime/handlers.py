@@ -1,0 +1,270 @@
+"""The runtime-executor's logic: run approved actions in task sandboxes, release sandboxes.
+
+One RuntimeService per process. `start` does the I/O (Redis, Docker, reconciliation, warm pool);
+`execute` and `release` are what the subscriber calls for each work order.
+
+Execution is at most once per action id: the action is marked started in Redis just before it
+reaches the sandbox, and its observation is recorded before it is published. A redelivery
+republishes the recorded observation; a duplicate that arrives while the action runs waits for
+it; an action whose runner died midway is reported as interrupted, never run again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from redis.asyncio import Redis
+
+from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.delivery import PermanentError
+from shared.events import TERMINAL_STATES, EventAdapter, EventBase
+from shared.state_store import TaskStateStore
+
+from .actions import RuntimeObservation, error_observation, run_action
+from .bindings import ActionLedger, TaskBindings
+from .containers import DockerSandboxes, SandboxStartError
+from .executor_client import SandboxLost
+from .metrics import ACTION_SECONDS, ACTIONS
+from .pool import PoolExhausted, WarmPool
+from .reconcile import ReconcileReport, reconcile, reconcile_quietly
+from .settings import RuntimeSettings
+from .task_sandboxes import TaskSandboxes, WorkspaceLost
+
+__all__ = ["Publish", "RuntimeService"]
+
+log = logging.getLogger("deckhands.runtime")
+
+Publish = Callable[[EventBase], Awaitable[None]]
+Progress = Callable[[], Awaitable[None]]
+
+_CLAIM_TTL_S = 15
+_CLAIM_REFRESH_S = 5.0
+_HEARTBEAT_TTL_S = 30
+
+
+def _replica_id() -> str:
+    configured = os.environ.get("DECKHANDS_RUNTIME_REPLICA_ID")
+    return configured or f"{socket.gethostname()}-{secrets.token_hex(4)}"
+
+
+class RuntimeService:
+    def __init__(self, settings: RuntimeSettings, publish: Publish) -> None:
+        self.settings = settings
+        self.publish = publish
+        self.replica_id = _replica_id()
+        self.docker = DockerSandboxes(settings, self.replica_id)
+        self.pool = WarmPool(settings, self.docker)
+        self._redis: Redis | None = None
+        self._bindings: TaskBindings | None = None
+        self._ledger: ActionLedger | None = None
+        self._tasks: TaskSandboxes | None = None
+        self._states: TaskStateStore | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    # -- parts that exist once started
+
+    @property
+    def bindings(self) -> TaskBindings:
+        assert self._bindings is not None, "RuntimeService.start() was not called"
+        return self._bindings
+
+    @property
+    def ledger(self) -> ActionLedger:
+        assert self._ledger is not None, "RuntimeService.start() was not called"
+        return self._ledger
+
+    @property
+    def tasks(self) -> TaskSandboxes:
+        assert self._tasks is not None, "RuntimeService.start() was not called"
+        return self._tasks
+
+    # -- life cycle
+
+    async def start(self) -> None:
+        await self.docker.check()
+        self._redis = Redis.from_url(self.settings.redis_url)
+        await self._redis.ping()
+        self._bindings = TaskBindings(
+            self._redis, self.settings.pool_name, self.settings.binding_ttl_s
+        )
+        self._ledger = ActionLedger(self._redis, self.settings.dedup_ttl_s)
+        self._states = TaskStateStore(self._redis)
+        self._tasks = TaskSandboxes(self.pool, self.docker, self._bindings)
+        await self._bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
+        self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
+        await self.reconcile()
+        self.pool.periodic = lambda: reconcile_quietly(self.reconcile)
+        self.pool.start()
+        log.info("runtime %s started (pool %s, image %s)", self.replica_id,
+                 self.settings.pool_name, self.settings.sandbox_image)
+
+    async def stop(self) -> None:
+        """Stop the pool and remove idle sandboxes; task sandboxes stay for adoption."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(BaseException):
+                await self._heartbeat
+        await self.pool.stop()
+        if self._bindings is not None:
+            with contextlib.suppress(Exception):
+                await self._bindings.replica_gone(self.replica_id)
+        if self._redis is not None:
+            await self._redis.aclose()
+        self.docker.close()
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(_HEARTBEAT_TTL_S / 3)
+            try:
+                await self.bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    async def reconcile(self) -> ReconcileReport:
+        return await reconcile(
+            self.docker, self.bindings, self.pool, self.tasks, self.replica_id, self._task_is_over
+        )
+
+    async def _task_is_over(self, task_id: str) -> bool:
+        if self._states is None:
+            return False
+        try:
+            state = await self._states.load(task_id)
+        except Exception:  # an unreadable state is not proof that the task ended
+            return False
+        return state is not None and state.agent_state in TERMINAL_STATES
+
+    # -- work orders
+
+    async def execute(
+        self, command: ExecuteAction, progress: Progress | None = None, last_try: bool = False
+    ) -> None:
+        """Run the action once, record its observation, publish it to the controller."""
+        action = command.action
+        if action.task_id != command.task_id:
+            raise PermanentError(
+                f"action {action.id} belongs to task {action.task_id}, not {command.task_id}"
+            )
+        recorded = await self.ledger.result(action.id)
+        if recorded is None:
+            if await self.ledger.claim(action.id, self.replica_id, _CLAIM_TTL_S):
+                try:
+                    async with self._keepalive(action.id, progress):
+                        observation = await self._run(command, last_try)
+                    recorded = await self.ledger.record(action.id, observation.model_dump_json())
+                finally:
+                    await self.ledger.finish(action.id, self.replica_id)
+            else:
+                recorded = await self._result_of_duplicate(command, progress)
+        await self.publish(EventAdapter.validate_json(recorded))
+
+    async def release(self, command: ReleaseSandbox) -> None:
+        had = await self.tasks.release(command.task_id)
+        log.info("task %s: sandbox %s (%s)", command.task_id,
+                 "released" if had else "already gone", command.reason or "no reason given")
+
+    async def _run(self, command: ExecuteAction, last_try: bool) -> RuntimeObservation:
+        action = command.action
+        kind = action.kind
+        started = time.monotonic()
+        try:
+            sandbox = await self.tasks.get(command.task_id)
+        except WorkspaceLost as exc:
+            ACTIONS.labels(kind, "sandbox_lost").inc()
+            return error_observation(
+                action,
+                f"The task's sandbox was lost ({exc}): the workspace with its files, the shell "
+                "and the Python session are gone. This action was not run. The next action "
+                "runs in a fresh sandbox with an empty /workspace.",
+                "sandbox_lost",
+            )
+        except (SandboxStartError, PoolExhausted) as exc:
+            if not last_try:
+                raise  # transient: redelivered with backoff
+            ACTIONS.labels(kind, "no_sandbox").inc()
+            return error_observation(
+                action, f"No sandbox could be started for this action: {exc}", "no_sandbox"
+            )
+        if not await self.ledger.start(action.id):
+            ACTIONS.labels(kind, "interrupted").inc()
+            return self._interrupted(action)
+        try:
+            observation = await run_action(sandbox, action, self.settings)
+        except (SandboxLost, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                log.error("task %s: sandbox %s stopped answering", command.task_id,
+                          sandbox.short_id)
+            reason = await self.tasks.lost(command.task_id, sandbox)
+            ACTIONS.labels(kind, "sandbox_lost").inc()
+            return error_observation(
+                action,
+                f"The sandbox died while running this action ({reason}). The workspace was "
+                "lost: its files, the shell and the Python session are gone, and the action "
+                "may have run partly. The next action runs in a fresh sandbox with an empty "
+                "/workspace.",
+                "sandbox_lost",
+            )
+        ACTIONS.labels(kind, observation.kind).inc()
+        ACTION_SECONDS.labels(kind).observe(time.monotonic() - started)
+        return observation
+
+    @staticmethod
+    def _interrupted(action: EventBase) -> RuntimeObservation:
+        return error_observation(
+            action,
+            "The runtime stopped while running this action, before it could report the "
+            "result; the action may or may not have taken effect. It was not run again.",
+            "action_interrupted",
+        )
+
+    async def _result_of_duplicate(self, command: ExecuteAction, progress: Progress | None) -> str:
+        """Another worker runs this action now: wait for its result instead of running it."""
+        action_id = command.action.id
+        last_progress = time.monotonic()
+        while True:
+            recorded = await self.ledger.result(action_id)
+            if recorded is not None:
+                return recorded
+            if not await self.ledger.running(action_id):
+                recorded = await self.ledger.result(action_id)
+                if recorded is not None:
+                    return recorded
+                if await self.ledger.claim(action_id, self.replica_id, _CLAIM_TTL_S):
+                    try:
+                        # Its runner is gone. Run it only if it never reached the sandbox.
+                        observation = await self._run(command, last_try=True)
+                        return await self.ledger.record(action_id, observation.model_dump_json())
+                    finally:
+                        await self.ledger.finish(action_id, self.replica_id)
+            if progress is not None and time.monotonic() - last_progress > _CLAIM_REFRESH_S:
+                last_progress = time.monotonic()
+                await progress()
+            await asyncio.sleep(0.2)
+
+    @contextlib.asynccontextmanager
+    async def _keepalive(self, action_id: str, progress: Progress | None) -> AsyncIterator[None]:
+        """While an action runs: keep our claim on it and tell JetStream we are still working."""
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(_CLAIM_REFRESH_S)
+                with contextlib.suppress(Exception):
+                    await self.ledger.refresh(action_id, self.replica_id, _CLAIM_TTL_S)
+                if progress is not None:
+                    with contextlib.suppress(Exception):
+                        await progress()
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

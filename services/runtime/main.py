@@ -1,0 +1,100 @@
+"""Wiring of the runtime-executor: settings, broker, the work subscriber, start-up and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from faststream import FastStream
+from faststream.nats.annotations import NatsMessage
+from pydantic import Field
+
+from shared.broker import WORK, build_broker, durable_subscription
+from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.events import (
+    CmdOutputObservation,
+    ErrorObservation,
+    EventBase,
+    FileReadObservation,
+    FileWriteObservation,
+    PythonOutputObservation,
+)
+from shared.publishing import publish_event_to
+from shared.streams import ensure_streams
+from shared.subjects import Service, work_subject
+from shared.telemetry import setup_logging, setup_metrics, setup_tracing
+
+from .handlers import RuntimeService
+from .settings import RuntimeSettings
+
+__all__ = ["RuntimeWork", "build_app", "build_runtime", "main"]
+
+RuntimeWork = Annotated[ExecuteAction | ReleaseSandbox, Field(discriminator="kind")]
+
+
+def build_app(settings: RuntimeSettings | None = None) -> FastStream:
+    return build_runtime(settings)[0]
+
+
+def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, RuntimeService]:
+    """The app and its service (tests and the benchmark reach into the service)."""
+    settings = settings or RuntimeSettings()
+    broker = build_broker(settings, Service.RUNTIME, setup_tracing(settings, "runtime"))
+
+    async def publish(event: EventBase) -> None:
+        await publish_event_to(broker, Service.CONTROLLER, event)
+
+    service = RuntimeService(settings, publish)
+
+    @broker.subscriber(
+        work_subject(Service.RUNTIME),
+        title="runtime.work",
+        description="Approved actions to run in the task's sandbox (ExecuteAction) and "
+        "ReleaseSandbox when a task ends, one subject per task.",
+        **durable_subscription(settings, WORK, "runtime", workers=settings.workers),
+    )
+    async def on_work(body: RuntimeWork, msg: NatsMessage) -> None:
+        if isinstance(body, ReleaseSandbox):
+            await service.release(body)
+            return
+        delivered = msg.raw_message.metadata.num_delivered
+        await service.execute(
+            body, progress=msg.in_progress, last_try=delivered >= settings.max_deliveries
+        )
+
+    # Declared for the AsyncAPI document; publishing goes through shared.publishing.
+    broker.publisher(
+        work_subject(Service.CONTROLLER, "*"),
+        stream=WORK,
+        title="runtime.observations",
+        description="The observation answering each executed action (cause = the action id).",
+        schema=CmdOutputObservation
+        | PythonOutputObservation
+        | FileReadObservation
+        | FileWriteObservation
+        | ErrorObservation,
+    )
+
+    app = FastStream(broker)
+
+    @app.on_startup
+    async def _start() -> None:
+        setup_metrics(settings)
+        await ensure_streams(settings)
+        await service.start()
+
+    @app.after_shutdown
+    async def _stop() -> None:
+        await service.stop()
+
+    return app, service
+
+
+def main() -> None:
+    settings = RuntimeSettings()
+    setup_logging(settings, "runtime")
+    asyncio.run(build_app(settings).run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The runtime's Prometheus metrics (served on /metrics when DECKHANDS_METRICS_PORT is set)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+__all__ = [
+    "ACQUIRE_SECONDS",
+    "ACQUISITIONS",
+    "ACTIONS",
+    "ACTION_SECONDS",
+    "COLD_START_SECONDS",
+    "POOL_HITS",
+    "POOL_MISSES",
+    "POOL_TARGET_IDLE",
+    "SANDBOXES",
+    "SANDBOXES_LOST",
+    "SANDBOXES_REMOVED",
+]
+
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+SANDBOXES = Gauge(
+    "deckhands_runtime_sandboxes", "Sandboxes of this replica by state", ["state"]
+)
+POOL_TARGET_IDLE = Gauge(
+    "deckhands_runtime_pool_target_idle", "Idle sandboxes the pool currently aims to keep"
+)
+ACQUISITIONS = Counter(
+    "deckhands_runtime_pool_acquisitions_total", "Sandboxes handed to tasks"
+)
+POOL_HITS = Counter(
+    "deckhands_runtime_pool_hits_total", "Acquisitions served by a warm idle sandbox"
+)
+POOL_MISSES = Counter(
+    "deckhands_runtime_pool_misses_total", "Acquisitions that had to start a sandbox"
+)
+ACQUIRE_SECONDS = Histogram(
+    "deckhands_runtime_pool_acquire_seconds", "Time to hand a task a ready sandbox",
+    buckets=_FAST,
+)
+COLD_START_SECONDS = Histogram(
+    "deckhands_runtime_sandbox_cold_start_seconds",
+    "From container create to the executor's first answer", buckets=_FAST,
+)
+SANDBOXES_LOST = Counter(
+    "deckhands_runtime_sandboxes_lost_total", "Sandboxes found dead", ["where"]
+)
+SANDBOXES_REMOVED = Counter(
+    "deckhands_runtime_sandboxes_removed_total", "Sandbox containers removed", ["reason"]
+)
+ACTIONS = Counter(
+    "deckhands_runtime_actions_total", "Actions executed", ["kind", "outcome"]
+)
+ACTION_SECONDS = Histogram(
+    "deckhands_runtime_action_seconds", "Action round trip inside the runtime", ["kind"],
+    buckets=_FAST,
+)

@@ -1,0 +1,321 @@
+"""The warm pool: ready sandboxes waiting for tasks, scaled by load.
+
+- It keeps a target number of idle sandboxes: `pool_min_idle`, plus what the recent
+  acquisition rate will consume during one cold start, plus the acquisitions waiting now,
+  capped by `pool_max_idle` and by `pool_max_total` for everything this replica holds.
+- A sandbox is handed out only after its executor answered a ping just now; a dead one is
+  removed and the next is tried. When none is idle, the caller's own sandbox is started on
+  demand (a miss) and the pool refills in the background; at `pool_max_total` it waits.
+- A sandbox handed out is never taken back: `discard` destroys it, and the pool replaces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from .containers import DockerSandboxes, Sandbox, SandboxStartError
+from .metrics import (
+    ACQUIRE_SECONDS,
+    ACQUISITIONS,
+    COLD_START_SECONDS,
+    POOL_HITS,
+    POOL_MISSES,
+    POOL_TARGET_IDLE,
+    SANDBOXES,
+    SANDBOXES_LOST,
+    SANDBOXES_REMOVED,
+)
+from .settings import RuntimeSettings
+
+__all__ = ["PoolExhausted", "WarmPool"]
+
+log = logging.getLogger("deckhands.runtime.pool")
+
+
+class PoolExhausted(Exception):
+    """No sandbox became available within `acquire_timeout_s` (the pool is at max_total)."""
+
+
+class WarmPool:
+    def __init__(self, settings: RuntimeSettings, docker: DockerSandboxes) -> None:
+        self.settings = settings
+        self.docker = docker
+        self._idle: deque[Sandbox] = deque()
+        self._busy: dict[str, Sandbox] = {}
+        self._creating = 0
+        self._waiting = 0
+        self._changed = asyncio.Condition()
+        self._wake = asyncio.Event()
+        self._acquired_at: deque[float] = deque()
+        self._cold_starts: deque[float] = deque(maxlen=20)
+        self._surplus_since: float | None = None
+        self._refill_failures = 0
+        self._background: set[asyncio.Task[None]] = set()
+        self._maintainer: asyncio.Task[None] | None = None
+        self.periodic: Callable[[], Awaitable[None]] | None = None  # e.g. reconcile
+        self._closed = False
+
+    # -- numbers
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    @property
+    def busy(self) -> int:
+        return len(self._busy)
+
+    @property
+    def creating(self) -> int:
+        return self._creating
+
+    @property
+    def total(self) -> int:
+        return self.idle + self.busy + self.creating
+
+    def known_ids(self) -> set[str]:
+        return {s.container_id for s in self._idle} | set(self._busy)
+
+    def target_idle(self) -> int:
+        """Idle sandboxes to keep: the floor, plus the demand expected during one cold start."""
+        s = self.settings
+        now = time.monotonic()
+        while self._acquired_at and now - self._acquired_at[0] > s.pool_scale_window_s:
+            self._acquired_at.popleft()
+        rate = len(self._acquired_at) / s.pool_scale_window_s
+        lead_s = statistics.median(self._cold_starts) if self._cold_starts else 1.0
+        # Twice the expected demand over the time it takes to start a replacement.
+        expected = math.ceil(rate * lead_s * 2) if rate else 0
+        target = min(s.pool_max_idle, s.pool_min_idle + expected + self._waiting)
+        return max(0, min(target, s.pool_max_total - self.busy))
+
+    def _publish_gauges(self) -> None:
+        SANDBOXES.labels("idle").set(self.idle)
+        SANDBOXES.labels("busy").set(self.busy)
+        SANDBOXES.labels("creating").set(self.creating)
+
+    # -- life cycle
+
+    def start(self) -> None:
+        if self._maintainer is None:
+            self._maintainer = asyncio.create_task(self._maintain(), name="pool-maintainer")
+
+    async def stop(self) -> None:
+        """Stop refilling and remove idle sandboxes; busy ones stay for a successor to adopt."""
+        self._closed = True
+        if self._maintainer is not None:
+            self._maintainer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._maintainer
+        # Sandboxes being started are let finish (then removed), so none is left behind.
+        pending = list(self._background)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.settings.start_timeout_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        idle = list(self._idle)
+        self._idle.clear()
+        await asyncio.gather(*(self._destroy(s, "shutdown") for s in idle))
+        for sandbox in self._busy.values():
+            await sandbox.client.close()
+        self._busy.clear()
+        self._publish_gauges()
+
+    # -- acquisition
+
+    async def acquire(self) -> Sandbox:
+        """A ready sandbox, used by nobody before; it now counts as busy."""
+        started = time.monotonic()
+        deadline = started + self.settings.acquire_timeout_s
+        self._acquired_at.append(started)
+        self._wake.set()
+        self._waiting += 1
+        try:
+            while True:
+                sandbox = await self._take_idle()
+                if sandbox is not None:
+                    POOL_HITS.inc()
+                    break
+                if self.total < self.settings.pool_max_total:
+                    POOL_MISSES.inc()
+                    sandbox = await self._create(for_caller=True)
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PoolExhausted(
+                        f"no sandbox became free within {self.settings.acquire_timeout_s:g}s "
+                        f"(pool at its maximum of {self.settings.pool_max_total})"
+                    )
+                async with self._changed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+        finally:
+            self._waiting -= 1
+        ACQUISITIONS.inc()
+        ACQUIRE_SECONDS.observe(time.monotonic() - started)
+        self._wake.set()
+        self._publish_gauges()
+        return sandbox
+
+    async def _take_idle(self) -> Sandbox | None:
+        while self._idle:
+            sandbox = self._idle.popleft()
+            # Counted busy while checked, so nobody else can take it or count it twice.
+            self._busy[sandbox.container_id] = sandbox
+            if not sandbox.lost and await sandbox.client.ping(2.0):
+                return sandbox
+            SANDBOXES_LOST.labels("idle").inc()
+            log.warning("idle sandbox %s failed its health check", sandbox.short_id)
+            self._busy.pop(sandbox.container_id, None)
+            self._spawn(self._destroy(sandbox, "unhealthy"))
+        return None
+
+    async def _create(self, *, for_caller: bool) -> Sandbox:
+        self._creating += 1
+        self._publish_gauges()
+        started = time.monotonic()
+        try:
+            sandbox = await self.docker.create()
+        finally:
+            self._creating -= 1
+        elapsed = time.monotonic() - started
+        self._cold_starts.append(elapsed)
+        COLD_START_SECONDS.observe(elapsed)
+        if for_caller:
+            self._busy[sandbox.container_id] = sandbox
+        return sandbox
+
+    def adopt(self, sandbox: Sandbox) -> None:
+        """Count an existing task sandbox (found after a restart or bound elsewhere) as busy."""
+        self._busy[sandbox.container_id] = sandbox
+        self._publish_gauges()
+
+    def put_back(self, sandbox: Sandbox) -> None:
+        """Return a sandbox that was acquired but never used (its task went elsewhere)."""
+        self._busy.pop(sandbox.container_id, None)
+        if self._closed:
+            self._spawn(self._destroy(sandbox, "shutdown"))
+        else:
+            self._idle.appendleft(sandbox)
+        self._notify()
+
+    async def discard(self, container_id: str, reason: str) -> None:
+        """Destroy a busy sandbox (its task ended or it died); the pool replaces it."""
+        sandbox = self._busy.pop(container_id, None)
+        if sandbox is not None:
+            await self._destroy(sandbox, reason)
+        else:
+            await self.docker.remove(container_id)
+            SANDBOXES_REMOVED.labels(reason).inc()
+        self._notify()
+
+    def forget(self, container_id: str) -> Sandbox | None:
+        """Stop tracking a busy sandbox without removing it (another replica removed it)."""
+        sandbox = self._busy.pop(container_id, None)
+        self._notify()
+        return sandbox
+
+    async def _destroy(self, sandbox: Sandbox, reason: str) -> None:
+        await sandbox.client.close()
+        await self.docker.remove(sandbox.container_id)
+        SANDBOXES_REMOVED.labels(reason).inc()
+
+    def _notify(self) -> None:
+        self._publish_gauges()
+        self._wake.set()
+
+        async def _notify_waiters() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        self._spawn(_notify_waiters())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- background upkeep
+
+    async def _maintain(self) -> None:
+        last_check = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._next_wait())
+            self._wake.clear()
+            try:
+                self._refill()
+                await self._shrink()
+                if time.monotonic() - last_check >= self.settings.pool_health_interval_s:
+                    last_check = time.monotonic()
+                    await self._check_idle()
+                    if self.periodic is not None:
+                        await self.periodic()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pool upkeep failed")
+
+    def _next_wait(self) -> float:
+        if self._refill_failures:
+            return min(30.0, 0.5 * 2**self._refill_failures)
+        return min(self.settings.pool_health_interval_s, 5.0)
+
+    def _refill(self) -> None:
+        target = self.target_idle()
+        POOL_TARGET_IDLE.set(target)
+        room = self.settings.pool_max_total - self.total
+        in_flight = self._creating
+        missing = min(target - self.idle - in_flight, room,
+                      self.settings.pool_create_concurrency - in_flight)
+        for _ in range(max(0, missing)):
+            self._spawn(self._refill_one())
+
+    async def _refill_one(self) -> None:
+        try:
+            sandbox = await self._create(for_caller=False)
+        except SandboxStartError as exc:
+            self._refill_failures += 1
+            log.error("could not start a warm sandbox (attempt %d): %s",
+                      self._refill_failures, exc)
+            self._publish_gauges()
+            return
+        self._refill_failures = 0
+        if self._closed:
+            await self._destroy(sandbox, "shutdown")
+            return
+        self._idle.append(sandbox)
+        self._notify()
+
+    async def _shrink(self) -> None:
+        target = self.target_idle()
+        if self.idle <= target:
+            self._surplus_since = None
+            return
+        now = time.monotonic()
+        if self._surplus_since is None:
+            self._surplus_since = now
+        if now - self._surplus_since < self.settings.pool_scale_down_after_s:
+            return
+        surplus = [self._idle.pop() for _ in range(self.idle - target)]  # newest first
+        self._surplus_since = None
+        log.info("scaling down: removing %d idle sandboxes", len(surplus))
+        await asyncio.gather(*(self._destroy(s, "scale_down") for s in surplus))
+        self._publish_gauges()
+
+    async def _check_idle(self) -> None:
+        for sandbox in list(self._idle):
+            if sandbox.lost or not await sandbox.client.ping(2.0):
+                with contextlib.suppress(ValueError):
+                    self._idle.remove(sandbox)
+                    SANDBOXES_LOST.labels("idle").inc()
+                    await self._destroy(sandbox, "unhealthy")
+        self._publish_gauges()

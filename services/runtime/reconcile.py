@@ -1,0 +1,112 @@
+"""Reconciliation: make what runs on Docker agree with what the runtime knows.
+
+Run at start-up and periodically. For each container labelled as this pool's sandbox:
+- tracked by this replica (idle, busy, or being created): keep;
+- bound to a task in Redis: removed if it stopped or its task is over (the task's next action
+  then reports the lost workspace), adopted if its creator is gone, else left to its owner;
+- not bound: a warm sandbox. Removed if its creator is this replica (a leak) or a replica that
+  no longer sends heartbeats; left alone while its creator lives.
+Bindings whose task is over are dropped with their container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from .bindings import TaskBindings
+from .containers import LABEL_REPLICA, DockerSandboxes, SandboxStartError
+from .metrics import SANDBOXES_REMOVED
+from .pool import WarmPool
+from .task_sandboxes import TaskSandboxes
+
+__all__ = ["ReconcileReport", "reconcile"]
+
+log = logging.getLogger("deckhands.runtime.reconcile")
+
+
+@dataclass
+class ReconcileReport:
+    removed: int = 0
+    adopted: int = 0
+    kept: int = 0
+    unbound: int = 0
+
+
+async def reconcile(
+    docker: DockerSandboxes,
+    bindings: TaskBindings,
+    pool: WarmPool,
+    tasks: TaskSandboxes,
+    replica_id: str,
+    task_is_over: Callable[[str], Awaitable[bool]],
+) -> ReconcileReport:
+    report = ReconcileReport()
+    containers = await docker.list(everything=True)
+    bound = await bindings.all()
+    task_of = {cid: task for task, cid in bound.items()}
+    known = pool.known_ids()
+    alive_cache: dict[str, bool] = {}
+
+    async def creator_alive(replica: str) -> bool:
+        if replica == replica_id:
+            return True
+        if replica not in alive_cache:
+            alive_cache[replica] = await bindings.replica_alive(replica)
+        return alive_cache[replica]
+
+    async def remove(cid: str, reason: str) -> None:
+        await docker.remove(cid)
+        SANDBOXES_REMOVED.labels(reason).inc()
+        report.removed += 1
+
+    for info in containers:
+        if info.id in known or info.name in docker.pending_names:
+            report.kept += 1
+            continue
+        task_id = task_of.get(info.id)
+        creator = info.labels.get(LABEL_REPLICA, "")
+        if task_id is not None:
+            if await task_is_over(task_id):
+                await remove(info.id, "task_over")
+                await bindings.unbind(task_id, info.id)
+                report.unbound += 1
+            elif not info.running:
+                await remove(info.id, "dead")  # the binding stays: the task hears it was lost
+            elif tasks.local(task_id) is None and not await creator_alive(creator):
+                try:
+                    sandbox = await docker.attach(info.id, info.name)
+                except SandboxStartError as exc:
+                    log.warning("cannot adopt %s of task %s: %s", info.id[:12], task_id, exc)
+                    await remove(info.id, "dead")
+                else:
+                    sandbox.task_id = task_id
+                    tasks.adopt(task_id, sandbox)
+                    report.adopted += 1
+            else:
+                report.kept += 1
+        elif creator == replica_id or not await creator_alive(creator) or not info.running:
+            await remove(info.id, "orphan")
+        else:
+            report.kept += 1
+
+    # Bindings of tasks that are over, whose container is already gone.
+    present = {c.id for c in containers}
+    for task_id, cid in bound.items():
+        if cid not in present and await task_is_over(task_id):
+            await bindings.unbind(task_id, cid)
+            report.unbound += 1
+    if report.removed or report.adopted or report.unbound:
+        log.info("reconciled: %s", report)
+    return report
+
+
+async def reconcile_quietly(run: Callable[[], Awaitable[ReconcileReport]]) -> None:
+    try:
+        await run()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("reconciliation failed")

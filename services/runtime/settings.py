@@ -1,0 +1,159 @@
+"""The runtime-executor's settings: DECKHANDS_* environment variables, checked at start-up."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from shared.settings import CommonSettings
+
+__all__ = ["RuntimeSettings"]
+
+_SIZE = re.compile(r"^\d+(\.\d+)?[bkmg]?$", re.IGNORECASE)
+
+
+class RuntimeSettings(CommonSettings):
+    """Sandbox pool, hardening and execution limits (env: DECKHANDS_<NAME>, e.g.
+    DECKHANDS_SANDBOX_IMAGE, DECKHANDS_POOL_MIN_IDLE)."""
+
+    # -- image and pool
+    sandbox_image: str = Field(
+        default="deckhands/sandbox:latest",
+        description="Sandbox image; build it with deploy/sandbox/build.sh.",
+    )
+    pool_name: str = Field(
+        default="default",
+        pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$",
+        description="Label value (deckhands.pool) that scopes which containers this pool owns; "
+        "replicas sharing a Docker engine and Redis use the same name.",
+    )
+    pool_min_idle: int = Field(
+        default=2, ge=0, description="Ready sandboxes kept waiting for new tasks."
+    )
+    pool_max_idle: int = Field(
+        default=16, ge=0,
+        description="Upper bound of ready sandboxes when scaling up for a burst of new tasks.",
+    )
+    pool_max_total: int = Field(
+        default=120, ge=1,
+        description="Most sandboxes (idle + busy + starting) one runtime replica keeps; an "
+        "acquisition beyond it waits for a task to end.",
+    )
+    pool_create_concurrency: int = Field(
+        default=4, ge=1, description="Sandboxes started in parallel to refill the pool."
+    )
+    pool_scale_window_s: float = Field(
+        default=60.0, gt=0,
+        description="Window over which the recent acquisition rate is measured for scaling.",
+    )
+    pool_scale_down_after_s: float = Field(
+        default=120.0, ge=0,
+        description="Idle sandboxes above the target are removed after the surplus lasted "
+        "this long.",
+    )
+    pool_health_interval_s: float = Field(
+        default=30.0, gt=0, description="How often idle sandboxes are pinged and reconciled."
+    )
+    acquire_timeout_s: float = Field(
+        default=300.0, gt=0,
+        description="How long an action waits for a sandbox when the pool is at max_total.",
+    )
+    start_timeout_s: float = Field(
+        default=30.0, gt=0, description="A new sandbox must answer its first ping by then."
+    )
+
+    # -- hardening and resources
+    sandbox_memory: str = Field(
+        default="1g", description="Memory limit per sandbox (docker syntax: 512m, 2g); no swap."
+    )
+    sandbox_cpus: float = Field(default=1.0, gt=0, description="CPUs per sandbox.")
+    sandbox_pids: int = Field(
+        default=512, ge=32, description="Process/thread limit per sandbox (fork bombs stop here)."
+    )
+    sandbox_tmp_size: str = Field(default="512m", description="Size of the /tmp tmpfs.")
+    sandbox_workspace: str = Field(
+        default="volume",
+        description="'volume': /workspace is an anonymous Docker volume (disk, removed with the "
+        "container); 'tmpfs': it lives in memory and counts against the memory limit.",
+    )
+    sandbox_workspace_size: str = Field(
+        default="1g", description="Size of /workspace when sandbox_workspace is 'tmpfs'."
+    )
+    sandbox_network: bool = Field(
+        default=False,
+        description="Opt in to egress: sandboxes join sandbox_network_name instead of having "
+        "no network at all.",
+    )
+    sandbox_network_name: str = Field(
+        default="bridge", description="Docker network used when sandbox_network is true."
+    )
+    docker_runtime: str | None = Field(
+        default=None, description="OCI runtime, e.g. 'runsc' for gVisor; empty uses the default."
+    )
+    docker_init: bool = Field(
+        default=True, description="Run Docker's init as PID 1 (reaps zombies, forwards signals)."
+    )
+    sandbox_log_max_size: str = Field(
+        default="1m", description="Cap of the container's json-file log (executor stderr)."
+    )
+
+    # -- execution
+    action_timeout_s: float = Field(
+        default=120.0, gt=0, le=3600,
+        description="Hard timeout of a command or Python cell that sets none.",
+    )
+    no_output_timeout_s: float | None = Field(
+        default=None, gt=0,
+        description="A command with no new output for this long returns what it printed so "
+        "far and keeps running (follow up with is_input); unset disables it.",
+    )
+    output_limit: int = Field(
+        default=30_000, ge=100,
+        description="Characters of output kept per action; the middle of longer output is cut.",
+    )
+    workers: int = Field(
+        default=8, ge=1, description="Actions one replica runs concurrently (different tasks)."
+    )
+    dedup_ttl_s: int = Field(
+        default=86_400, ge=60,
+        description="How long an executed action's observation is kept to answer redeliveries.",
+    )
+    binding_ttl_s: int = Field(
+        default=7 * 86_400, ge=60,
+        description="Task-to-sandbox bindings in Redis expire after this long without use.",
+    )
+
+    @field_validator("sandbox_memory", "sandbox_tmp_size", "sandbox_workspace_size",
+                     "sandbox_log_max_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        if not _SIZE.match(value):
+            raise ValueError(f"{value!r} is not a size like 512m or 2g")
+        return value.lower()
+
+    @field_validator("sandbox_workspace")
+    @classmethod
+    def _workspace_kind(cls, value: str) -> str:
+        if value not in {"volume", "tmpfs"}:
+            raise ValueError(f"unknown workspace kind {value!r}; use volume or tmpfs")
+        return value
+
+    @field_validator("docker_runtime")
+    @classmethod
+    def _runtime(cls, value: str | None) -> str | None:
+        return value or None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RuntimeSettings:
+        if self.pool_min_idle > self.pool_max_total:
+            raise ValueError(
+                f"pool_min_idle ({self.pool_min_idle}) exceeds pool_max_total "
+                f"({self.pool_max_total})"
+            )
+        if self.pool_max_idle < self.pool_min_idle:
+            raise ValueError(
+                f"pool_max_idle ({self.pool_max_idle}) is below pool_min_idle "
+                f"({self.pool_min_idle})"
+            )
+        return self

@@ -1,0 +1,84 @@
+"""Fixtures for the runtime against the real Docker engine.
+
+The sandbox image is built (deploy/sandbox/build.sh, no registry needed) when missing. Every
+container a test creates carries a per-session pool label, and is removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from runtime_helpers import make_settings, remove_pool_containers  # type: ignore[import-not-found]
+
+from services.runtime.containers import DockerSandboxes, Sandbox
+from services.runtime.settings import RuntimeSettings
+from shared.settings import CommonSettings
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: docker.DockerClient, repo_root: Path) -> str:
+    image = os.environ.get("DECKHANDS_SANDBOX_IMAGE", "deckhands/sandbox:latest")
+    try:
+        docker_client.images.get(image)
+    except docker.errors.ImageNotFound:
+        subprocess.run(
+            [str(repo_root / "deploy" / "sandbox" / "build.sh")],
+            check=True, env={**os.environ, "SANDBOX_IMAGE": image}, timeout=900,
+        )
+    return image
+
+
+@pytest.fixture(scope="session")
+def pool_name(docker_client: docker.DockerClient) -> Iterator[str]:
+    """A pool label of this test session's own; its containers are all removed at the end."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    remove_pool_containers(docker_client, name)
+
+
+@pytest.fixture(scope="session")
+def runtime_settings(
+    settings: CommonSettings, sandbox_image: str, pool_name: str
+) -> RuntimeSettings:
+    return make_settings(settings, sandbox_image, pool_name)
+
+
+@pytest.fixture(scope="session")
+async def sandboxes(runtime_settings: RuntimeSettings) -> AsyncIterator[DockerSandboxes]:
+    manager = DockerSandboxes(runtime_settings, f"tests-{uuid.uuid4().hex[:6]}")
+    yield manager
+    manager.close()
+
+
+@pytest.fixture(scope="module")
+async def shared_sandbox(sandboxes: DockerSandboxes) -> AsyncIterator[Sandbox]:
+    """One sandbox for the tests that only read and write their own paths."""
+    sandbox = await sandboxes.create()
+    yield sandbox
+    await sandbox.client.close()
+    await sandboxes.remove(sandbox.container_id)
+
+
+@pytest.fixture
+async def fresh_sandbox(sandboxes: DockerSandboxes) -> AsyncIterator[Sandbox]:
+    sandbox = await sandboxes.create()
+    yield sandbox
+    await sandbox.client.close()
+    await sandboxes.remove(sandbox.container_id)

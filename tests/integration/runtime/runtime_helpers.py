@@ -1,0 +1,156 @@
+"""Helpers shared by the runtime's Docker tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import nats
+from faststream import FastStream
+from nats.js import JetStreamContext
+
+from services.runtime.containers import LABEL_POOL
+from services.runtime.handlers import RuntimeService
+from services.runtime.main import build_runtime
+from services.runtime.settings import RuntimeSettings
+from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.events import CmdRunAction, EventAdapter, EventSource, RunnableAction
+from shared.settings import CommonSettings
+from shared.subjects import WORK_STREAM, Service, work_subject
+
+__all__ = [
+    "Controller",
+    "PoolContainer",
+    "Runtime",
+    "cmd",
+    "eventually",
+    "make_settings",
+    "pool_containers",
+    "remove_pool_containers",
+]
+
+
+@dataclass(frozen=True)
+class PoolContainer:
+    id: str
+    name: str
+    labels: dict[str, str]
+    state: str
+
+
+def pool_containers(client: docker.DockerClient, pool: str) -> list[PoolContainer]:
+    """The pool's containers; the low-level list, which does not race with removals."""
+    raw = client.api.containers(all=True, filters={"label": f"{LABEL_POOL}={pool}"})
+    return [
+        PoolContainer(c["Id"], c["Names"][0].lstrip("/"), c.get("Labels") or {}, c["State"])
+        for c in raw
+    ]
+
+
+def remove_pool_containers(client: docker.DockerClient, pool: str) -> None:
+    for container in pool_containers(client, pool):
+        try:
+            client.api.remove_container(container.id, v=True, force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+def make_settings(base: CommonSettings, image: str, pool: str, **overrides: Any) -> RuntimeSettings:
+    common = base.model_dump(include=set(CommonSettings.model_fields))
+    values: dict[str, Any] = {
+        "sandbox_image": image,
+        "pool_name": pool,
+        "pool_min_idle": 0,
+        "sandbox_memory": "256m",
+        "sandbox_pids": 128,
+        "action_timeout_s": 30.0,
+        "pool_health_interval_s": 2.0,
+    }
+    values.update(overrides)
+    return RuntimeSettings(**{**common, **values})
+
+
+class Runtime:
+    """A running runtime app plus a controller-side view of one NATS server."""
+
+    def __init__(self, settings: RuntimeSettings) -> None:
+        self.settings = settings
+        self.app: FastStream | None = None
+        self._service: RuntimeService | None = None
+
+    async def start(self) -> RuntimeService:
+        self.app, self._service = build_runtime(self.settings)
+        await self.app.start()
+        return self.service
+
+    @property
+    def service(self) -> RuntimeService:
+        assert self._service is not None
+        return self._service
+
+    async def stop(self) -> None:
+        if self.app is not None:
+            await self.app.stop()
+            self.app = None
+
+
+class Controller:
+    """Reads one task's observations from the controller's work queue."""
+
+    def __init__(self, js: JetStreamContext, task_id: str, sub: Any) -> None:
+        self.js, self.task_id, self.sub = js, task_id, sub
+
+    @classmethod
+    async def for_task(cls, js: JetStreamContext, task_id: str) -> Controller:
+        sub = await js.pull_subscribe(
+            work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
+        )
+        return cls(js, task_id, sub)
+
+    async def send(self, action: RunnableAction) -> ExecuteAction:
+        order = ExecuteAction(task_id=self.task_id, action=action)
+        await self.js.publish(
+            work_subject(Service.RUNTIME, self.task_id), order.model_dump_json().encode(),
+            headers={"Nats-Msg-Id": order.id},
+        )
+        return order
+
+    async def release(self) -> None:
+        order = ReleaseSandbox(task_id=self.task_id, reason="test over")
+        await self.js.publish(
+            work_subject(Service.RUNTIME, self.task_id), order.model_dump_json().encode(),
+            headers={"Nats-Msg-Id": order.id},
+        )
+
+    async def receive(self, timeout: float = 30) -> Any:
+        msgs = await self.sub.fetch(1, timeout=timeout)
+        await msgs[0].ack()
+        return EventAdapter.validate_python(json.loads(msgs[0].data))
+
+    async def nothing_within(self, seconds: float) -> bool:
+        try:
+            await self.sub.fetch(1, timeout=seconds)
+        except nats.errors.TimeoutError:
+            return True
+        return False
+
+    async def run(self, action: RunnableAction) -> Any:
+        await self.send(action)
+        obs = await self.receive()
+        assert obs.cause == action.id
+        return obs
+
+
+def cmd(task_id: str, command: str, **kw: Any) -> CmdRunAction:
+    return CmdRunAction(task_id=task_id, source=EventSource.AGENT, command=command, **kw)
+
+
+async def eventually(check: Any, timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.1)):
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not reached in time")

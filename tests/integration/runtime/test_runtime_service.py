@@ -1,0 +1,226 @@
+"""The runtime service end to end: real NATS JetStream, Redis and Docker.
+
+Work orders go to the runtime's work subject; observations are read from the controller's, as
+the controller would, with a plain nats-py consumer filtered on the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import docker
+import nats
+import pytest
+from nats.js import JetStreamContext
+from redis.asyncio import Redis
+from runtime_helpers import (  # type: ignore[import-not-found]
+    Controller,
+    Runtime,
+    cmd,
+    eventually,
+    make_settings,
+    remove_pool_containers,
+)
+
+from services.runtime.actions import observation_id
+from services.runtime.containers import (
+    LABEL_POOL,
+    task_container_name,
+)
+from services.runtime.settings import RuntimeSettings
+from shared.commands import ExecuteAction
+from shared.events import (
+    CmdOutputObservation,
+    ErrorObservation,
+    EventAdapter,
+    EventSource,
+    FileReadAction,
+    FileReadObservation,
+    PythonOutputObservation,
+    RunPythonAction,
+)
+from shared.settings import CommonSettings
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def module_pool(docker_client: docker.DockerClient) -> Any:
+    name = f"test-svc-{uuid.uuid4().hex[:8]}"
+    yield name
+    remove_pool_containers(docker_client, name)
+
+
+@pytest.fixture(scope="module")
+def svc_settings(
+    isolated_settings: CommonSettings, sandbox_image: str, module_pool: str
+) -> RuntimeSettings:
+    return make_settings(isolated_settings, sandbox_image, module_pool, pool_min_idle=1)
+
+
+@pytest.fixture(scope="module")
+async def runtime(svc_settings: RuntimeSettings) -> AsyncIterator[Runtime]:
+    rt = Runtime(svc_settings)
+    await rt.start()
+    yield rt
+    await rt.stop()
+
+
+@pytest.fixture(scope="module")
+async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContext]:
+    nc = await nats.connect(isolated_settings.nats_url)
+    yield nc.jetstream()
+    await nc.close()
+
+
+async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
+    runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient, redis: Redis,
+) -> None:
+    task_id = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, task_id)
+
+    first = await ctl.run(cmd(task_id, "mkdir -p src && cd src && export COLOR=blue"))
+    assert isinstance(first, CmdOutputObservation)
+    assert (first.exit_code, first.cwd) == (0, "/workspace/src")
+    assert first.source is EventSource.ENVIRONMENT and first.task_id == task_id
+    assert first.cause is not None and first.id == observation_id(first.cause)
+
+    second = await ctl.run(cmd(task_id, "echo $COLOR > color.txt; cat color.txt; pwd"))
+    assert isinstance(second, CmdOutputObservation)
+    assert second.content.split() == ["blue", "/workspace/src"]
+
+    py = await ctl.run(RunPythonAction(task_id=task_id, source=EventSource.AGENT,
+                                       code="data = open('/workspace/src/color.txt').read()\ndata"))
+    assert isinstance(py, PythonOutputObservation) and "'blue\\n'" in py.content
+
+    read = await ctl.run(FileReadAction(task_id=task_id, source=EventSource.AGENT,
+                                        path="src/color.txt"))
+    assert isinstance(read, FileReadObservation) and read.content == "blue\n"
+
+    container = docker_client.containers.get(task_container_name(task_id))
+    assert container.labels[LABEL_POOL] == runtime.settings.pool_name
+    assert container.labels["deckhands.role"] == "sandbox"
+    bound = await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}")
+    assert bound == container.id.encode()
+
+    await ctl.release()
+
+    async def gone() -> bool:
+        try:
+            docker_client.containers.get(container.id)
+        except docker.errors.NotFound:
+            return True
+        return False
+
+    await eventually(gone)
+    assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
+
+
+async def test_tasks_get_different_sandboxes_and_cannot_see_each_other(
+    runtime: Runtime, js: JetStreamContext
+) -> None:
+    a, b = uuid.uuid4().hex, uuid.uuid4().hex
+    ctl_a, ctl_b = await Controller.for_task(js, a), await Controller.for_task(js, b)
+    await ctl_a.run(cmd(a, "echo secret-a > /workspace/mine.txt; echo x > /tmp/a-tmp"))
+    seen = await ctl_b.run(cmd(b, "ls /workspace /tmp; cat /workspace/mine.txt"))
+    assert isinstance(seen, CmdOutputObservation)
+    assert "secret-a" not in seen.content and "a-tmp" not in seen.content
+    assert seen.exit_code != 0  # cat: no such file
+    ids = [
+        (await ctl.run(cmd(t, "cat /proc/self/cgroup | head -1")))  # one container each
+        for ctl, t in ((ctl_a, a), (ctl_b, b))
+    ]
+    assert ids[0].content != ids[1].content
+    await ctl_a.release()
+    await ctl_b.release()
+
+
+async def test_redelivered_action_is_answered_from_the_ledger_not_rerun(
+    runtime: Runtime, js: JetStreamContext, redis: Redis
+) -> None:
+    task_id = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, task_id)
+    action = cmd(task_id, "echo ran >> /workspace/count.txt; wc -l < /workspace/count.txt")
+    await ctl.send(action)
+    first = await ctl.receive()
+    assert isinstance(first, CmdOutputObservation) and first.content.strip() == "1"
+
+    # The same action again, as a redelivery would bring it (a new message, same action).
+    await ctl.send(action)
+    # The republished observation has the same id: JetStream's de-duplication drops it, and the
+    # controller would have recognised it anyway.
+    assert await ctl.nothing_within(1.5)
+    recorded = await redis.get(f"deckhands:runtime:observation:{action.id}")
+    assert recorded is not None
+    assert EventAdapter.validate_json(recorded) == first
+
+    # Called directly, the service republishes the recorded observation, unchanged.
+    published: list[Any] = []
+    original = runtime.service.publish
+
+    async def capture(event: Any) -> None:
+        published.append(event)
+
+    runtime.service.publish = capture
+    try:
+        await runtime.service.execute(ExecuteAction(task_id=task_id, action=action))
+    finally:
+        runtime.service.publish = original
+    assert published == [first]
+
+    count = await ctl.run(cmd(task_id, "wc -l < /workspace/count.txt"))
+    assert count.content.strip() == "1"  # ran once
+    await ctl.release()
+
+
+async def test_dead_sandbox_is_reported_and_replaced(
+    runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient
+) -> None:
+    task_id = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, task_id)
+    await ctl.run(cmd(task_id, "echo precious > /workspace/keep.txt"))
+    old = docker_client.containers.get(task_container_name(task_id))
+
+    # Killed during an action.
+    await ctl.send(cmd(task_id, "sleep 20"))
+    await asyncio.sleep(1.0)
+    old.kill()
+    died = await ctl.receive()
+    assert isinstance(died, ErrorObservation)
+    assert died.error_code == "sandbox_lost"
+    assert "workspace was lost" in died.content
+
+    fresh = await ctl.run(cmd(task_id, "ls /workspace; echo alive"))
+    assert isinstance(fresh, CmdOutputObservation)
+    assert fresh.content.split() == ["alive"]
+    new = docker_client.containers.get(task_container_name(task_id))
+    assert new.id != old.id
+
+    # Killed between actions.
+    new.kill()
+    await asyncio.sleep(0.5)
+    between = await ctl.run(cmd(task_id, "echo never"))
+    assert isinstance(between, ErrorObservation) and between.error_code == "sandbox_lost"
+    assert "was not run" in between.content
+    again = await ctl.run(cmd(task_id, "echo back"))
+    assert isinstance(again, CmdOutputObservation) and again.content == "back\n"
+    await ctl.release()
+
+
+async def test_warm_pool_hands_out_ready_sandboxes_and_refills(runtime: Runtime) -> None:
+    pool = runtime.service.pool
+
+    async def refilled() -> bool:
+        return pool.idle >= 1 and pool.creating == 0
+
+    await eventually(refilled)
+    before = {s.container_id for s in pool._idle}
+    sandbox = await pool.acquire()
+    assert sandbox.container_id in before  # a hit
+    assert await sandbox.client.ping()
+    await eventually(refilled)
+    assert sandbox.container_id not in {s.container_id for s in pool._idle}
+    await pool.discard(sandbox.container_id, "test")

@@ -1,0 +1,100 @@
+"""Runtime logic that needs no Docker: settings, names, ids, scaling, wiring."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from services.runtime.actions import observation_id
+from services.runtime.containers import DockerSandboxes, task_container_name
+from services.runtime.main import build_app
+from services.runtime.pool import WarmPool
+from services.runtime.settings import RuntimeSettings
+
+
+def test_settings_defaults_and_validation() -> None:
+    s = RuntimeSettings()
+    assert s.sandbox_image == "deckhands/sandbox:latest"
+    assert (s.pool_min_idle, s.workers, s.output_limit) == (2, 8, 30_000)
+    assert s.sandbox_network is False
+    with pytest.raises(ValidationError, match="size"):
+        RuntimeSettings(sandbox_memory="lots")
+    with pytest.raises(ValidationError, match="exceeds pool_max_total"):
+        RuntimeSettings(pool_min_idle=5, pool_max_total=2, pool_max_idle=5)
+    with pytest.raises(ValidationError, match="workspace kind"):
+        RuntimeSettings(sandbox_workspace="hostpath")
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECKHANDS_POOL_MIN_IDLE", "5")
+    monkeypatch.setenv("DECKHANDS_DOCKER_RUNTIME", "runsc")
+    monkeypatch.setenv("DECKHANDS_SANDBOX_NETWORK", "true")
+    s = RuntimeSettings()
+    assert (s.pool_min_idle, s.docker_runtime, s.sandbox_network) == (5, "runsc", True)
+
+
+def test_every_setting_is_documented() -> None:
+    common = {"nats_url", "redis_url", "metrics_port", "log_level", "max_deliveries",
+              "retry_backoff_s", "retry_backoff_max_s", "ack_wait_s", "stream_max_age_days",
+              "otel_exporter", "otel_endpoint"}
+    undocumented = [name for name, field in RuntimeSettings.model_fields.items()
+                    if name not in common and not field.description]
+    assert undocumented == []
+
+
+def test_hardening_is_the_default() -> None:
+    hc = DockerSandboxes(RuntimeSettings(), "r").host_config()
+    assert hc["network_mode"] == "none"
+    assert hc["read_only"] is True
+    assert hc["cap_drop"] == ["ALL"]
+    assert hc["security_opt"] == ["no-new-privileges"]
+    assert hc["init"] is True
+    assert hc["mem_limit"] == hc["memswap_limit"] == "1g"
+    assert [m["Type"] for m in hc["mounts"]] == ["volume"]
+    assert "binds" not in hc and "volumes" not in hc
+    opted = DockerSandboxes(
+        RuntimeSettings(sandbox_network=True, docker_runtime="runsc", sandbox_workspace="tmpfs"),
+        "r",
+    ).host_config()
+    assert opted["network_mode"] == "bridge"
+    assert opted["runtime"] == "runsc"
+    assert [m["Type"] for m in opted["mounts"]] == ["tmpfs"]
+
+
+def test_task_container_names_are_valid_docker_names() -> None:
+    assert task_container_name("abc123") == "deckhands-task-abc123"
+    odd = task_container_name("user:42/weird id")
+    assert odd.startswith("deckhands-task-h") and len(odd) < 64
+    assert odd == task_container_name("user:42/weird id")
+
+
+def test_observation_ids_are_deterministic() -> None:
+    assert observation_id("a1") == observation_id("a1")
+    assert observation_id("a1") != observation_id("a2")
+    assert len(observation_id("a1")) == 32
+
+
+async def test_pool_target_grows_with_acquisition_rate() -> None:
+    settings = RuntimeSettings(pool_min_idle=2, pool_max_idle=10, pool_scale_window_s=10)
+    pool = WarmPool(settings, DockerSandboxes(settings, "r"))
+    assert pool.target_idle() == 2
+    now = time.monotonic()
+    pool._cold_starts.extend([0.5, 0.5, 0.5])
+    pool._acquired_at.extend(now - i * 0.1 for i in range(40))  # 4 per second
+    assert pool.target_idle() == 2 + 4  # 2 * (4/s * 0.5 s)
+    pool._acquired_at.extend(now for _ in range(400))
+    assert pool.target_idle() == 10  # capped by pool_max_idle
+    pool._acquired_at.clear()
+    pool._acquired_at.append(now - 60)  # outside the window
+    assert pool.target_idle() == 2
+
+
+def test_build_app_does_no_io() -> None:
+    # Unreachable servers: building must still work (the AsyncAPI generator relies on it).
+    app = build_app(
+        RuntimeSettings(nats_url="nats://127.0.0.1:1", redis_url="redis://127.0.0.1:1")
+    )
+    subjects = [sub.subject.broker_address for sub in app.broker.subscribers]  # type: ignore[union-attr]
+    assert subjects == ["deckhands.work.runtime.*"]

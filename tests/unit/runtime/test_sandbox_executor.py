@@ -1,0 +1,151 @@
+"""The in-sandbox executor's protocol and sessions, run as a local process (no Docker).
+
+The executor is standard-library Python: the same file that runs in the image runs here, with
+a temporary directory as its workspace.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXECUTOR = Path(__file__).resolve().parents[3] / "deploy" / "sandbox" / "executor.py"
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("sandbox_executor", EXECUTOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Executor:
+    def __init__(self, workspace: Path) -> None:
+        env = {**os.environ, "DECKHANDS_WORKSPACE": str(workspace),
+               "HOME": str(workspace / ".home")}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(EXECUTOR)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=env, cwd=workspace,
+        )
+        self.n = 0
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.n += 1
+        self.proc.stdin.write((json.dumps({"id": str(self.n), "op": op, **fields}) + "\n").encode())
+        self.proc.stdin.flush()
+        answer: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        assert answer["id"] == str(self.n)
+        return answer
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> Iterator[Executor]:
+    ex = Executor(tmp_path)
+    yield ex
+    ex.close()
+
+
+def test_cut_middle_keeps_head_and_tail_and_counts() -> None:
+    mod = _module()
+    text = "a" * 50 + "b" * 50
+    assert mod.cut_middle("", 0, text, 200) == text
+    cut = mod.cut_middle("", 0, text, 20)
+    assert cut.startswith("a" * 10) and cut.endswith("b" * 10)
+    assert "[... 80 characters cut from the middle of the output ...]" in cut
+    captured = mod.Captured(100)
+    for i in range(20_000):
+        captured.add(f"{i}\n")
+    rendered = captured.render()
+    total = sum(len(f"{i}\n") for i in range(20_000))
+    assert rendered.startswith("0\n1\n2\n") and rendered.endswith("19999\n")
+    assert f"[... {total - 100} characters cut" in rendered
+    assert len(captured.tail) < 100 + 2 * 16_384 + 200  # memory stays bounded
+
+
+def test_ping_and_unknown_op(executor: Executor) -> None:
+    assert executor.call("ping")["ok"] is True
+    bad = executor.call("launch_missiles")
+    assert bad["ok"] is False and bad["code"] == "bad_request"
+
+
+def test_no_output_timeout_then_input_then_ctrl_c(executor: Executor) -> None:
+    quiet = executor.call("bash", command="echo asking; read answer; echo got $answer",
+                          no_output_timeout_s=0.5, timeout_s=10)
+    assert quiet["running"] is True and quiet["exit_code"] == -1
+    assert quiet["output"] == "asking\n"
+    blocked = executor.call("bash", command="echo other")
+    assert blocked["running"] is True and "NOT run" in blocked["note"]
+    answered = executor.call("bash", command="yes", is_input=True, timeout_s=5)
+    assert answered["running"] is False
+    assert (answered["output"], answered["exit_code"]) == ("got yes\n", 0)
+
+    started = time.monotonic()
+    long = executor.call("bash", command="sleep 30", no_output_timeout_s=0.3, timeout_s=60)
+    assert long["running"] is True
+    stopped = executor.call("bash", command="C-c", is_input=True, timeout_s=5)
+    assert stopped["running"] is False and stopped["exit_code"] == 130
+    assert time.monotonic() - started < 5
+    assert executor.call("bash", command="echo fine")["output"] == "fine\n"
+
+
+def test_input_without_a_running_command_is_refused(executor: Executor) -> None:
+    answer = executor.call("bash", command="hello", is_input=True)
+    assert "no command is running" in answer["note"]
+
+
+def test_exit_restarts_the_shell(executor: Executor, tmp_path: Path) -> None:
+    executor.call("bash", command="cd / && sleep 100 &")
+    gone = executor.call("bash", command="exit 3", timeout_s=10)
+    assert gone["exit_code"] == 3 and "new shell" in gone["note"]
+    assert executor.call("bash", command="pwd")["output"].strip() == str(tmp_path)
+
+
+def test_python_cell_that_kills_its_process_loses_variables(executor: Executor) -> None:
+    executor.call("python", code="x = 1")
+    died = executor.call("python", code="import os; os._exit(5)")
+    assert died["exit_code"] == 5 and "variables were lost" in died["note"]
+    again = executor.call("python", code="'x' in globals()")
+    assert again["output"].strip() == "False"
+
+
+def test_editor_commands(executor: Executor, tmp_path: Path) -> None:
+    created = executor.call("edit", command="create", path="m.py", file_text="a = 1\nb = 2\n")
+    assert created["ok"] and "+a = 1" in created["diff"]
+    assert executor.call("edit", command="create", path="m.py", file_text="")["code"] == (
+        "file_exists")
+    replaced = executor.call("edit", command="str_replace", path="m.py", old_str="b = 2",
+                             new_str="b = 3")
+    assert "-b = 2" in replaced["diff"] and "+b = 3" in replaced["diff"]
+    none = executor.call("edit", command="str_replace", path="m.py", old_str="zzz", new_str="")
+    assert none["code"] == "no_match"
+    (tmp_path / "dup.txt").write_text("x\nx\n")
+    many = executor.call("edit", command="str_replace", path="dup.txt", old_str="x", new_str="y")
+    assert many["code"] == "multiple_matches" and "lines 1, 2" in many["error"]
+    inserted = executor.call("edit", command="insert", path="m.py", insert_line=1,
+                             new_str="import os")
+    assert (tmp_path / "m.py").read_text() == "a = 1\nimport os\nb = 3\n"
+    assert "+import os" in inserted["diff"]
+    view = executor.call("edit", command="view", path="m.py", view_range=[2, 3])
+    assert view["content"] == "     2\timport os\n     3\tb = 3"
+    executor.call("edit", command="undo", path="m.py")
+    executor.call("edit", command="undo", path="m.py")
+    assert (tmp_path / "m.py").read_text() == "a = 1\nb = 2\n"
+    executor.call("edit", command="undo", path="m.py")
+    assert not (tmp_path / "m.py").exists()
+    assert executor.call("edit", command="undo", path="m.py")["code"] == "nothing_to_undo"
