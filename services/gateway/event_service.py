@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import nats.errors
 from faststream.nats import NatsBroker
 from nats.aio.subscription import Subscription
@@ -159,8 +160,10 @@ class EventStream:
                     return
                 self._offer_live(msg.data)
         finally:
+            # Cancelled when the client goes away; the clean-up must still run to the end.
+            with anyio.CancelScope(shield=True):
+                await self.close()
             OPEN_STREAMS.dec()
-            await self.close()
 
     def _offer_live(self, data: bytes) -> None:
         try:

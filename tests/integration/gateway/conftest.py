@@ -107,10 +107,20 @@ async def nc(gateway_nats_url: str) -> AsyncIterator[NatsClient]:
     await client.close()
 
 
-@pytest.fixture
-async def storage(nc: NatsClient) -> AsyncIterator[StorageDouble]:
+@pytest.fixture(scope="session")
+async def _storage_double(gateway_nats_url: str) -> AsyncIterator[StorageDouble]:
+    # One long-lived responder, as the real storage service is: a responder that comes and
+    # goes with each test can be reported as "no responders" for a moment after it subscribed.
+    client = await nats.connect(gateway_nats_url)
     double = StorageDouble()
-    sub = await nc.subscribe(HISTORY_SUBJECT, cb=double.handle)
-    await nc.flush()
+    await client.subscribe(HISTORY_SUBJECT, cb=double.handle)
+    await client.flush()
     yield double
-    await sub.unsubscribe()
+    await client.close()
+
+
+@pytest.fixture
+def storage(_storage_double: StorageDouble) -> StorageDouble:
+    _storage_double.answering = True
+    _storage_double.requests.clear()
+    return _storage_double

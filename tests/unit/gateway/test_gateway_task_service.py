@@ -1,0 +1,114 @@
+"""TaskService on real Redis and nats-server: what a failure at each step leaves behind, and
+that a retry with the same Idempotency-Key finishes the job."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from faststream.nats import NatsBroker
+from redis.asyncio import Redis
+
+from services.gateway.errors import PublishFailed, TaskNotFound
+from services.gateway.main import build_gateway_broker
+from services.gateway.settings import GatewaySettings
+from services.gateway.task_service import TaskService, derived_event_id, valid_task_id
+from shared.events import AgentState, new_id
+from shared.state_store import TaskStateStore
+from shared.streams import ensure_streams
+from shared.subjects import WORK_STREAM, Service, work_subject
+from tools.procs import free_port, start_nats
+
+
+def service(redis: Redis, broker: NatsBroker) -> TaskService:
+    return TaskService(
+        TaskStateStore(redis), broker, default_max_iterations=30, idempotency_ttl_s=60
+    )
+
+
+def test_task_ids_and_derived_event_ids() -> None:
+    assert valid_task_id(new_id())
+    for bad in ("", "a.b", "a*", "a>", "a b", "x" * 129, "ü"):
+        assert not valid_task_id(bad)
+    assert derived_event_id("t", "initial") == derived_event_id("t", "initial")
+    assert derived_event_id("t", "initial") != derived_event_id("u", "initial")
+    assert len(derived_event_id("t")) == 32
+
+
+async def test_an_id_that_cannot_be_a_task_is_not_found(redis: Redis, broker: NatsBroker) -> None:
+    with pytest.raises(TaskNotFound, match="not found"):
+        await service(redis, broker).get("a.b.>")
+
+
+@pytest.fixture
+async def nats_without_streams(
+    tmp_path: Path, unit_settings: GatewaySettings
+) -> AsyncIterator[GatewaySettings]:
+    """A JetStream server on which no stream is declared yet: every publish fails."""
+    port = free_port()
+    proc = start_nats(port, tmp_path / "store", tmp_path / "nats.log")
+    yield unit_settings.model_copy(update={"nats_url": f"nats://127.0.0.1:{port}"})
+    proc.terminate()
+    proc.wait(10)
+
+
+async def queued_for_controller(settings: GatewaySettings, task_id: str) -> int:
+    import nats
+
+    nc = await nats.connect(settings.nats_url)
+    try:
+        info = await nc.jetstream().stream_info(
+            WORK_STREAM, subjects_filter=work_subject(Service.CONTROLLER, task_id)
+        )
+        return sum((info.state.subjects or {}).values())
+    finally:
+        await nc.close()
+
+
+async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
+    redis: Redis, nats_without_streams: GatewaySettings
+) -> None:
+    broker = build_gateway_broker(nats_without_streams)
+    await broker.start()
+    try:
+        tasks = service(redis, broker)
+        store = TaskStateStore(redis)
+        text = f"task {new_id()}"
+        with pytest.raises(PublishFailed, match="nothing was accepted") as failure:
+            await tasks.create(text, None)
+        assert failure.value.status_code == 503
+        # The one task it made is ERROR, not LOADING forever: no retry can reach it.
+        states = [await store.load(k.decode().rsplit(":", 1)[1])
+                  async for k in redis.scan_iter("deckhands:task:*")]
+        [made] = [s for s in states if s is not None and s.task == text]
+        assert made.agent_state is AgentState.ERROR
+        assert made.reason == "the task could not be queued for the controller"
+    finally:
+        await broker.stop()
+
+
+async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
+    redis: Redis, nats_without_streams: GatewaySettings
+) -> None:
+    key = new_id()
+    broker = build_gateway_broker(nats_without_streams)
+    await broker.start()
+    try:
+        tasks = service(redis, broker)
+        with pytest.raises(PublishFailed):
+            await tasks.create("build it", 4, idempotency_key=key)
+
+        await ensure_streams(nats_without_streams)  # NATS is back to normal
+        created = await tasks.create("build it", 4, idempotency_key=key)
+        assert created.replayed
+        assert created.state.agent_state is AgentState.LOADING
+        assert created.state.max_iterations == 4
+        assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
+
+        # And again: the first message's id is derived from the task, so it is stored once.
+        again = await tasks.create("build it", 4, idempotency_key=key)
+        assert again.state.task_id == created.state.task_id
+        assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
+    finally:
+        await broker.stop()

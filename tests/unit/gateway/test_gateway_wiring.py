@@ -1,0 +1,68 @@
+"""Settings and wiring: build_app does no I/O, the broker is declared for AsyncAPI."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from faststream.specification import AsyncAPI
+from pydantic import ValidationError
+
+from services.gateway.main import build_app, build_gateway_broker
+from services.gateway.settings import GatewaySettings
+
+
+def test_settings_come_from_deckhands_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PORT", "HOST", "DEFAULT_MAX_ITERATIONS", "SSE_HEARTBEAT_S"):
+        monkeypatch.delenv(f"DECKHANDS_{name}", raising=False)
+    defaults = GatewaySettings()
+    assert (defaults.host, defaults.port) == ("127.0.0.1", 8000)
+    assert defaults.default_max_iterations == 30 and defaults.sse_heartbeat_s == 15
+
+    monkeypatch.setenv("DECKHANDS_PORT", "9123")
+    monkeypatch.setenv("DECKHANDS_HOST", "0.0.0.0")
+    monkeypatch.setenv("DECKHANDS_DEFAULT_MAX_ITERATIONS", "12")
+    monkeypatch.setenv("DECKHANDS_HISTORY_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("DECKHANDS_IDEMPOTENCY_TTL_S", "60")
+    settings = GatewaySettings()
+    assert (settings.host, settings.port, settings.default_max_iterations) == ("0.0.0.0", 9123, 12)
+    assert (settings.history_timeout_s, settings.idempotency_ttl_s) == (2.5, 60)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        ("DECKHANDS_PORT", "70000", "port"),
+        ("DECKHANDS_DEFAULT_MAX_ITERATIONS", "0", "default_max_iterations"),
+        ("DECKHANDS_HISTORY_TIMEOUT_S", "-1", "history_timeout_s"),
+        ("DECKHANDS_NATS_URL", "localhost", "nats_url"),
+    ],
+)
+def test_bad_settings_fail_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, field: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as failure:
+        GatewaySettings()
+    assert field in str(failure.value)
+
+
+async def test_build_app_connects_to_nothing() -> None:
+    # Nothing listens on these ports; building (and serving docs) must not notice.
+    settings = GatewaySettings(nats_url="nats://127.0.0.1:9", redis_url="redis://127.0.0.1:9/0")
+    app = build_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        assert (await http.get("/healthz")).json() == {"status": "ok"}
+        schema = (await http.get("/openapi.json")).json()
+        assert (await http.get("/docs")).status_code == 200
+    create = schema["paths"]["/v1/tasks"]["post"]
+    assert "202" in create["responses"]
+    assert any(p["name"] == "Idempotency-Key" for p in create["parameters"])
+    stream = schema["paths"]["/v1/tasks/{task_id}/events/stream"]["get"]
+    assert any(p["name"] == "Last-Event-ID" for p in stream["parameters"])
+
+
+def test_broker_declares_what_the_gateway_publishes() -> None:
+    document = AsyncAPI(build_gateway_broker(GatewaySettings())).to_specification().to_jsonable()
+    addresses = {channel["address"] for channel in document["channels"].values()}
+    assert {"deckhands.work.controller.*", "deckhands.storage.history"} <= addresses
