@@ -1,0 +1,85 @@
+"""The local OpenAI-compatible server, and how the reasoner reaches it through litellm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .config import MODEL_ALIAS, LocalLLMConfig
+from .model import LocalLLMError
+
+__all__ = [
+    "LITELLM_MODEL",
+    "REASONER_SETTINGS",
+    "llm_env",
+    "server_command",
+    "start_server",
+    "wait_until_serving",
+]
+
+# litellm's name for it: "openai/" = any OpenAI-compatible server at DECKHANDS_LLM_API_BASE.
+LITELLM_MODEL = f"openai/{MODEL_ALIAS}"
+
+# Reasoner settings that suit this 1.5B model on 2 CPU cores (measured on the seed task).
+REASONER_SETTINGS: dict[str, str] = {
+    # llama-cpp-python returns real tool calls only when one is forced; with "auto" the model
+    # writes the call as JSON in its text, which the reasoner reads just as well.
+    "DECKHANDS_LLM_NATIVE_TOOL_CALLING": "true",
+    "DECKHANDS_LLM_TOOL_CHOICE": "auto",
+    # ~10 tokens/s: a reply is a short tool call; cap runaway generations.
+    "DECKHANDS_LLM_MAX_OUTPUT_TOKENS": "512",
+    # The first turn evaluates the whole prompt at ~35 tokens/s on 2 cores.
+    "DECKHANDS_LLM_TIMEOUT_S": "600",
+}
+
+
+def server_command(port: int, config: LocalLLMConfig | None = None) -> list[str]:
+    """The command line that serves the local model on 127.0.0.1:`port`."""
+    return (config or LocalLLMConfig.from_env()).server_argv(sys.executable, port)
+
+
+def llm_env(port: int) -> dict[str, str]:
+    """Environment for the services so the reasoner uses the local server on `port`."""
+    return {
+        "DECKHANDS_LLM_MODEL": LITELLM_MODEL,
+        "DECKHANDS_LLM_API_BASE": f"http://127.0.0.1:{port}/v1",
+        "DECKHANDS_LLM_API_KEY": "local",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        **REASONER_SETTINGS,
+    }
+
+
+def start_server(
+    port: int, log: Path, config: LocalLLMConfig | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the server in its own session (so a stack can stop its whole process group)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        server_command(port, config),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_until_serving(
+    port: int, proc: subprocess.Popen[bytes] | None = None, timeout_s: float = 180.0
+) -> float:
+    """Block until the server lists its model; returns the seconds it took."""
+    started = time.monotonic()
+    url = f"http://127.0.0.1:{port}/v1/models"
+    last = "no answer"
+    while time.monotonic() - started < timeout_s:
+        if proc is not None and proc.poll() is not None:
+            raise LocalLLMError(f"the local LLM server exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return time.monotonic() - started
+        except httpx.HTTPError as exc:
+            last = str(exc) or type(exc).__name__
+        time.sleep(0.5)
+    raise LocalLLMError(f"the local LLM server did not answer {url} in {timeout_s:.0f}s: {last}")
