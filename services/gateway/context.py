@@ -15,7 +15,7 @@ from .event_service import EventService
 from .history import HistoryClient
 from .readiness_service import ReadinessService
 from .settings import GatewaySettings
-from .task_service import TaskService
+from .task_service import TaskDefaults, TaskService
 
 __all__ = [
     "EventServiceDep",
@@ -42,7 +42,12 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     tasks = TaskService(
         store,
         broker,
-        default_max_iterations=settings.default_max_iterations,
+        defaults=TaskDefaults(
+            max_iterations=settings.default_max_iterations,
+            max_budget_usd=settings.default_max_budget_usd,
+            confirmation_mode=settings.default_confirmation_mode,
+            confirmation_threshold=settings.default_confirmation_threshold,
+        ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
     )
     history = HistoryClient(

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared.events import AgentState
-from shared.state import TaskState
+from shared.events import AgentState, RiskLevel
+from shared.state import Awaiting, TaskState
 
 __all__ = [
     "AcceptedEvent",
@@ -17,6 +17,7 @@ __all__ = [
     "EventPage",
     "MessageRequest",
     "ReadinessReport",
+    "SubTaskView",
     "TaskCreated",
     "TaskResultView",
     "TaskUsageView",
@@ -42,6 +43,15 @@ class CreateTaskRequest(_Request):
     task: str = Field(min_length=1, max_length=_MAX_TEXT, description="What the agent should do.")
     max_iterations: int | None = Field(
         default=None, ge=1, le=1000, description="Iteration limit; the server default if absent."
+    )
+    max_budget_usd: float | None = Field(
+        default=None, gt=0, le=10_000, description="LLM spend limit in USD; the server default."
+    )
+    confirmation_mode: bool | None = Field(
+        default=None, description="Risky actions wait for POST .../confirmation; server default."
+    )
+    confirmation_threshold: RiskLevel | None = Field(
+        default=None, description="Lowest risk that needs confirmation; the server default."
     )
 
     _task_not_blank = field_validator("task")(_not_blank)
@@ -86,23 +96,35 @@ class TaskResultView(BaseModel):
     outputs: dict[str, Any]
 
 
-class TaskView(BaseModel):
+def _usage(state: TaskState) -> TaskUsageView:
+    usage = state.usage
+    return TaskUsageView(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+        cost_usd=usage.cost_usd,
+        llm_calls=usage.llm_calls,
+    )
+
+
+def _result(state: TaskState) -> TaskResultView | None:
+    if state.result is None:
+        return None
+    return TaskResultView(final_message=state.result.final_message, outputs=state.result.outputs)
+
+
+class SubTaskView(BaseModel):
     id: str
     task: str
     state: AgentState
     reason: str
     iterations: int
     max_iterations: int
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
     usage: TaskUsageView
-    result: TaskResultView | None = Field(description="Present once the task has finished.")
+    result: TaskResultView | None
 
     @classmethod
-    def from_state(cls, state: TaskState) -> TaskView:
-        usage = state.usage
-        result = state.result
+    def from_state(cls, state: TaskState) -> SubTaskView:
         return cls(
             id=state.task_id,
             task=state.task,
@@ -110,19 +132,56 @@ class TaskView(BaseModel):
             reason=state.reason,
             iterations=state.iteration,
             max_iterations=state.max_iterations,
+            usage=_usage(state),
+            result=_result(state),
+        )
+
+
+class TaskView(BaseModel):
+    id: str
+    task: str
+    state: AgentState
+    reason: str
+    iterations: int
+    max_iterations: int
+    max_budget_usd: float | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    usage: TaskUsageView
+    result: TaskResultView | None = Field(description="Present once the task has finished.")
+    confirmation_mode: bool
+    confirmation_threshold: RiskLevel
+    awaiting: Awaiting = Field(description="Which answer the task is waiting for.")
+    pending_action: dict[str, Any] | None = Field(
+        description="The runnable action under review, running, or awaiting confirmation "
+        "(its `id` is the `action_id` to confirm)."
+    )
+    parent_task_id: str | None
+    sub_tasks: list[SubTaskView] = Field(description="Tasks this one delegated, oldest first.")
+
+    @classmethod
+    def from_state(cls, state: TaskState, sub_tasks: list[TaskState] | None = None) -> TaskView:
+        pending = state.pending_action
+        return cls(
+            id=state.task_id,
+            task=state.task,
+            state=state.agent_state,
+            reason=state.reason,
+            iterations=state.iteration,
+            max_iterations=state.max_iterations,
+            max_budget_usd=state.max_budget_usd,
             created_at=state.created_at,
             updated_at=state.updated_at,
             finished_at=state.finished_at,
-            usage=TaskUsageView(
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                total_tokens=usage.prompt_tokens + usage.completion_tokens,
-                cost_usd=usage.cost_usd,
-                llm_calls=usage.llm_calls,
-            ),
-            result=None
-            if result is None
-            else TaskResultView(final_message=result.final_message, outputs=result.outputs),
+            usage=_usage(state),
+            result=_result(state),
+            confirmation_mode=state.confirmation_mode,
+            confirmation_threshold=state.confirmation_threshold,
+            awaiting=state.awaiting,
+            pending_action=None if pending is None else pending.model_dump(mode="json"),
+            parent_task_id=state.parent_task_id,
+            sub_tasks=[SubTaskView.from_state(sub) for sub in sub_tasks or []],
         )
 
 

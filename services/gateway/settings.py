@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from shared.events import RiskLevel
 from shared.settings import CommonSettings
 
 __all__ = ["GatewaySettings"]
@@ -15,6 +16,15 @@ class GatewaySettings(CommonSettings):
 
     default_max_iterations: int = Field(
         default=30, ge=1, le=1000, description="Iteration limit of a task that names none."
+    )
+    default_max_budget_usd: float | None = Field(
+        default=None, gt=0, description="Budget of a task that names none; unset: no budget."
+    )
+    default_confirmation_mode: bool = Field(
+        default=False, description="Whether risky actions wait for the user's approval."
+    )
+    default_confirmation_threshold: RiskLevel = Field(
+        default=RiskLevel.HIGH, description="Lowest risk that needs approval in that mode."
     )
     history_timeout_s: float = Field(
         default=5.0, gt=0, description="How long to wait for the storage service's answer."

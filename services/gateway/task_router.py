@@ -18,6 +18,7 @@ from .models import (
     TaskCreated,
     TaskView,
 )
+from .task_service import NewTask
 
 __all__ = ["router"]
 
@@ -53,7 +54,14 @@ async def create_task(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> TaskCreated:
-    created = await tasks.create(body.task, body.max_iterations, idempotency_key)
+    new = NewTask(
+        task=body.task,
+        max_iterations=body.max_iterations,
+        max_budget_usd=body.max_budget_usd,
+        confirmation_mode=body.confirmation_mode,
+        confirmation_threshold=body.confirmation_threshold,
+    )
+    created = await tasks.create(new, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
     if created.replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -62,7 +70,8 @@ async def create_task(
 
 @router.get("/{task_id}", response_model=TaskView, responses=_NOT_FOUND, summary="A task's state")
 async def get_task(task_id: str, tasks: TaskServiceDep) -> TaskView:
-    return TaskView.from_state(await tasks.get(task_id))
+    state, sub_tasks = await tasks.get_with_sub_tasks(task_id)
+    return TaskView.from_state(state, sub_tasks)
 
 
 def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:

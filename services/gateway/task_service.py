@@ -17,6 +17,7 @@ from shared.events import (
     EventBase,
     EventSource,
     MessageAction,
+    RiskLevel,
     new_id,
 )
 from shared.publishing import publish_event_to
@@ -26,7 +27,14 @@ from shared.subjects import Service
 
 from .errors import IdempotencyConflict, PublishFailed, StorageUnavailable, TaskNotFound
 
-__all__ = ["CreatedTask", "TaskService", "derived_event_id", "valid_task_id"]
+__all__ = [
+    "CreatedTask",
+    "NewTask",
+    "TaskDefaults",
+    "TaskService",
+    "derived_event_id",
+    "valid_task_id",
+]
 
 log = logging.getLogger("deckhands.gateway.tasks")
 
@@ -51,6 +59,25 @@ def derived_event_id(*parts: str) -> str:
 
 
 @dataclass(frozen=True)
+class NewTask:
+    """What a client asks for; None means the server's default."""
+
+    task: str
+    max_iterations: int | None = None
+    max_budget_usd: float | None = None
+    confirmation_mode: bool | None = None
+    confirmation_threshold: RiskLevel | None = None
+
+
+@dataclass(frozen=True)
+class TaskDefaults:
+    max_iterations: int = 30
+    max_budget_usd: float | None = None
+    confirmation_mode: bool = False
+    confirmation_threshold: RiskLevel = RiskLevel.HIGH
+
+
+@dataclass(frozen=True)
 class CreatedTask:
     state: TaskState
     replayed: bool  # an earlier request with the same Idempotency-Key made this task
@@ -62,28 +89,35 @@ class TaskService:
         store: TaskStateStore,
         broker: NatsBroker,
         *,
-        default_max_iterations: int,
+        defaults: TaskDefaults,
         idempotency_ttl_s: int,
     ) -> None:
         self.store = store
         self.broker = broker
-        self.default_max_iterations = default_max_iterations
+        self.defaults = defaults
         self.idempotency_ttl_s = idempotency_ttl_s
 
     async def get(self, task_id: str) -> TaskState:
         if not valid_task_id(task_id):
             raise TaskNotFound(task_id)
-        try:
-            state = await self.store.load(task_id)
-        except RedisError as exc:
-            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
+        state = await self._load(task_id)
         if state is None:
             raise TaskNotFound(task_id)
         return state
 
-    async def create(
-        self, task: str, max_iterations: int | None, idempotency_key: str | None = None
-    ) -> CreatedTask:
+    async def get_with_sub_tasks(self, task_id: str) -> tuple[TaskState, list[TaskState]]:
+        """The task and the sub-tasks it delegated (those whose State exists)."""
+        state = await self.get(task_id)
+        subs = [await self._load(sub_id) for sub_id in state.sub_tasks]
+        return state, [sub for sub in subs if sub is not None]
+
+    async def _load(self, task_id: str) -> TaskState | None:
+        try:
+            return await self.store.load(task_id)
+        except RedisError as exc:
+            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
+
+    async def create(self, new: NewTask, idempotency_key: str | None = None) -> CreatedTask:
         """Save the task's State, then queue its first user message for the controller.
 
         With an Idempotency-Key every step is safe to repeat, so a retry after any partial
@@ -106,8 +140,8 @@ class TaskService:
             replayed = task_id != candidate
             state = await self.store.load(task_id) if replayed else None
             if state is None:
-                state = await self._create_state(task_id, task, max_iterations)
-            elif state.task != task:
+                state = await self._create_state(task_id, new)
+            elif state.task != new.task:
                 raise IdempotencyConflict(
                     "this Idempotency-Key was already used for a different task; "
                     "use a new key for a new task"
@@ -133,14 +167,23 @@ class TaskService:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
 
-    async def _create_state(
-        self, task_id: str, task: str, max_iterations: int | None
-    ) -> TaskState:
+    async def _create_state(self, task_id: str, new: NewTask) -> TaskState:
+        d = self.defaults
+        max_iterations = new.max_iterations or d.max_iterations
+        budget = new.max_budget_usd if new.max_budget_usd is not None else d.max_budget_usd
         state = TaskState(
             task_id=task_id,
-            task=task,
+            task=new.task,
             agent_state=AgentState.LOADING,
-            max_iterations=max_iterations or self.default_max_iterations,
+            # The initial limits are what a resuming user message adds again (seed 001).
+            max_iterations=max_iterations,
+            initial_max_iterations=max_iterations,
+            max_budget_usd=budget,
+            initial_budget_usd=budget,
+            confirmation_mode=d.confirmation_mode
+            if new.confirmation_mode is None
+            else new.confirmation_mode,
+            confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
         )
         if await self.store.create(state):
             return state.model_copy(update={"version": 1})

@@ -7,7 +7,6 @@ controller that never comes, and must not be picked up by another suite's contro
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
-from gateway_doubles import StorageDouble
+from gateway_doubles import StorageDouble, gateway_env
 from nats.aio.client import Client as NatsClient
 
 from services.gateway.settings import GatewaySettings
@@ -49,20 +48,6 @@ async def gateway_settings(gateway_nats_url: str, redis_url: str) -> GatewaySett
     )
     await ensure_streams(settings)
     return settings
-
-
-def gateway_env(settings: GatewaySettings) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DECKHANDS_NATS_URL": settings.nats_url,
-        "DECKHANDS_REDIS_URL": settings.redis_url,
-        "DECKHANDS_HOST": settings.host,
-        "DECKHANDS_PORT": str(settings.port),
-        "DECKHANDS_HISTORY_TIMEOUT_S": str(settings.history_timeout_s),
-        "DECKHANDS_SSE_HEARTBEAT_S": str(settings.sse_heartbeat_s),
-        "DECKHANDS_SSE_GAP_RETRY_S": str(settings.sse_gap_retry_s),
-        "DECKHANDS_DEFAULT_MAX_ITERATIONS": "30",
-    }
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,18 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
+from services.gateway.settings import GatewaySettings
 from shared.commands import HistoryReply, HistoryRequest
 from shared.subjects import WORK_STREAM, Service, work_subject
 
-__all__ = ["SseFrame", "SseReader", "StorageDouble", "controller_inbox", "sse_frames"]
+__all__ = [
+    "SseFrame",
+    "SseReader",
+    "StorageDouble",
+    "controller_inbox",
+    "gateway_env",
+    "sse_frames",
+]
 
 
 class StorageDouble:
@@ -180,3 +189,17 @@ class SseReader:
             await self._task
         except (asyncio.CancelledError, httpx.HTTPError):
             pass
+
+
+def gateway_env(settings: GatewaySettings) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DECKHANDS_NATS_URL": settings.nats_url,
+        "DECKHANDS_REDIS_URL": settings.redis_url,
+        "DECKHANDS_HOST": settings.host,
+        "DECKHANDS_PORT": str(settings.port),
+        "DECKHANDS_HISTORY_TIMEOUT_S": str(settings.history_timeout_s),
+        "DECKHANDS_SSE_HEARTBEAT_S": str(settings.sse_heartbeat_s),
+        "DECKHANDS_SSE_GAP_RETRY_S": str(settings.sse_gap_retry_s),
+        "DECKHANDS_DEFAULT_MAX_ITERATIONS": "30",
+    }

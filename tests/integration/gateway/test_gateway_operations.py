@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import gateway_env
+from gateway_doubles import gateway_env
 
 from services.gateway.main import build_app
 from services.gateway.settings import GatewaySettings

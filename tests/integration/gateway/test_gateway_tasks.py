@@ -11,8 +11,8 @@ from gateway_doubles import controller_inbox
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
-from shared.events import AgentState, new_id
-from shared.state import TaskState
+from shared.events import AgentState, CmdRunAction, EventSource, new_id
+from shared.state import Awaiting, TaskResult, TaskState
 from shared.state_store import TaskStateStore
 
 SEED = "Write a Python script that prints the squares of 1 to 10 and run it"
@@ -77,6 +77,69 @@ async def test_finished_task_shows_result_and_usage(
     assert task["iterations"] == 3 and task["finished_at"] is not None
     assert task["result"] == {"final_message": "10 squared is 100", "outputs": {"file": "sq.py"}}
     assert task["usage"]["total_tokens"] == 15 and task["usage"]["cost_usd"] == 0.25
+
+
+async def test_limits_and_confirmation_mode_are_set_per_task(
+    http: httpx.AsyncClient, redis: Redis
+) -> None:
+    body = {
+        "task": "x", "max_iterations": 5, "max_budget_usd": 0.5,
+        "confirmation_mode": True, "confirmation_threshold": "MEDIUM",
+    }
+    created = (await http.post("/v1/tasks", json=body)).json()
+    state = await TaskStateStore(redis).load(created["id"])
+    assert state is not None
+    # The initial limits are what a resuming user message adds again.
+    assert (state.max_iterations, state.initial_max_iterations) == (5, 5)
+    assert (state.max_budget_usd, state.initial_budget_usd) == (0.5, 0.5)
+    assert state.confirmation_mode and state.confirmation_threshold == "MEDIUM"
+    task = (await http.get(f"/v1/tasks/{created['id']}")).json()
+    assert task["max_budget_usd"] == 0.5
+    assert (task["confirmation_mode"], task["confirmation_threshold"]) == (True, "MEDIUM")
+
+    # Server defaults (no budget, confirmation off) when the body names none.
+    created = (await http.post("/v1/tasks", json={"task": "x"})).json()
+    task = (await http.get(f"/v1/tasks/{created['id']}")).json()
+    assert task["max_budget_usd"] is None
+    assert (task["confirmation_mode"], task["confirmation_threshold"]) == (False, "HIGH")
+    assert (task["awaiting"], task["pending_action"], task["sub_tasks"]) == ("nothing", None, [])
+
+
+async def test_task_shows_its_pending_action_and_sub_tasks(
+    http: httpx.AsyncClient, redis: Redis
+) -> None:
+    store = TaskStateStore(redis)
+    parent_id = (await http.post("/v1/tasks", json={"task": "parent"})).json()["id"]
+    child = TaskState(
+        task_id=new_id(), task="child", max_iterations=3, parent_task_id=parent_id,
+        agent_state=AgentState.FINISHED, iteration=2,
+        result=TaskResult(final_message="child done", outputs={"n": 1}),
+    )
+    assert await store.create(child)
+    parent = await store.load(parent_id)
+    assert parent is not None
+    action = CmdRunAction(task_id=parent_id, source=EventSource.AGENT, command="rm -rf build")
+    await store.save(
+        parent.model_copy(
+            update={
+                "agent_state": AgentState.AWAITING_USER_CONFIRMATION,
+                "awaiting": Awaiting.CONFIRMATION,
+                "awaiting_id": action.id,
+                "pending_action": action,
+                "sub_tasks": [child.task_id, new_id()],  # the second one's State is gone
+            }
+        )
+    )
+    task = (await http.get(f"/v1/tasks/{parent_id}")).json()
+    assert task["state"] == "AWAITING_USER_CONFIRMATION" and task["awaiting"] == "confirmation"
+    assert task["pending_action"]["id"] == action.id
+    assert task["pending_action"]["command"] == "rm -rf build"
+    [sub] = task["sub_tasks"]
+    assert (sub["id"], sub["task"], sub["state"], sub["iterations"]) == (
+        child.task_id, "child", "FINISHED", 2,
+    )
+    assert sub["result"] == {"final_message": "child done", "outputs": {"n": 1}}
+    assert (await http.get(f"/v1/tasks/{child.task_id}")).json()["parent_task_id"] == parent_id
 
 
 async def test_same_idempotency_key_gives_the_same_task_and_one_message(
@@ -257,6 +320,8 @@ async def test_bad_bodies_are_422_naming_the_field(http: httpx.AsyncClient) -> N
         ("/v1/tasks", {"task": "x", "max_iterations": 0}, "max_iterations"),
         ("/v1/tasks", {"task": "x", "max_iterations": 1001}, "max_iterations"),
         ("/v1/tasks", {"task": "x", "max_iteration": 3}, "max_iteration"),
+        ("/v1/tasks", {"task": "x", "max_budget_usd": 0}, "max_budget_usd"),
+        ("/v1/tasks", {"task": "x", "confirmation_threshold": "EXTREME"}, "confirmation_threshold"),
         (f"/v1/tasks/{task_id}/messages", {}, "content"),
         (f"/v1/tasks/{task_id}/confirmation", {"action_id": "a"}, "approve"),
     ]

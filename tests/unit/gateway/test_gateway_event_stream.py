@@ -19,6 +19,7 @@ from services.gateway.context import build_context
 from services.gateway.errors import StorageUnavailable, TaskNotFound
 from services.gateway.event_service import EventService, EventStream
 from services.gateway.settings import GatewaySettings
+from services.gateway.task_service import NewTask
 from shared.commands import HistoryReply, HistoryRequest
 from shared.events import new_id
 from shared.subjects import event_subject
@@ -57,7 +58,7 @@ async def events(
 
 @pytest.fixture
 async def task_id(events: EventService) -> str:
-    created = await events.tasks.create("x", None)
+    created = await events.tasks.create(NewTask("x"))
     return created.state.task_id
 
 

@@ -13,7 +13,13 @@ from redis.asyncio import Redis
 from services.gateway.errors import PublishFailed, TaskNotFound
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
-from services.gateway.task_service import TaskService, derived_event_id, valid_task_id
+from services.gateway.task_service import (
+    NewTask,
+    TaskDefaults,
+    TaskService,
+    derived_event_id,
+    valid_task_id,
+)
 from shared.events import AgentState, new_id
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
@@ -23,7 +29,7 @@ from tools.procs import free_port, start_nats
 
 def service(redis: Redis, broker: NatsBroker) -> TaskService:
     return TaskService(
-        TaskStateStore(redis), broker, default_max_iterations=30, idempotency_ttl_s=60
+        TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60
     )
 
 
@@ -76,7 +82,7 @@ async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
         store = TaskStateStore(redis)
         text = f"task {new_id()}"
         with pytest.raises(PublishFailed, match="nothing was accepted") as failure:
-            await tasks.create(text, None)
+            await tasks.create(NewTask(text))
         assert failure.value.status_code == 503
         # The one task it made is ERROR, not LOADING forever: no retry can reach it.
         states = [await store.load(k.decode().rsplit(":", 1)[1])
@@ -97,17 +103,17 @@ async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
     try:
         tasks = service(redis, broker)
         with pytest.raises(PublishFailed):
-            await tasks.create("build it", 4, idempotency_key=key)
+            await tasks.create(NewTask("build it", max_iterations=4), idempotency_key=key)
 
         await ensure_streams(nats_without_streams)  # NATS is back to normal
-        created = await tasks.create("build it", 4, idempotency_key=key)
+        created = await tasks.create(NewTask("build it", max_iterations=4), idempotency_key=key)
         assert created.replayed
         assert created.state.agent_state is AgentState.LOADING
         assert created.state.max_iterations == 4
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
 
         # And again: the first message's id is derived from the task, so it is stored once.
-        again = await tasks.create("build it", 4, idempotency_key=key)
+        again = await tasks.create(NewTask("build it", max_iterations=4), idempotency_key=key)
         assert again.state.task_id == created.state.task_id
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
     finally:
