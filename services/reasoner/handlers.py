@@ -1,9 +1,15 @@
-"""Answers a StepRequest: history from storage, prompt, LLM call, one event for the controller."""
+"""Answers a StepRequest: history from storage, prompt, LLM call, one event for the controller.
+
+In order: a task with a stored trajectory gets its next recorded action (no LLM call); a prompt
+over budget gets a CondensationAction; otherwise the LLM decides. While the LLM call waits out a
+rate limit, the controller gets a RATE_LIMITED notice (a ChangeAgentStateAction) per attempt.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,18 +17,29 @@ from typing import Any
 from faststream.nats import NatsBroker
 from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
+from redis.asyncio import Redis
 
 from shared.commands import StepRequest
 from shared.delivery import PermanentError
 from shared.publishing import publish_event_to
 from shared.subjects import Service
+from shared.trajectory import TrajectoryError, load_trajectory
 
+from .condenser import TokenCounter, plan_condensation, summary_lines
 from .history import fetch_history
-from .llm import LLMCallError, LLMClient
-from .metrics import STEP_ANSWERS
-from .prompt import NoTaskError, build_messages
-from .replies import ReasonerEvent, event_for_reply, llm_error_event
+from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
+from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
+from .prompt import NoTaskError, PromptView, prompt_view
+from .replay import replayed_action
+from .replies import (
+    ReasonerEvent,
+    condensation_event,
+    event_for_reply,
+    llm_error_event,
+    rate_limited_event,
+)
 from .settings import ReasonerSettings
+from .tools import TOOL_SPECS
 
 __all__ = ["StepHandler"]
 
@@ -62,41 +79,133 @@ async def _still_working(message: Any, every_s: float) -> AsyncIterator[None]:
             await task
 
 
+def _surely_within(view: PromptView, native: bool, budget: int) -> bool:
+    """True when the prompt cannot reach `budget` tokens: a token is at least one character,
+    and ASCII-escaped JSON spends 6 on a character that may take several tokens."""
+    size = len(json.dumps(view.messages())) + (len(json.dumps(TOOL_SPECS)) if native else 0)
+    return size <= budget
+
+
 class StepHandler:
-    def __init__(self, broker: NatsBroker, settings: ReasonerSettings, llm: LLMClient) -> None:
+    def __init__(
+        self,
+        broker: NatsBroker,
+        settings: ReasonerSettings,
+        llm: LLMClient,
+        redis: Redis | None = None,
+    ) -> None:
         self.broker = broker
         self.settings = settings
         self.llm = llm
+        self.redis = redis  # set at start-up; None: no trajectories to replay
+        self.tokens = TokenCounter(settings.llm_model)
 
     async def on_step(self, step: StepRequest, msg: NatsMessage) -> None:
         raw = _jetstream_msg(msg)
         delivered = raw.metadata.num_delivered if raw is not None else 1
         last_attempt = delivered >= self.settings.max_deliveries
         async with _still_working(msg, max(1.0, self.settings.ack_wait_s / 3)):
-            event = await self.answer(step, last_attempt=last_attempt)
+            event = await self.answer(
+                step, last_attempt=last_attempt, on_rate_limit=self._rate_limit_notice(step)
+            )
         await publish_event_to(self.broker, Service.CONTROLLER, event)
         STEP_ANSWERS.labels(event.kind).inc()
         log.info("task %s step %d: %s", step.task_id, step.iteration, event.kind)
 
-    async def answer(self, step: StepRequest, *, last_attempt: bool = False) -> ReasonerEvent:
+    def _rate_limit_notice(self, step: StepRequest) -> RateLimitNotice:
+        async def notify(attempt: int, wait_s: float) -> None:
+            try:
+                await publish_event_to(
+                    self.broker, Service.CONTROLLER, rate_limited_event(step, attempt, wait_s)
+                )
+            except Exception as exc:  # a notice is for show: never fail the step over it
+                log.warning("task %s: RATE_LIMITED notice not sent: %s", step.task_id, exc)
+
+        return notify
+
+    async def _trajectory(self, task_id: str) -> list[dict[str, Any]] | None:
+        if self.redis is None:
+            return None
+        try:
+            return await load_trajectory(self.redis, task_id)
+        except TrajectoryError as exc:
+            # Only a hand-written key can be corrupt (the gateway checks what it saves): the
+            # task goes on with the LLM rather than hang.
+            log.error("task %s: unusable trajectory, using the LLM: %s", task_id, exc)
+            return None
+
+    async def answer(
+        self,
+        step: StepRequest,
+        *,
+        last_attempt: bool = False,
+        on_rate_limit: RateLimitNotice | None = None,
+    ) -> ReasonerEvent:
         s = self.settings
+        trajectory = await self._trajectory(step.task_id)
         events = await fetch_history(
             self.broker, step.task_id, step.after_seq,
             wait_s=s.history_wait_s, request_timeout_s=s.history_request_timeout_s,
             page_size=s.history_page_size,
         )
+        if trajectory is not None:
+            replayed = replayed_action(step, trajectory, events)
+            if replayed is not None:
+                REASONER_REPLAYED.inc()
+                return replayed  # type: ignore[no-any-return]
         native = self.llm.native
         try:
-            messages = build_messages(
-                events, native=native, max_observation_chars=s.max_observation_chars
-            )
+            view = prompt_view(events, native=native, max_observation_chars=s.max_observation_chars)
         except NoTaskError as exc:
             raise PermanentError(f"task {step.task_id}: {exc}") from exc
+        condensed = await self._condense(step, view, events, native, force=False)
+        if condensed is not None:
+            return condensed
         try:
-            reply = await self.llm.complete(messages, native=native)
+            reply = await self.llm.complete(
+                view.messages(), native=native, on_rate_limit=on_rate_limit
+            )
+        except ContextWindowExceeded as exc:
+            condensed = await self._condense(step, view, events, native, force=True)
+            if condensed is not None:
+                return condensed
+            # Redelivering cannot shrink the prompt: tell the agent (and the user) now.
+            return llm_error_event(
+                step, f"{exc} (and the history cannot be condensed any further)"
+            )
         except LLMCallError as exc:
             if last_attempt:
                 # Redelivering cannot help any more: let the agent (and the user) see why.
                 return llm_error_event(step, str(exc))
             raise
         return event_for_reply(step, reply, native=native)
+
+    async def _condense(
+        self, step: StepRequest, view: PromptView, events: list[Any], native: bool, *, force: bool
+    ) -> ReasonerEvent | None:
+        s = self.settings
+        if not force and s.llm_max_input_tokens <= 0:
+            return None
+        if not force and _surely_within(view, native, s.llm_max_input_tokens):
+            return None  # spares tokenizing the whole prompt on every short step
+        plan = await asyncio.to_thread(
+            plan_condensation,
+            view,
+            summary_lines(events, view.task_seq),
+            count=self.tokens,
+            native=native,
+            budget=s.llm_max_input_tokens,
+            target_fraction=s.condenser_target_fraction,
+            keep_recent=s.condenser_keep_recent,
+            max_summary_chars=s.condenser_max_summary_chars,
+            force=force,
+        )
+        if plan is None:
+            return None
+        trigger = "context_window" if force else "budget"
+        REASONER_CONDENSATIONS.labels(trigger).inc()
+        log.info(
+            "task %s: condensing up to seq %d (%s): about %d -> %d prompt tokens",
+            step.task_id, plan.forgotten_up_to_seq, trigger, plan.tokens_before, plan.tokens_after,
+        )
+        return condensation_event(step, plan.forgotten_up_to_seq, plan.summary)

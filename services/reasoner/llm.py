@@ -1,4 +1,14 @@
-"""The one place that talks to the LLM, through litellm, whatever the provider."""
+"""The one place that talks to the LLM, through litellm, whatever the provider.
+
+Retries are ours, not litellm's (litellm and the OpenAI SDK it uses are told not to retry), so
+that each kind of failure is handled its own way:
+- a rate limit is waited out, honouring the provider's Retry-After, for up to
+  `llm_rate_limit_max_wait_s`; before each wait the caller is told (the task shows RATE_LIMITED);
+- a timeout, a connection error or a 5xx is retried `llm_num_retries` times with backoff;
+- a context window overflow raises ContextWindowExceeded at once: the condenser takes over;
+- anything else, or a failure that outlasts its retries, raises LLMCallError, and the step goes
+  back to JetStream for redelivery.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +16,25 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from shared.events import LLMUsage
 
-from .metrics import LLM_CALLS, LLM_COMPLETION_TOKENS, LLM_COST, LLM_LATENCY, LLM_PROMPT_TOKENS
+from .metrics import (
+    LLM_CALLS,
+    LLM_COMPLETION_TOKENS,
+    LLM_COST,
+    LLM_LATENCY,
+    LLM_PROMPT_TOKENS,
+    LLM_RATE_LIMIT_WAIT,
+)
 from .replies import LLMReply
 from .settings import ReasonerSettings
 from .tools import TOOL_SPECS, ToolCall
 
-__all__ = ["LLMCallError", "LLMClient"]
+__all__ = ["ContextWindowExceeded", "LLMCallError", "LLMClient", "RateLimitNotice", "retry_after_s"]
 
 log = logging.getLogger("deckhands.reasoner.llm")
 
@@ -27,7 +46,62 @@ _PLACEHOLDER_KEY = "no-key"
 
 
 class LLMCallError(Exception):
-    """The LLM could not be reached or failed, after litellm's own retries."""
+    """The LLM could not be reached or failed, after our retries."""
+
+
+class ContextWindowExceeded(LLMCallError):
+    """The provider refused the prompt as longer than the model's context window."""
+
+
+# Called before each wait on a rate limit with the attempt number (1, 2...) and the wait in s.
+RateLimitNotice = Callable[[int, float], Awaitable[None]]
+
+
+def _headers(exc: BaseException) -> dict[str, str]:
+    found: dict[str, str] = {}
+    response = getattr(exc, "response", None)
+    for source in (
+        getattr(response, "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+        getattr(exc, "headers", None),
+    ):
+        try:
+            found.update({str(k).lower(): str(v) for k, v in (source or {}).items()})
+        except (AttributeError, TypeError):
+            continue
+    return found
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The provider's Retry-After (or retry-after-ms) on an error, in seconds, if it gave one."""
+    headers = _headers(exc)
+    try:
+        if "retry-after-ms" in headers:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = parsedate_to_datetime(value)  # the HTTP-date form
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _kind(litellm: Any, exc: BaseException) -> str:
+    """'context_window', 'rate_limit', 'transient' (worth retrying) or 'fatal'."""
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return "context_window"
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.RateLimitError) or status == 429:
+        return "rate_limit"
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+        return "transient"
+    if isinstance(status, int) and status >= 500:
+        return "transient"
+    return "fatal"
 
 
 def _litellm() -> Any:
@@ -81,7 +155,10 @@ class LLMClient:
             "messages": messages,
             "temperature": s.llm_temperature,
             "timeout": s.llm_timeout_s,
-            "num_retries": s.llm_num_retries,
+            # No retries inside litellm or the OpenAI SDK: `complete` retries each kind of
+            # failure its own way (a hidden wait on a rate limit would not show RATE_LIMITED).
+            "num_retries": 0,
+            "max_retries": 0,
             "drop_params": True,  # a provider that lacks an option ignores it instead of failing
         }
         if s.llm_api_base:
@@ -97,18 +174,61 @@ class LLMClient:
             kwargs["tool_choice"] = s.llm_tool_choice
         return kwargs
 
-    async def complete(self, messages: list[dict[str, Any]], *, native: bool) -> LLMReply:
+    def _backoff(self, attempt: int, exc: BaseException) -> float:
+        s = self.settings
+        wait = s.llm_retry_backoff_s * 2 ** (attempt - 1)
+        asked = retry_after_s(exc)
+        if asked is not None:
+            # Never sooner than the provider asks; never a busy loop on "Retry-After: 0".
+            wait = max(asked, s.llm_retry_backoff_s)
+        return min(wait, s.llm_retry_backoff_max_s)
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        native: bool,
+        on_rate_limit: RateLimitNotice | None = None,
+    ) -> LLMReply:
+        s = self.settings
         litellm = _litellm()
-        started = time.perf_counter()
-        try:
-            response = await litellm.acompletion(**self._request(messages, native))
-        except Exception as exc:
-            LLM_CALLS.labels(self.model, type(exc).__name__).inc()
-            raise LLMCallError(f"{type(exc).__name__}: {exc}") from exc
-        latency = time.perf_counter() - started
-        LLM_LATENCY.labels(self.model).observe(latency)
-        LLM_CALLS.labels(self.model, "ok").inc()
-        return self._reply(litellm, response, latency)
+        failures = rate_limits = 0
+        waited_s = 0.0
+        while True:
+            started = time.perf_counter()
+            try:
+                response = await litellm.acompletion(**self._request(messages, native))
+            except Exception as exc:
+                LLM_CALLS.labels(self.model, type(exc).__name__).inc()
+                kind = _kind(litellm, exc)
+                problem = f"{type(exc).__name__}: {exc}"
+                if kind == "context_window":
+                    raise ContextWindowExceeded(problem) from exc
+                if kind == "rate_limit":
+                    rate_limits += 1
+                    wait = self._backoff(rate_limits, exc)
+                    if waited_s + wait > s.llm_rate_limit_max_wait_s:
+                        raise LLMCallError(
+                            f"still rate limited after waiting {waited_s:.0f}s: {problem}"
+                        ) from exc
+                    log.info("LLM rate limit, attempt %d: retrying in %.1fs", rate_limits, wait)
+                    if on_rate_limit is not None:
+                        await on_rate_limit(rate_limits, wait)
+                    LLM_RATE_LIMIT_WAIT.labels(self.model).inc(wait)
+                    await asyncio.sleep(wait)
+                    waited_s += wait
+                    continue
+                if kind == "transient" and failures < s.llm_num_retries:
+                    failures += 1
+                    wait = self._backoff(failures, exc)
+                    log.info("LLM call failed (%s), retry %d in %.1fs", problem, failures, wait)
+                    await asyncio.sleep(wait)
+                    continue
+                raise LLMCallError(problem) from exc
+            latency = time.perf_counter() - started
+            LLM_LATENCY.labels(self.model).observe(latency)
+            LLM_CALLS.labels(self.model, "ok").inc()
+            return self._reply(litellm, response, latency)
 
     def _reply(self, litellm: Any, response: Any, latency_s: float) -> LLMReply:
         message = response.choices[0].message

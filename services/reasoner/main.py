@@ -7,6 +7,7 @@ import sys
 
 from faststream import FastStream
 from pydantic import ValidationError
+from redis.asyncio import Redis
 
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import HistoryRequest
@@ -16,7 +17,7 @@ from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .handlers import StepHandler
 from .llm import LLMClient
-from .replies import ReasonerEvent
+from .replies import ReasonerMessage
 from .settings import ReasonerSettings
 
 __all__ = ["build_app", "main"]
@@ -40,9 +41,12 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         work_subject(Service.CONTROLLER, "*"),
         stream=WORK,
         title="reasoner.actions",
-        description="The one Action answering each step (cause = the step request id), or an "
-        "ErrorObservation (error_code bad_llm_reply or llm_error).",
-        schema=ReasonerEvent,
+        description="The one event answering each step (cause = the step request id): an "
+        "Action, a CondensationAction when the prompt had to be condensed first, or an "
+        "ErrorObservation (error_code bad_llm_reply or llm_error). Before it, while the LLM call "
+        "waits out a rate limit: a ChangeAgentStateAction (source SYSTEM, agent_state "
+        "RATE_LIMITED, same cause) per attempt.",
+        schema=ReasonerMessage,
     )
     broker.publisher(
         HISTORY_SUBJECT,
@@ -58,7 +62,22 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         settings.require_llm()
         setup_metrics(settings)
         await ensure_streams(settings)
+        # Trajectories to replay are in Redis; a reasoner that cannot reach it must not start
+        # and then quietly call the LLM for a task that should have been replayed.
+        redis = Redis.from_url(settings.redis_url)
+        try:
+            await redis.ping()
+        except Exception as exc:
+            await redis.aclose()
+            raise RuntimeError(f"cannot reach Redis (DECKHANDS_REDIS_URL): {exc}") from exc
+        handler.redis = redis
         await llm.prepare()
+
+    @app.on_shutdown
+    async def _stop() -> None:
+        if handler.redis is not None:
+            await handler.redis.aclose()
+            handler.redis = None
 
     return app
 

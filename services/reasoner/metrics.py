@@ -10,6 +10,9 @@ __all__ = [
     "LLM_COST",
     "LLM_LATENCY",
     "LLM_PROMPT_TOKENS",
+    "LLM_RATE_LIMIT_WAIT",
+    "REASONER_CONDENSATIONS",
+    "REASONER_REPLAYED",
     "STEP_ANSWERS",
 ]
 
@@ -24,7 +27,7 @@ LLM_COST = Counter(
     ["model"],
 )
 LLM_LATENCY = Histogram(
-    "deckhands_llm_latency_seconds", "Duration of one LLM call, retries included", ["model"],
+    "deckhands_llm_latency_seconds", "Duration of one successful LLM request", ["model"],
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300),
 )
 LLM_CALLS = Counter(
@@ -34,4 +37,16 @@ LLM_CALLS = Counter(
 STEP_ANSWERS = Counter(
     "deckhands_reasoner_answers_total", "Events the reasoner answered steps with, by kind",
     ["kind"],
+)
+LLM_RATE_LIMIT_WAIT = Counter(
+    "deckhands_llm_rate_limit_wait_seconds_total", "Time spent waiting out LLM rate limits",
+    ["model"],
+)
+REASONER_CONDENSATIONS = Counter(
+    "deckhands_reasoner_condensations_total",
+    "Steps answered with a CondensationAction, by trigger ('budget' or 'context_window')",
+    ["trigger"],
+)
+REASONER_REPLAYED = Counter(
+    "deckhands_reasoner_replayed_actions_total", "Steps answered from a stored trajectory"
 )

@@ -6,6 +6,12 @@ Two shapes, one per tool-calling mode:
   else;
 - prompt-based: tools are described in the system prompt, a call is the JSON object the model
   wrote, and its observation comes back as a user message.
+
+Every event after the task becomes one `Chunk` (an action with its result, a message, an
+error). The latest CondensationAction in the history hides the chunks up to its
+`forgotten_up_to_seq`: the prompt is then the system prompt, the task, a note carrying the
+condensation's summary, and the chunks after it. An action and its result share a chunk, so a
+tool call is never separated from its result; a result whose call was condensed away is hidden.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from shared.events import (
@@ -20,6 +27,7 @@ from shared.events import (
     AgentFinishAction,
     AgentThinkAction,
     CmdOutputObservation,
+    CondensationAction,
     ErrorObservation,
     EventSource,
     FileReadObservation,
@@ -34,10 +42,16 @@ from .tools import call_for_action, describe_tools
 
 __all__ = [
     "BAD_REPLY_ERROR",
+    "CONDENSED_PREFIX",
     "INVALID_REPLY_PREFIX",
     "LLM_ERROR",
+    "Chunk",
     "NoTaskError",
+    "PromptView",
+    "answers_by_action",
     "build_messages",
+    "latest_condensation",
+    "prompt_view",
     "system_prompt",
 ]
 
@@ -49,6 +63,9 @@ BAD_REPLY_ERROR = "bad_llm_reply"
 LLM_ERROR = "llm_error"
 # How a bad reply is reported to the model; the scripted LLM server counts these as turns.
 INVALID_REPLY_PREFIX = "Your previous reply was invalid"
+# Starts the note that stands for condensed steps: "[Condensed history] 12 earlier steps...".
+# The scripted LLM server reads the number to keep counting the model's replies.
+CONDENSED_PREFIX = "[Condensed history]"
 
 _SYSTEM = (
     "You are a coding agent working in a Linux sandbox; your working directory is /workspace. "
@@ -126,7 +143,7 @@ def _is_agent_tool_action(event: object) -> bool:
     )
 
 
-def _answers(events: Sequence[Any]) -> dict[str, Any]:
+def answers_by_action(events: Sequence[Any]) -> dict[str, Any]:
     """For each tool-call action id, the first observation that answers it.
 
     A security verdict is not an answer: a denied action is answered by the ErrorObservation
@@ -178,56 +195,151 @@ def _result_message(call_id: str, name: str, text: str, native: bool) -> dict[st
     return {"role": "user", "content": f"Result of {name}:\n{text}"}
 
 
-def build_messages(
+@dataclass(frozen=True)
+class Chunk:
+    """What one event adds to the prompt: an action with its result, a message, an error."""
+
+    seq: int | None
+    messages: tuple[dict[str, Any], ...]
+    replies: int = 0  # model replies it stands for: 1 for an agent action or a bad reply
+
+
+@dataclass(frozen=True)
+class PromptView:
+    """A task's history as prompt pieces, and the latest condensation that applies to them."""
+
+    head: tuple[dict[str, Any], ...]  # the system prompt and the task
+    task_seq: int
+    chunks: tuple[Chunk, ...]  # every event after the task that shows in the prompt, in order
+    forgotten_up_to_seq: int = 0
+    summary: str = ""
+
+    def forgets(self, chunk: Chunk, up_to_seq: int) -> bool:
+        return chunk.seq is not None and self.task_seq < chunk.seq <= up_to_seq
+
+    def kept(self, up_to_seq: int | None = None) -> list[Chunk]:
+        cut = self.forgotten_up_to_seq if up_to_seq is None else up_to_seq
+        return [c for c in self.chunks if not self.forgets(c, cut)]
+
+    def summary_message(
+        self, up_to_seq: int | None = None, summary: str | None = None
+    ) -> dict[str, Any] | None:
+        """The note standing for the condensed chunks, or None when nothing is condensed."""
+        cut = self.forgotten_up_to_seq if up_to_seq is None else up_to_seq
+        forgotten = [c for c in self.chunks if self.forgets(c, cut)]
+        if not forgotten:
+            return None
+        text = self.summary if summary is None else summary
+        steps = sum(c.replies for c in forgotten)
+        note = (
+            f"{CONDENSED_PREFIX} {steps} earlier steps were condensed to fit the context window."
+        )
+        if text:
+            note += f" What happened in them:\n{text}"
+        return {"role": "user", "content": note}
+
+    def messages(
+        self, up_to_seq: int | None = None, summary: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation: as condensed by the history, or with another cut and summary."""
+        out = list(self.head)
+        note = self.summary_message(up_to_seq, summary)
+        if note is not None:
+            out.append(note)
+        for chunk in self.kept(up_to_seq):
+            out.extend(chunk.messages)
+        return out
+
+
+def latest_condensation(events: Sequence[Any]) -> CondensationAction | None:
+    return next(
+        (
+            e for e in reversed(events)
+            if isinstance(e, CondensationAction) and e.source == EventSource.AGENT
+        ),
+        None,
+    )
+
+
+def prompt_view(
     events: Sequence[Any], *, native: bool, max_observation_chars: int = 8000
-) -> list[dict[str, Any]]:
-    """The conversation for the next step, from the task's events in log order."""
+) -> PromptView:
+    """The task's events in log order, as prompt pieces."""
     task = next(
         (e for e in events if isinstance(e, MessageAction) and e.source == EventSource.USER),
         None,
     )
     if task is None:
         raise NoTaskError("the task's history has no user message")
-    messages: list[dict[str, Any]] = [
+    head = (
         {"role": "system", "content": system_prompt(native)},
         {"role": "user", "content": task.content},
-    ]
-    answers = _answers(events)
+    )
+    answers = answers_by_action(events)
     answered = {id(obs) for obs in answers.values()}
     known_ids = {e.id for e in events}
-
+    chunks: list[Chunk] = []
     for event in events:
         if event is task or id(event) in answered:
             continue
-        if _is_agent_tool_action(event):
-            name, args = call_for_action(event) or ("", {})
-            messages.append(
-                _tool_call_message(event.thought, event.tool_call_id, name, args, native)
-            )
-            obs = answers.get(event.id)
-            if obs is not None:
-                text = _observation_text(obs, max_observation_chars)
-            else:
-                text = _PLACEHOLDERS.get(name, _NO_RESULT)
-            messages.append(_result_message(event.tool_call_id, name, text, native))
-        elif isinstance(event, MessageAction):
-            if event.source == EventSource.USER:
-                messages.append({"role": "user", "content": event.content})
-            elif event.source == EventSource.AGENT:
-                messages.append({"role": "assistant", "content": event.content})
-        elif isinstance(event, AgentThinkAction | AgentFinishAction):
-            # Agent actions without a tool call (e.g. replayed ones) are just what it said.
-            text = getattr(event, "final_message", "") or event.thought
-            if event.source == EventSource.AGENT and text:
-                messages.append({"role": "assistant", "content": text})
-        elif isinstance(event, ErrorObservation):
-            if event.error_code == LLM_ERROR or event.cause in known_ids:
-                # A failure the model had no part in, a second answer to an action, or the
-                # controller refusing a user's request: none is a reply to the model.
-                continue
-            if event.error_code == BAD_REPLY_ERROR:
-                text = f"{INVALID_REPLY_PREFIX}: {event.content}. Reply with one valid tool call."
-            else:
-                text = f"Error: {event.content}"
-            messages.append({"role": "user", "content": text})
-    return messages
+        messages, replies = _render(event, answers, known_ids, native, max_observation_chars)
+        if messages:
+            chunks.append(Chunk(getattr(event, "seq", None), tuple(messages), replies))
+    condensation = latest_condensation(events)
+    task_seq = task.seq or 0
+    return PromptView(
+        head=head,
+        task_seq=task_seq,
+        chunks=tuple(chunks),
+        forgotten_up_to_seq=condensation.forgotten_up_to_seq if condensation else task_seq,
+        summary=condensation.summary if condensation else "",
+    )
+
+
+def _render(
+    event: Any, answers: dict[str, Any], known_ids: set[str], native: bool, limit: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The messages one event adds, and how many model replies they stand for."""
+    if _is_agent_tool_action(event):
+        name, args = call_for_action(event) or ("", {})
+        obs = answers.get(event.id)
+        if obs is not None:
+            text = _observation_text(obs, limit)
+        else:
+            text = _PLACEHOLDERS.get(name, _NO_RESULT)
+        return [
+            _tool_call_message(event.thought, event.tool_call_id, name, args, native),
+            _result_message(event.tool_call_id, name, text, native),
+        ], 1
+    if isinstance(event, MessageAction):
+        if event.source == EventSource.USER:
+            return [{"role": "user", "content": event.content}], 0
+        if event.source == EventSource.AGENT:
+            return [{"role": "assistant", "content": event.content}], 1
+        return [], 0
+    if isinstance(event, AgentThinkAction | AgentFinishAction):
+        # Agent actions without a tool call (e.g. replayed ones) are just what it said.
+        text = getattr(event, "final_message", "") or event.thought
+        if event.source == EventSource.AGENT and text:
+            return [{"role": "assistant", "content": text}], 1
+        return [], 0
+    if isinstance(event, ErrorObservation):
+        if event.error_code == LLM_ERROR or event.cause in known_ids:
+            # A failure the model had no part in, a second answer to an action, or the
+            # controller refusing a user's request: none is a reply to the model.
+            return [], 0
+        if event.error_code == BAD_REPLY_ERROR:
+            text = f"{INVALID_REPLY_PREFIX}: {event.content}. Reply with one valid tool call."
+            return [{"role": "user", "content": text}], 1
+        return [{"role": "user", "content": f"Error: {event.content}"}], 0
+    return [], 0
+
+
+def build_messages(
+    events: Sequence[Any], *, native: bool, max_observation_chars: int = 8000
+) -> list[dict[str, Any]]:
+    """The conversation for the next step, from the task's events in log order, as condensed
+    by the latest CondensationAction among them."""
+    return prompt_view(
+        events, native=native, max_observation_chars=max_observation_chars
+    ).messages()

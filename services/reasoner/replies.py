@@ -5,6 +5,9 @@ for a tool call written out, as models without function calling (and small local
 with it) do: a JSON object {"tool": ..., "arguments": ...} (or {"name": ..., "arguments": ...}),
 bare or in a ```json block; and, in prompt-based mode, a ```bash or ```python block. Text with
 no tool call is a question for the user. Anything malformed becomes an ErrorObservation.
+
+Also the reasoner's other messages to the controller: a CondensationAction (the condenser's
+answer to a step), and the RATE_LIMITED notice sent while an LLM call waits out a rate limit.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.commands import StepRequest
-from shared.events import ErrorObservation, EventSource, LLMUsage, MessageAction
+from shared.events import (
+    AgentState,
+    ChangeAgentStateAction,
+    CondensationAction,
+    ErrorObservation,
+    EventSource,
+    LLMUsage,
+    MessageAction,
+)
 
 from .prompt import BAD_REPLY_ERROR, LLM_ERROR
 from .tools import AgentToolAction, BadReply, ToolCall, action_for_call
@@ -24,13 +35,20 @@ from .tools import AgentToolAction, BadReply, ToolCall, action_for_call
 __all__ = [
     "LLMReply",
     "ReasonerEvent",
+    "ReasonerMessage",
+    "condensation_event",
     "event_for_reply",
     "llm_error_event",
     "parse_text_tool_call",
+    "rate_limited_event",
+    "rate_limited_event_id",
     "step_event_id",
 ]
 
-ReasonerEvent = AgentToolAction | MessageAction | ErrorObservation
+# The one event that answers a step.
+ReasonerEvent = AgentToolAction | MessageAction | ErrorObservation | CondensationAction
+# Everything the reasoner sends the controller: answers, and RATE_LIMITED notices meanwhile.
+ReasonerMessage = ReasonerEvent | ChangeAgentStateAction
 
 # Event ids derive from the step request's id: a redelivered step publishes the same id, and
 # JetStream's Nats-Msg-Id dedup keeps a single answer.
@@ -52,6 +70,11 @@ class LLMReply:
 
 def step_event_id(step: StepRequest) -> str:
     return uuid.uuid5(_STEP_NS, step.id).hex
+
+
+def rate_limited_event_id(step: StepRequest, attempt: int) -> str:
+    """The same for every delivery of the step: a redelivered step's notices are deduplicated."""
+    return uuid.uuid5(_STEP_NS, f"{step.id}:rate-limited:{attempt}").hex
 
 
 def _tool_call_from_object(obj: Any) -> ToolCall | None:
@@ -175,4 +198,30 @@ def llm_error_event(step: StepRequest, problem: str) -> ErrorObservation:
         cause=step.id,
         error_code=LLM_ERROR,
         content=f"the LLM could not be reached: {problem}",
+    )
+
+
+def condensation_event(
+    step: StepRequest, forgotten_up_to_seq: int, summary: str
+) -> CondensationAction:
+    """The answer to a step whose prompt had to be condensed before the LLM could be asked."""
+    return CondensationAction(
+        id=step_event_id(step),
+        task_id=step.task_id,
+        source=EventSource.AGENT,
+        cause=step.id,
+        forgotten_up_to_seq=forgotten_up_to_seq,
+        summary=summary,
+    )
+
+
+def rate_limited_event(step: StepRequest, attempt: int, wait_s: float) -> ChangeAgentStateAction:
+    """Tells the controller the step's LLM call is waiting out a rate limit (attempt 1, 2...)."""
+    return ChangeAgentStateAction(
+        id=rate_limited_event_id(step, attempt),
+        task_id=step.task_id,
+        source=EventSource.SYSTEM,
+        cause=step.id,
+        agent_state=AgentState.RATE_LIMITED,
+        reason=f"LLM rate limit: retrying in {wait_s:.3g}s",
     )

@@ -30,7 +30,25 @@ class ReasonerSettings(CommonSettings):
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     llm_timeout_s: float = Field(default=120.0, gt=0, description="One LLM call, in seconds.")
     llm_num_retries: int = Field(
-        default=2, ge=0, le=10, description="litellm's retries on timeouts, rate limits and 5xx."
+        default=2, ge=0, le=10,
+        description="Retries of one LLM call on timeouts, connection errors and 5xx, with "
+        "backoff, before the step goes back to JetStream for redelivery.",
+    )
+    llm_retry_backoff_s: float = Field(
+        default=1.0, gt=0, description="First wait before retrying an LLM call; doubles each time."
+    )
+    llm_retry_backoff_max_s: float = Field(
+        default=60.0, gt=0, description="Longest single wait, a provider's Retry-After included."
+    )
+    llm_rate_limit_max_wait_s: float = Field(
+        default=600.0, ge=0,
+        description="How long one delivery of a step waits out rate limits (the task shows "
+        "RATE_LIMITED meanwhile) before giving the step back to JetStream.",
+    )
+    llm_max_input_tokens: int = Field(
+        default=24000, ge=0,
+        description="Prompt budget: a longer prompt is condensed first (a CondensationAction). "
+        "0: condense only when the provider reports a context window overflow.",
     )
     llm_native_tool_calling: Literal["auto", "true", "false"] = Field(
         default="auto",
@@ -52,6 +70,19 @@ class ReasonerSettings(CommonSettings):
     history_page_size: int = Field(default=1000, ge=1, le=10000)
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
+    )
+    condenser_target_fraction: float = Field(
+        default=0.6, gt=0.05, le=1.0,
+        description="A condensation forgets enough old steps to bring the prompt under this "
+        "fraction of the budget, so the next steps do not need another one at once.",
+    )
+    condenser_keep_recent: int = Field(
+        default=4, ge=1,
+        description="The most recent steps (an action with its result, or a message) are never "
+        "condensed.",
+    )
+    condenser_max_summary_chars: int = Field(
+        default=4000, ge=200, description="Bound on the summary that stands for condensed steps."
     )
 
     @field_validator("llm_native_tool_calling", mode="before")

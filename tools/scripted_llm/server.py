@@ -6,7 +6,9 @@ then point deckhands at it with DECKHANDS_LLM_MODEL=openai/scripted,
 DECKHANDS_LLM_API_BASE=http://127.0.0.1:8765/v1 and any DECKHANDS_LLM_API_KEY.
 
 Endpoints: `POST /v1/chat/completions` (JSON, or Server-Sent Events when `stream` is true),
-`GET /v1/models`, `GET /health`. Any model name and any API key are accepted.
+`GET /v1/models`, `GET /health`, and `GET /stats`: the chat requests received so far (failed
+ones included), in total and per task (the first user message), e.g.
+{"requests": 3, "tasks": {"Write squares": 3}}. Any model name and any API key are accepted.
 
 Script file (JSON)
 ------------------
@@ -17,8 +19,9 @@ Either a list of turns, or an object::
       "turns": [TURN, ...],           # the default conversation
       "conversations": [              # optional: per-task scripts, the first whose "match" is a
         {"match": "squares",          #   case-insensitive substring of the task (the first user
-         "turns": [TURN, ...]}        #   message) is used; otherwise "turns"
-      ],
+         "turns": [TURN, ...],        #   message) is used; otherwise "turns"
+         "context_window": 4000}      # optional: a longer prompt (characters / 4) is refused
+      ],                              #   with a 400 "maximum context length" error
       "exhausted": TURN               # optional: the reply once the turns are used up
     }                                 #   (default: the last turn again)
 
@@ -35,9 +38,10 @@ or `arguments` missing a required field. Options on any turn:
 
     "as_text": true        write the tool call as JSON in the text content instead of a native
                            tool call, as small local models do;
-    "fail_first": {"status": 503, "times": 2}
+    "fail_first": {"status": 503, "times": 2, "retry_after": 1.5}
                            the first N requests for this turn of this conversation get that HTTP
-                           error (the only per-process state: for retry tests);
+                           error (the only per-process state: for retry tests), with a
+                           Retry-After header (seconds) when `retry_after` is given;
     "delay_s": 0.5         wait before answering (for timeout tests).
 
 When the request offers no `tools` (prompt-based tool calling), a tool turn is always written as
@@ -48,8 +52,9 @@ Which turn answers a request
 The server is stateless: the turn is the number of replies the model already gave in the
 request's conversation, i.e. the number of `assistant` messages plus the number of `user`
 messages starting with "Your previous reply was invalid" (how the reasoner reports a reply it
-could not use, which leaves no assistant message). Any replica, or a restarted server, answers the
-same conversation the same way.
+could not use, which leaves no assistant message), plus N for a user message starting with
+"[Condensed history] N earlier" (how the reasoner stands in for N replies it condensed away).
+Any replica, or a restarted server, answers the same conversation the same way.
 
 Templates, in `content` and in any string inside `arguments`:
 
@@ -67,6 +72,7 @@ import argparse
 import hashlib
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -77,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CONDENSED_MARKER",
     "INVALID_REPLY_MARKER",
     "Script",
     "ScriptError",
@@ -89,6 +96,9 @@ __all__ = [
 log = logging.getLogger("deckhands.scripted_llm")
 
 INVALID_REPLY_MARKER = "Your previous reply was invalid"
+# The reasoner's note in place of condensed history: "[Condensed history] 12 earlier ...".
+CONDENSED_MARKER = "[Condensed history]"
+_CONDENSED = re.compile(r"^\[Condensed history\] (\d+) earlier")
 _TEMPLATE_KEYS = ("last_tool_output", "task", "turn")
 
 
@@ -105,6 +115,7 @@ class Turn:
     as_text: bool = False
     fail_status: int = 0
     fail_times: int = 0
+    fail_retry_after_s: float | None = None
     delay_s: float = 0.0
 
 
@@ -112,6 +123,7 @@ class Turn:
 class Conversation:
     turns: tuple[Turn, ...]
     match: str | None = None
+    context_window: int | None = None  # in tokens (characters / 4) of the whole request
 
 
 @dataclass(frozen=True)
@@ -153,14 +165,20 @@ def _parse_turn(raw: Any, where: str) -> Turn:
     if raw_arguments is not None and not isinstance(raw_arguments, str):
         raise ScriptError(f"{where}: 'raw_arguments' must be a string")
     fail = raw.get("fail_first") or {}
-    if not isinstance(fail, dict) or set(fail) - {"status", "times"}:
-        raise ScriptError(f"{where}: 'fail_first' must be {{'status': int, 'times': int}}")
+    if not isinstance(fail, dict) or set(fail) - {"status", "times", "retry_after"}:
+        raise ScriptError(
+            f"{where}: 'fail_first' must be {{'status': int, 'times': int, 'retry_after': s}}"
+        )
     try:
         fail_status = int(fail.get("status", 503)) if fail else 0
         fail_times = int(fail.get("times", 1)) if fail else 0
+        retry_after = fail.get("retry_after")
+        fail_retry_after_s = None if retry_after is None else float(retry_after)
         delay_s = float(raw.get("delay_s", 0.0))
     except (TypeError, ValueError) as exc:
         raise ScriptError(f"{where}: {exc}") from exc
+    if fail_retry_after_s is not None and fail_retry_after_s < 0:
+        raise ScriptError(f"{where}: 'fail_first.retry_after' must be >= 0")
     if fail and not 400 <= fail_status <= 599:
         raise ScriptError(f"{where}: 'fail_first.status' must be an HTTP error status")
     return Turn(
@@ -171,6 +189,7 @@ def _parse_turn(raw: Any, where: str) -> Turn:
         as_text=bool(raw.get("as_text", False)),
         fail_status=fail_status,
         fail_times=fail_times,
+        fail_retry_after_s=fail_retry_after_s,
         delay_s=delay_s,
     )
 
@@ -193,8 +212,14 @@ def parse_script(raw: Any) -> Script:
     for i, conv in enumerate(raw.get("conversations", [])):
         if not isinstance(conv, dict) or not isinstance(conv.get("match"), str):
             raise ScriptError(f"conversations[{i}]: needs a string 'match' and 'turns'")
+        unknown = set(conv) - {"match", "turns", "context_window"}
+        if unknown:
+            raise ScriptError(f"conversations[{i}]: unknown keys {sorted(unknown)}")
         turns = _parse_turns(conv.get("turns"), f"conversations[{i}].turns")
-        conversations.append(Conversation(turns, conv["match"]))
+        window = conv.get("context_window")
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ScriptError(f"conversations[{i}]: 'context_window' must be a positive int")
+        conversations.append(Conversation(turns, conv["match"], window))
     if "turns" in raw:
         conversations.append(Conversation(_parse_turns(raw["turns"], "turns")))
     if not conversations:
@@ -265,6 +290,9 @@ def _read_conversation(body: dict[str, Any]) -> _Conversation:
                 last_user_after_task = text
                 if text.startswith(INVALID_REPLY_MARKER):
                     conv.replies_so_far += 1
+                condensed = _CONDENSED.match(text)
+                if condensed:
+                    conv.replies_so_far += int(condensed.group(1))
     conv.prompt_chars += len(json.dumps(body.get("tools") or ""))
     conv.last_tool_output = (last_tool if last_tool is not None else last_user_after_task or "")
     conv.last_tool_output = conv.last_tool_output.rstrip()
@@ -292,9 +320,18 @@ def _tokens(chars: int) -> int:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        *,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
+        self.code, self.retry_after_s = code, retry_after_s
 
 
 @dataclass(frozen=True)
@@ -344,13 +381,40 @@ class _Responder:
     def __init__(self, script: Script) -> None:
         self.script = script
         self._failures: dict[tuple[str, int], int] = {}
+        self._requests: dict[str, int] = {}
         self._lock = threading.Lock()
 
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            tasks = dict(self._requests)
+        return {"requests": sum(tasks.values()), "tasks": tasks}
+
+    def _count(self, body: dict[str, Any]) -> None:
+        task = ""
+        for msg in body.get("messages") or []:
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                task = _text(msg.get("content"))
+                break
+        with self._lock:
+            self._requests[task] = self._requests.get(task, 0) + 1
+
     def reply(self, body: dict[str, Any]) -> _Reply:
+        self._count(body)
         conv = _read_conversation(body)
         script_conv = self.script.conversation_for(conv.task)
         if script_conv is None:
             raise _HttpError(400, f"no conversation of the script matches the task {conv.task!r}")
+        prompt_tokens = _tokens(conv.prompt_chars)
+        window = script_conv.context_window
+        if window is not None and prompt_tokens > window:
+            # Worded as OpenAI words it: litellm maps it to ContextWindowExceededError.
+            raise _HttpError(
+                400,
+                f"This model's maximum context length is {window} tokens. However, your "
+                f"messages resulted in {prompt_tokens} tokens. Please reduce the length of the "
+                "messages.",
+                code="context_length_exceeded",
+            )
         index = conv.replies_so_far
         if index < len(script_conv.turns):
             turn = script_conv.turns[index]
@@ -389,7 +453,7 @@ class _Responder:
             tool_name=tool_name,
             tool_arguments=tool_arguments if tool_name else None,
             tool_call_id=tool_call_id,
-            prompt_tokens=_tokens(conv.prompt_chars),
+            prompt_tokens=prompt_tokens,
             completion_tokens=_tokens(completion_chars),
         )
 
@@ -404,6 +468,7 @@ class _Responder:
                 turn.fail_status,
                 f"scripted failure {seen + 1} of {turn.fail_times}",
                 kind="server_error" if turn.fail_status >= 500 else "rate_limit_error",
+                retry_after_s=turn.fail_retry_after_s,
             )
 
 
@@ -426,6 +491,8 @@ class _Handler(BaseHTTPRequestHandler):
             })
         elif path in ("/health", "/healthz"):
             self._json(200, {"status": "ok"})
+        elif path in ("/stats", "/v1/stats"):
+            self._json(200, self.server.responder.stats())
         else:
             self._error(_HttpError(404, f"no route {self.path}", "not_found_error"))
 
@@ -471,16 +538,27 @@ class _Handler(BaseHTTPRequestHandler):
             raise _HttpError(400, "body must be a JSON object")
         return body
 
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
+    def _json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
     def _error(self, exc: _HttpError) -> None:
-        self._json(exc.status, {"error": {"message": exc.message, "type": exc.kind, "code": None}})
+        headers = {}
+        if exc.retry_after_s is not None:
+            headers["Retry-After"] = f"{exc.retry_after_s:g}"
+        self._json(
+            exc.status,
+            {"error": {"message": exc.message, "type": exc.kind, "code": exc.code}},
+            headers,
+        )
 
     def _stream(
         self, reply: _Reply, model: str, completion_id: str, created: int, include_usage: bool
