@@ -57,12 +57,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def scripted_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`python -m tools.scripted_llm` on a free port; yields its base URL."""
+def scripted_llm(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """`python -m tools.scripted_llm` on a free port; yields its base URL. A test module adds
+    conversations of its own with a module-level SCRIPT_CONVERSATIONS list."""
     root = Path(tmp_path_factory.mktemp("scripted-llm"))
     seed = json.loads(SEED_SCRIPT.read_text())
     script = root / "script.json"
-    script.write_text(json.dumps({**seed, "conversations": EXTRA_CONVERSATIONS}))
+    conversations = [*getattr(request.module, "SCRIPT_CONVERSATIONS", []), *EXTRA_CONVERSATIONS]
+    script.write_text(json.dumps({**seed, "conversations": conversations}))
     port = free_port()
     log = (root / "llm.log").open("ab")
     proc = subprocess.Popen(
@@ -89,7 +93,7 @@ async def harness(
     await nc.subscribe(HISTORY_SUBJECT, cb=storage.on_request)
     await app.start()
     try:
-        yield Harness(nc, storage)
+        yield Harness(nc, storage, scripted_llm)
     finally:
         await app.stop()
         await nc.close()

@@ -7,6 +7,7 @@ import json
 import uuid
 from typing import Any
 
+import httpx
 import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -59,9 +60,16 @@ class StorageDouble:
 class Harness:
     """Publishes step requests to the reasoner and reads what it sends the controller."""
 
-    def __init__(self, nc: Client, storage: StorageDouble) -> None:
+    def __init__(self, nc: Client, storage: StorageDouble, llm_url: str = "") -> None:
         self.nc, self.js, self.storage = nc, nc.jetstream(), storage
+        self.llm_url = llm_url
         self._subs: dict[str, Any] = {}
+
+    async def llm_requests(self, task: str) -> int:
+        """Chat requests the scripted LLM server received for this task (its first message)."""
+        async with httpx.AsyncClient() as client:
+            stats = (await client.get(f"{self.llm_url}/stats", timeout=10)).json()
+        return int(stats["tasks"].get(task, 0))
 
     def new_task(self, text: str) -> str:
         """A task as the controller starts it: the user's message, then RUNNING."""
