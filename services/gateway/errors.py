@@ -93,7 +93,11 @@ async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
     if exc.status_code >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
-    return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail})
+    # A 503 is worth retrying soon: the dependency is restarting or catching up.
+    headers = {"Retry-After": "1"} if exc.status_code == 503 else None
+    return JSONResponse(
+        status_code=exc.status_code, content={"detail": exc.detail}, headers=headers
+    )
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

@@ -10,18 +10,22 @@ missing range is fetched from storage, and retried until storage has it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import nats.errors
 from faststream.nats import NatsBroker
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import Gauge
 
+from shared.commands import HistoryReply
 from shared.events import TERMINAL_STATES
 from shared.subjects import event_subject
 
@@ -38,6 +42,7 @@ log = logging.getLogger("deckhands.gateway.events")
 OPEN_STREAMS = Gauge("deckhands_gateway_event_streams_open", "Event streams (SSE) now open")
 
 _RECONNECT_HINT_MS = 2000
+_INBOX_SIZE = 10_000
 
 
 def is_terminal_event(event: dict[str, Any]) -> bool:
@@ -75,37 +80,76 @@ class EventSequencer:
 
 
 class EventStream:
-    """One client's stream; `frames()` yields SSE text until the client goes or the task ends."""
+    """One client's stream; `frames()` yields SSE text until the client goes, the task ends
+    (if asked), or the gateway shuts down."""
 
     def __init__(
         self,
         task_id: str,
-        subscription: Subscription,
+        after: int,
         history: HistoryClient,
-        sequencer: EventSequencer,
-        stored_last_seq: int,
         *,
         heartbeat_s: float,
         gap_retry_s: float,
         close_on_terminal: bool,
+        on_close: Callable[[EventStream], None] = lambda _: None,
     ) -> None:
         self.task_id = task_id
-        self._sub = subscription
         self._history = history
-        self._seq = sequencer
-        self._target = stored_last_seq  # storage holds at least this much of the log
+        self._seq = EventSequencer(after)
+        self._target = after  # storage holds at least this much of the log
         self._heartbeat_s = heartbeat_s
         self._gap_retry_s = gap_retry_s
         self._close_on_terminal = close_on_terminal
+        self._on_close = on_close
+        # Live events; None asks the stream to end. Bounded: a client too slow to keep up
+        # loses live events here and gets them from storage as a gap instead.
+        self._inbox: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=_INBOX_SIZE)
+        self._sub: Subscription | None = None
         self._closed = False
+        self._fill_failing = False
+
+    async def start(self, connection: NatsClient) -> None:
+        """Subscribe first, then read history, so nothing published in between is missed; a
+        storage outage fails here, as an HTTP error, not inside a started stream."""
+        self._sub = await connection.subscribe(event_subject(self.task_id), cb=self._on_live)
+        try:
+            await connection.flush()  # the server knows the subscription before history is read
+            first = await self._history.page(self.task_id, self._seq.last)
+        except BaseException:
+            await self.close()
+            raise
+        self._absorb(first)
+
+    def stop(self) -> None:
+        """End the stream soon (gateway shutdown); the client reconnects with Last-Event-ID."""
+        try:
+            self._inbox.put_nowait(None)
+        except asyncio.QueueFull:
+            self._inbox.get_nowait()
+            self._inbox.put_nowait(None)
 
     async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if self._closed:
+            return
+        self._closed = True
+        self._on_close(self)
+        if self._sub is not None:
             try:
                 await self._sub.unsubscribe()
             except nats.errors.Error:
                 pass  # connection already closed: the subscription died with it
+
+    async def _on_live(self, msg: Msg) -> None:
+        try:
+            self._inbox.put_nowait(msg.data)
+        except asyncio.QueueFull:
+            pass  # dropped: the gap it leaves is filled from storage
+
+    def _absorb(self, reply: HistoryReply) -> None:
+        self._target = max(self._target, reply.last_seq)
+        for event in reply.events:
+            self._seq.offer(event)
 
     def _behind(self) -> bool:
         return self._seq.last < max(self._target, self._seq.highest_known)
@@ -115,13 +159,16 @@ class EventStream:
         try:
             reply = await self._history.page(self.task_id, self._seq.last)
         except GatewayError as exc:
-            log.warning(
-                "task %s: cannot fetch events after %d: %s", self.task_id, self._seq.last, exc
-            )
+            # Retried every gap_retry_s: say it once per outage, not twice a second.
+            level = logging.DEBUG if self._fill_failing else logging.WARNING
+            log.log(level, "task %s: events after %d not yet available: %s",
+                    self.task_id, self._seq.last, exc)
+            self._fill_failing = True
             return False
-        self._target = max(self._target, reply.last_seq)
-        for event in reply.events:
-            self._seq.offer(event)
+        if self._fill_failing:
+            log.info("task %s: storage answers again", self.task_id)
+            self._fill_failing = False
+        self._absorb(reply)
         return self._seq.has_next()
 
     async def frames(self) -> AsyncIterator[str]:
@@ -150,15 +197,12 @@ class EventStream:
                         last_write = time.monotonic()
                     continue
                 try:
-                    msg = await self._sub.next_msg(timeout=wait)
-                except (TimeoutError, nats.errors.TimeoutError):
+                    data = await asyncio.wait_for(self._inbox.get(), wait)
+                except TimeoutError:
                     continue
-                except nats.errors.Error as exc:
-                    # The connection is closing (shutdown): end the stream; the client
-                    # reconnects with Last-Event-ID and loses nothing.
-                    log.info("task %s: event stream ends: %s", self.task_id, exc)
-                    return
-                self._offer_live(msg.data)
+                if data is None:
+                    return  # stopped: the gateway is shutting down
+                self._offer_live(data)
         finally:
             # Cancelled when the client goes away; the clean-up must still run to the end.
             with anyio.CancelScope(shield=True):
@@ -190,11 +234,12 @@ class EventService:
         self.tasks = tasks
         self.heartbeat_s = heartbeat_s
         self.gap_retry_s = gap_retry_s
+        self._open: set[EventStream] = set()
 
     async def page(self, task_id: str, after: int, limit: int) -> EventPage:
         await self.tasks.get(task_id)
         reply = await self.history.page(task_id, after, limit)
-        next_after = event_seq(reply.events[-1]) or after if reply.events else after
+        next_after = (event_seq(reply.events[-1]) or after) if reply.events else after
         return EventPage(
             task_id=task_id,
             events=reply.events,
@@ -211,27 +256,21 @@ class EventService:
     async def open_stream(
         self, task_id: str, after: int, *, close_on_terminal: bool = False
     ) -> EventStream:
-        """Subscribe, then read the first page of history: a storage outage fails here, as an
-        HTTP error, rather than inside an already-started stream."""
         await self.tasks.get(task_id)
-        connection = self.broker.connection
-        sub = await connection.subscribe(event_subject(task_id))
-        try:
-            await connection.flush()  # the server knows the subscription before history is read
-            sequencer = EventSequencer(after)
-            first = await self.history.page(task_id, after)
-            for event in first.events:
-                sequencer.offer(event)
-        except BaseException:
-            await sub.unsubscribe()
-            raise
-        return EventStream(
+        stream = EventStream(
             task_id,
-            sub,
+            after,
             self.history,
-            sequencer,
-            first.last_seq,
             heartbeat_s=self.heartbeat_s,
             gap_retry_s=self.gap_retry_s,
             close_on_terminal=close_on_terminal,
+            on_close=self._open.discard,
         )
+        self._open.add(stream)
+        await stream.start(self.broker.connection)
+        return stream
+
+    def stop_streams(self) -> None:
+        """Ask every open stream to end (at shutdown), so no client holds the process up."""
+        for stream in list(self._open):
+            stream.stop()

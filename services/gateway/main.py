@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -123,19 +126,40 @@ def build_app(
     return app
 
 
+class _GatewayServer(uvicorn.Server):
+    """uvicorn waits for open connections before it shuts the app down; event streams never
+    end by themselves, so on the exit signal they are asked to end first."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self._app = app
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        context = getattr(self._app.state, "gateway", None)
+        if context is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(context.events.stop_streams)
+        super().handle_exit(sig, frame)
+
+
 def main() -> None:
     settings = GatewaySettings()
     setup_logging(settings, "gateway")
     provider = setup_tracing(settings, "gateway")
     app = build_app(settings, provider)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         log_config=None,  # keep setup_logging's handler, which redacts secrets
-        timeout_graceful_shutdown=5,  # open event streams must not hold a shutdown forever
+        timeout_graceful_shutdown=5,  # a connection that will not close cannot hold us forever
     )
+    _GatewayServer(config, app).run()
 
 
 if __name__ == "__main__":

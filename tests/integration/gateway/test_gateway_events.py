@@ -120,6 +120,7 @@ async def test_events_are_503_when_storage_does_not_answer(
     resp = await http.get(f"/v1/tasks/{task_id}/events")
     assert resp.status_code == 503
     assert "storage" in resp.json()["detail"] and "1s" in resp.json()["detail"]
+    assert resp.headers["retry-after"] == "1"
     assert 0.9 < time.monotonic() - started < 5
 
     resp = await http.get(f"/v1/tasks/{task_id}/events/stream")

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from gateway_doubles import gateway_env
+from gateway_doubles import StorageDouble, gateway_env
 
 from services.gateway.main import build_app
 from services.gateway.settings import GatewaySettings
-from tools.procs import free_port, start_nats, start_redis
+from tools.procs import free_port, start_nats, start_redis, wait_for_port
 
 
 async def test_health_ready_metrics_and_docs(http: httpx.AsyncClient) -> None:
@@ -118,3 +122,45 @@ def test_start_up_fails_clearly_on_a_bad_setting(gateway_settings: GatewaySettin
     )
     assert proc.returncode != 0
     assert "port" in proc.stderr.decode()
+
+
+@pytest.fixture
+def second_gateway(
+    gateway_settings: GatewaySettings, tmp_path: Path
+) -> Iterator[tuple[GatewaySettings, subprocess.Popen[bytes], Path]]:
+    """A gateway process of the test's own, to stop."""
+    settings = gateway_settings.model_copy(update={"port": free_port()})
+    log = tmp_path / "gateway.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.gateway"], env=gateway_env(settings),
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    wait_for_port(settings.port, 30, proc)
+    yield settings, proc, log
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(5)
+
+
+async def test_shutdown_ends_open_streams_and_exits(
+    second_gateway: tuple[GatewaySettings, subprocess.Popen[bytes], Path],
+    storage: StorageDouble,
+) -> None:
+    settings, proc, log = second_gateway
+    base = f"http://{settings.host}:{settings.port}"
+    async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+        task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
+        async with http.stream("GET", f"/v1/tasks/{task_id}/events/stream") as resp:
+            assert resp.status_code == 200
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(httpx.HTTPError):
+                async for _ in resp.aiter_lines():
+                    pass
+        code = await asyncio.to_thread(proc.wait, 15)
+    # uvicorn re-raises the signal it handled once it has shut down cleanly.
+    assert code in (0, -signal.SIGTERM), log.read_text()
+    assert time.monotonic() - started < 3  # the open stream did not hold it up
+    text = log.read_text()
+    assert "Application shutdown complete" in text
+    assert "graceful shutdown exceeded" not in text and "Traceback" not in text, text

@@ -174,3 +174,22 @@ async def test_opening_fails_before_streaming_when_storage_is_silent(
     assert len(broker.connection._subs) == before  # nothing left subscribed
     with pytest.raises(TaskNotFound):
         await events.open_stream(new_id(), after=0)
+
+
+async def test_stopping_streams_ends_them_and_forgets_them(
+    events: EventService, task_id: str, log: Log, broker: NatsBroker
+) -> None:
+    log.store(1, 1)
+    before = len(broker.connection._subs)
+    streams = [await events.open_stream(task_id, after=0) for _ in range(3)]
+    readers = [asyncio.create_task(_collect(s)) for s in streams]
+    await asyncio.sleep(0.2)
+    events.stop_streams()
+    collected = await asyncio.wait_for(asyncio.gather(*readers), 5)
+    assert all(any(f.startswith("id: 1\n") for f in c) for c in collected)
+    assert events._open == set()
+    assert len(broker.connection._subs) == before
+
+
+async def _collect(stream: EventStream) -> list[str]:
+    return [frame async for frame in stream.frames()]
