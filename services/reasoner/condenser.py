@@ -244,43 +244,58 @@ def plan_condensation(
     can be condensed: every step left is among the `keep_recent` newest.
     """
     fixed = count.messages(view.head) + (count.tools() if native else 0)
-    chunk_tokens = [count.messages(c.messages) for c in view.chunks]
-    # suffix[j]: tokens of the chunks from index j on (what a cut just before chunk j keeps).
+    current = view.forgotten_up_to_seq
+    # Chunks the current condensation hides stay hidden under any deeper cut: never counted,
+    # so a step costs what its prompt costs, however long the task has run.
+    chunk_tokens = [
+        0 if view.forgets(c, current) else count.messages(c.messages) for c in view.chunks
+    ]
+    # suffix[j]: tokens of the chunks from index j on (what a cut just before chunk j keeps);
+    # pinned[j]: tokens of the chunks before j that no cut forgets (none after the task).
     suffix = [*reversed(list(accumulate(reversed(chunk_tokens)))), 0]
+    pinned = list(
+        accumulate(
+            (
+                t if c.seq is None or c.seq <= view.task_seq else 0
+                for c, t in zip(view.chunks, chunk_tokens, strict=True)
+            ),
+            initial=0,
+        )
+    )
 
     def note_tokens(cut: int, summary: str) -> int:
         note = view.summary_message(cut, summary)
         return count.messages([note]) if note is not None else 0
 
-    current = view.forgotten_up_to_seq
-    now = fixed + note_tokens(current, view.summary) + sum(
-        t for c, t in zip(view.chunks, chunk_tokens, strict=True) if not view.forgets(c, current)
-    )
+    now = fixed + note_tokens(current, view.summary) + sum(chunk_tokens)
     if not force and (budget <= 0 or now <= budget):
         return None
     goal = int(budget * target_fraction) if budget > 0 else now // 2
     if force:
         goal = min(goal, now // 2)
 
+    def plan(j: int, cut: int) -> Condensation:
+        summary = summarize(lines, cut, max_summary_chars)
+        return Condensation(
+            cut, summary, now, fixed + pinned[j] + suffix[j] + note_tokens(cut, summary)
+        )
+
     last_allowed = len(view.chunks) - keep_recent
-    best: Condensation | None = None
+    deepest: tuple[int, int] | None = None
     for j, chunk in enumerate(view.chunks):
         if j > last_allowed:
             break
         if chunk.seq is None or chunk.seq - 1 <= max(current, view.task_seq):
             continue
         cut = chunk.seq - 1  # forget everything before chunk j: no call loses its result
-        summary = summarize(lines, cut, max_summary_chars)
-        # Chunks before j that a cut never forgets (the ones before the task) stay in `fixed`.
-        kept_before = sum(
-            t for c, t in zip(view.chunks[:j], chunk_tokens[:j], strict=True)
-            if not view.forgets(c, cut)
-        )
-        after = fixed + note_tokens(cut, summary) + kept_before + suffix[j]
-        best = Condensation(cut, summary, now, after)
-        if after <= goal:
-            break
-    if best is None:
+        deepest = (j, cut)
+        if fixed + pinned[j] + suffix[j] > goal:
+            continue  # too long even before the note that stands for the forgotten steps
+        candidate = plan(j, cut)
+        if candidate.tokens_after <= goal:
+            return candidate
+    if deepest is None:
         log.info("prompt of %d tokens is over budget, but nothing more can be condensed", now)
-    return best
-
+        return None
+    # Nothing gets under the goal: forget all that may be forgotten.
+    return plan(*deepest)

@@ -25,7 +25,7 @@ from shared.publishing import publish_event_to
 from shared.subjects import Service
 from shared.trajectory import TrajectoryError, load_trajectory
 
-from .condenser import TokenCounter, plan_condensation, summary_lines
+from .condenser import Condensation, TokenCounter, plan_condensation, summary_lines
 from .history import fetch_history
 from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
 from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
@@ -188,18 +188,21 @@ class StepHandler:
             return None
         if not force and _surely_within(view, native, s.llm_max_input_tokens):
             return None  # spares tokenizing the whole prompt on every short step
-        plan = await asyncio.to_thread(
-            plan_condensation,
-            view,
-            summary_lines(events, view.task_seq),
-            count=self.tokens,
-            native=native,
-            budget=s.llm_max_input_tokens,
-            target_fraction=s.condenser_target_fraction,
-            keep_recent=s.condenser_keep_recent,
-            max_summary_chars=s.condenser_max_summary_chars,
-            force=force,
-        )
+
+        def plan_it() -> Condensation | None:  # tokenizing is CPU work: off the event loop
+            return plan_condensation(
+                view,
+                summary_lines(events, view.task_seq),
+                count=self.tokens,
+                native=native,
+                budget=s.llm_max_input_tokens,
+                target_fraction=s.condenser_target_fraction,
+                keep_recent=s.condenser_keep_recent,
+                max_summary_chars=s.condenser_max_summary_chars,
+                force=force,
+            )
+
+        plan = await asyncio.to_thread(plan_it)
         if plan is None:
             return None
         trigger = "context_window" if force else "budget"
