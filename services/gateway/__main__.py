@@ -2,4 +2,6 @@
 
 from .main import main
 
+__all__: list[str] = []
+
 main()
