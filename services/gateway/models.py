@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from shared.events import AgentState, RiskLevel
+from shared.events import AgentState, EventAdapter, RiskLevel
 from shared.state import Awaiting, TaskState
 
 __all__ = [
@@ -53,8 +53,35 @@ class CreateTaskRequest(_Request):
     confirmation_threshold: RiskLevel | None = Field(
         default=None, description="Lowest risk that needs confirmation; the server default."
     )
+    trajectory: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Replay: the events of an earlier task (GET .../trajectory, its `events` or "
+        "the whole object); the agent's recorded actions are replayed instead of asking the LLM.",
+    )
 
     _task_not_blank = field_validator("task")(_not_blank)
+
+    @field_validator("trajectory", mode="before")
+    @classmethod
+    def _unwrap_export(cls, value: Any) -> Any:
+        # Accept the export object as it is, so `GET .../trajectory` can be posted back.
+        if isinstance(value, dict) and "events" in value:
+            return value["events"]
+        return value
+
+    @field_validator("trajectory")
+    @classmethod
+    def _events_are_valid(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for index, event in enumerate(value or []):
+            try:
+                EventAdapter.validate_python(event)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ValueError(
+                    f"event {index} is not a valid event ({where}: {first['msg']})"
+                ) from None
+        return value
 
 
 class MessageRequest(_Request):

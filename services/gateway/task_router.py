@@ -60,6 +60,7 @@ async def create_task(
         max_budget_usd=body.max_budget_usd,
         confirmation_mode=body.confirmation_mode,
         confirmation_threshold=body.confirmation_threshold,
+        trajectory=body.trajectory,
     )
     created = await tasks.create(new, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
@@ -102,9 +103,7 @@ async def _change_state(
     reason: str,
     idempotency_key: str | None,
 ) -> AcceptedEvent:
-    event = await tasks.change_state(
-        task_id, agent_state, reason, idempotency_key=idempotency_key
-    )
+    event = await tasks.change_state(task_id, agent_state, reason, idempotency_key=idempotency_key)
     return _accepted(task_id, event.id, "change_agent_state")
 
 

@@ -6,6 +6,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from faststream.nats import NatsBroker
 from prometheus_client import Counter
@@ -24,6 +25,7 @@ from shared.publishing import publish_event_to
 from shared.state import TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
+from shared.trajectory import save_trajectory
 
 from .errors import IdempotencyConflict, PublishFailed, StorageUnavailable, TaskNotFound
 
@@ -67,6 +69,7 @@ class NewTask:
     max_budget_usd: float | None = None
     confirmation_mode: bool | None = None
     confirmation_threshold: RiskLevel | None = None
+    trajectory: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,9 @@ class TaskService:
             else new.confirmation_mode,
             confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
         )
+        if new.trajectory is not None:
+            # Saved before the State exists, so the task's first step already sees it.
+            await save_trajectory(self.store.redis, task_id, new.trajectory)
         if await self.store.create(state):
             return state.model_copy(update={"version": 1})
         # A concurrent request with the same key created it first: use theirs.
