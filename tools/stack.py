@@ -142,32 +142,47 @@ class Stack:
     def down(self) -> None:
         procs = self.running()
         # Services first, so the runtime can release its sandboxes; servers last.
-        order = [n for n in procs if n not in ("nats", "redis")] + [
-            n for n in ("nats", "redis") if n in procs
-        ]
-        for name in order:
-            _terminate(procs[name])
+        servers = {n: procs.pop(n) for n in ("nats", "redis") if n in procs}
+        _terminate_all(list(procs.values()))
+        _terminate_all(list(servers.values()))
         for pid_file in self.pids.glob("*.pid") if self.pids.exists() else []:
             pid_file.unlink()
         _remove_sandboxes()
 
 
-def _terminate(pid: int, grace_s: float = 10.0) -> None:
+def _gone(pid: int) -> bool:
     try:
-        os.killpg(pid, signal.SIGTERM)
+        # Reap it if it is our child (a zombie still answers kill(pid, 0)).
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
+        return True
+    return False
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _terminate_all(pids: list[int], grace_s: float = 15.0) -> None:
+    """SIGTERM every process group at once, then SIGKILL what outlives the grace period."""
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    alive = [p for p in pids if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if not _gone(p)]
+    for pid in alive:
+        _signal_group(pid, signal.SIGKILL)
+        _gone(pid)
 
 
 def _remove_sandboxes() -> None:
