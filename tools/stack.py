@@ -84,6 +84,16 @@ class Stack:
         self._record(name, proc)
         return proc
 
+    def start_service(self, name: str) -> None:
+        self._spawn(name, [sys.executable, "-m", f"services.{name}"])
+
+    def kill_service(self, name: str) -> None:
+        """SIGKILL, as a crash would: no clean-up, no acks."""
+        pid = self.running()[name]
+        _signal_group(pid, signal.SIGKILL)
+        while not _gone(pid):
+            time.sleep(0.05)
+
     def running(self) -> dict[str, int]:
         alive = {}
         for pid_file in sorted(self.pids.glob("*.pid")) if self.pids.exists() else []:
@@ -119,7 +129,7 @@ class Stack:
             )
             wait_for_port(c.llm_port, proc=llm)
         for name in SERVICES:
-            self._spawn(name, [sys.executable, "-m", f"services.{name}"])
+            self.start_service(name)
         self._wait_ready(timeout_s)
 
     def _wait_ready(self, timeout_s: float) -> None:

@@ -8,7 +8,7 @@ from faststream.nats import NatsBroker
 from prometheus_client import Counter, Histogram
 
 from shared.delivery import PermanentError
-from shared.events import Event
+from shared.events import Event, utc_now
 from shared.publishing import publish_json
 from shared.state import Outgoing
 from shared.state_store import StateConflict, TaskStateStore
@@ -57,7 +57,7 @@ class ControllerHandlers:
                 # Before the parent's save: a sub-task must exist before its first input.
                 await self.store.create(sub_task)
             outbox = turn.outbox()
-            turn.update(**turn.state.record_input(event.id, outbox))
+            turn.update(updated_at=utc_now(), **turn.state.record_input(event.id, outbox))
             try:
                 await self.store.save(turn.state)
             except StateConflict:

@@ -134,11 +134,24 @@ class LLMClient:
         except Exception:
             return True
 
+    def _cost(self, litellm: Any, response: Any, prompt_tokens: int, completion: int) -> float:
+        s = self.settings
+        if s.llm_input_cost_per_token is not None or s.llm_output_cost_per_token is not None:
+            return prompt_tokens * (s.llm_input_cost_per_token or 0.0) + completion * (
+                s.llm_output_cost_per_token or 0.0
+            )
+        try:
+            return float(litellm.completion_cost(completion_response=response) or 0.0)
+        except Exception:
+            return 0.0  # a model litellm has no price for (local servers): free as far as we know
+
     async def prepare(self) -> None:
         """Import litellm and settle the tool-calling mode, at start-up rather than mid-step."""
         self._native = await asyncio.to_thread(self._decide_native)
         log.info(
-            "LLM %s at %s, %s tool calling", self.model, self.settings.llm_api_base or "(provider)",
+            "LLM %s at %s, %s tool calling",
+            self.model,
+            self.settings.llm_api_base or "(provider)",
             "native" if self._native else "prompt-based",
         )
 
@@ -243,10 +256,7 @@ class LLMClient:
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        try:
-            cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-        except Exception:
-            cost = 0.0  # a model litellm has no price for (local servers): free as far as we know
+        cost = self._cost(litellm, response, prompt_tokens, completion_tokens)
         LLM_PROMPT_TOKENS.labels(self.model).inc(prompt_tokens)
         LLM_COMPLETION_TOKENS.labels(self.model).inc(completion_tokens)
         LLM_COST.labels(self.model).inc(cost)

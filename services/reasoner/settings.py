@@ -22,7 +22,8 @@ class ReasonerSettings(CommonSettings):
         "OpenAI-compatible server.",
     )
     llm_api_base: str | None = Field(
-        default=None, description="Base URL of an OpenAI-compatible server, e.g. http://host:8080/v1."
+        default=None,
+        description="Base URL of an OpenAI-compatible server, e.g. http://host:8080/v1.",
     )
     llm_api_key: SecretStr | None = Field(
         default=None, description="Never logged. Unset: litellm reads the provider's own variable."
@@ -30,7 +31,9 @@ class ReasonerSettings(CommonSettings):
     llm_temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     llm_timeout_s: float = Field(default=120.0, gt=0, description="One LLM call, in seconds.")
     llm_num_retries: int = Field(
-        default=2, ge=0, le=10,
+        default=2,
+        ge=0,
+        le=10,
         description="Retries of one LLM call on timeouts, connection errors and 5xx, with "
         "backoff, before the step goes back to JetStream for redelivery.",
     )
@@ -41,12 +44,14 @@ class ReasonerSettings(CommonSettings):
         default=60.0, gt=0, description="Longest single wait, a provider's Retry-After included."
     )
     llm_rate_limit_max_wait_s: float = Field(
-        default=600.0, ge=0,
+        default=600.0,
+        ge=0,
         description="How long one delivery of a step waits out rate limits (the task shows "
         "RATE_LIMITED meanwhile) before giving the step back to JetStream.",
     )
     llm_max_input_tokens: int = Field(
-        default=24000, ge=0,
+        default=24000,
+        ge=0,
         description="Prompt budget: a longer prompt is condensed first (a CondensationAction). "
         "0: condense only when the provider reports a context window overflow.",
     )
@@ -61,6 +66,15 @@ class ReasonerSettings(CommonSettings):
     llm_max_output_tokens: int = Field(
         default=1024, ge=0, description="Cap on a reply's tokens; 0 leaves the provider's default."
     )
+    llm_input_cost_per_token: float | None = Field(
+        default=None,
+        ge=0,
+        description="USD per prompt token, for models litellm has no price for (self-hosted); "
+        "unset uses litellm's cost map.",
+    )
+    llm_output_cost_per_token: float | None = Field(
+        default=None, ge=0, description="USD per completion token; see llm_input_cost_per_token."
+    )
 
     workers: int = Field(default=4, ge=1, description="Step requests handled concurrently.")
     history_wait_s: float = Field(
@@ -72,12 +86,15 @@ class ReasonerSettings(CommonSettings):
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
     )
     condenser_target_fraction: float = Field(
-        default=0.6, gt=0.05, le=1.0,
+        default=0.6,
+        gt=0.05,
+        le=1.0,
         description="A condensation forgets enough old steps to bring the prompt under this "
         "fraction of the budget, so the next steps do not need another one at once.",
     )
     condenser_keep_recent: int = Field(
-        default=4, ge=1,
+        default=4,
+        ge=1,
         description="The most recent steps (an action with its result, or a message) are never "
         "condensed.",
     )

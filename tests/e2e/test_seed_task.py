@@ -51,13 +51,20 @@ def test_seed_task_prints_the_squares_from_a_sandbox(stack: Stack) -> None:
     assert "run_output" in transcript and "10 squared is 100" in transcript
 
 
-def test_events_are_stored_in_order_and_unknown_ids_are_404(stack: Stack) -> None:
+def test_events_are_stored_in_order_and_bad_requests_are_named(stack: Stack) -> None:
+    run = run_task(stack.config.gateway_url, SEED_TASK, timeout_s=180, out=io.StringIO())
     with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as http:
-        created = http.post("/v1/tasks", json={"task": SEED_TASK}).json()
-        run = run_task(stack.config.gateway_url, SEED_TASK, timeout_s=180, out=io.StringIO())
-        events = http.get(f"/v1/tasks/{run['id']}/events").json()
-        seqs = [e["seq"] for e in (events["events"] if isinstance(events, dict) else events)]
-        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 8
-        assert http.get("/v1/tasks/does-not-exist").status_code == 404
-        assert http.post("/v1/tasks", json={}).status_code == 422
-        assert created["id"]
+        page = http.get(f"/v1/tasks/{run['id']}/events", params={"after": 0}).json()
+        seqs = [e["seq"] for e in page["events"]]
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 10
+        later = http.get(f"/v1/tasks/{run['id']}/events", params={"after": 5}).json()
+        assert [e["seq"] for e in later["events"]] == seqs[5:]
+
+        missing = http.get("/v1/tasks/does-not-exist")
+        assert missing.status_code == 404 and "not found" in missing.text
+        no_task = http.post("/v1/tasks", json={"max_iterations": 3})
+        assert no_task.status_code == 422 and "task" in no_task.text
+        garbage = http.post(
+            "/v1/tasks", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert garbage.status_code == 422

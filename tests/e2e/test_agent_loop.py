@@ -1,0 +1,179 @@
+"""Issue 4's rules through the real services: every process separate, real NATS, Redis and
+Docker, the LLM reached by litellm over HTTP (the scripted server, tests/e2e/scripts)."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tools.procs import free_port
+from tools.run_task import run_task
+from tools.stack import Stack, StackConfig
+
+pytestmark = pytest.mark.docker
+
+SCRIPT = Path(__file__).parent / "scripts" / "agent_loop.json"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    run_dir = Path(tmp_path_factory.mktemp("agent-loop"))
+    config = StackConfig(
+        run_dir=run_dir,
+        nats_port=free_port(),
+        redis_port=free_port(),
+        gateway_port=free_port(),
+        llm_port=free_port(),
+        llm_script=SCRIPT,
+        extra_env={
+            "DECKHANDS_RUNTIME_MIN_IDLE": "1",
+            # The scripted model has no list price: give it one so budgets can be hit.
+            "DECKHANDS_LLM_INPUT_COST_PER_TOKEN": "0.000001",
+            "DECKHANDS_LLM_OUTPUT_COST_PER_TOKEN": "0.000002",
+            # A killed service's unacknowledged message comes back after this.
+            "DECKHANDS_ACK_WAIT_S": "5",
+        },
+    )
+    stack = Stack(config)
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+
+
+@pytest.fixture
+def http(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as client:
+        yield client
+
+
+def _create(http: httpx.Client, **body: Any) -> str:
+    response = http.post("/v1/tasks", json=body)
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        view = http.get(f"/v1/tasks/{task_id}").json()
+        if view["state"] in states:
+            return dict(view)
+        time.sleep(0.2)
+    raise AssertionError(f"task {task_id} never reached {states}: {view}")
+
+
+def _events(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
+    return list(http.get(f"/v1/tasks/{task_id}/trajectory").json()["events"])
+
+
+def test_repeating_the_same_command_ends_in_error_naming_the_pattern(http: httpx.Client) -> None:
+    task_id = _create(http, task="repeat: look at the workspace")
+    view = _wait(http, task_id, "ERROR", "FINISHED")
+    assert view["state"] == "ERROR"
+    assert "stuck in a loop: repeating action/observation" in view["reason"]
+    runs = [e for e in _events(http, task_id) if e["kind"] == "run"]
+    assert len(runs) == 4
+
+
+def test_over_budget_stops_and_a_user_message_raises_the_limit(http: httpx.Client) -> None:
+    task_id = _create(http, task="budget: think it over", max_budget_usd=0.0001)
+    view = _wait(http, task_id, "ERROR")
+    assert "maximum budget" in view["reason"]
+    spent = view["usage"]["cost_usd"]
+    assert spent >= 0.0001
+
+    assert http.post(f"/v1/tasks/{task_id}/messages", json={"content": "go on"}).status_code == 202
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        view = http.get(f"/v1/tasks/{task_id}").json()
+        if view["usage"]["llm_calls"] >= 2 and view["state"] == "ERROR":
+            break
+        time.sleep(0.2)
+    assert view["max_budget_usd"] == pytest.approx(spent + 0.0001)
+    assert view["usage"]["llm_calls"] >= 2 and "maximum budget" in view["reason"]
+
+
+def test_rejected_action_gives_a_user_reject_observation(http: httpx.Client) -> None:
+    task_id = _create(
+        http,
+        task="risky: install requests",
+        confirmation_mode=True,
+        confirmation_threshold="MEDIUM",
+    )
+    view = _wait(http, task_id, "AWAITING_USER_CONFIRMATION")
+    action_id = view["pending_action"]["id"]
+    assert view["pending_action"]["command"] == "pip install requests"
+    answer = http.post(
+        f"/v1/tasks/{task_id}/confirmation", json={"action_id": action_id, "approve": False}
+    )
+    assert answer.status_code == 202, answer.text
+    view = _wait(http, task_id, "FINISHED")
+    events = _events(http, task_id)
+    rejected = [e for e in events if e["kind"] == "user_rejected"]
+    assert len(rejected) == 1 and rejected[0]["cause"] == action_id
+    assert not [e for e in events if e["kind"] == "run_output"]  # it never ran
+
+
+def test_delegated_sub_task_outputs_reach_the_parent(http: httpx.Client) -> None:
+    task_id = _create(http, task="parent: delegate the arithmetic")
+    view = _wait(http, task_id, "FINISHED", "ERROR")
+    assert view["state"] == "FINISHED", view
+    assert len(view["sub_tasks"]) == 1
+    child = view["sub_tasks"][0]
+    output = [e for e in _events(http, task_id) if e["kind"] == "delegate_output"]
+    assert len(output) == 1
+    assert output[0]["outputs"] == {"value": 100} and output[0]["agent_state"] == "FINISHED"
+    assert "computed 100" in view["result"]["final_message"]
+    child_view = http.get(f"/v1/tasks/{child['id']}").json()
+    assert child_view["parent_task_id"] == task_id and child_view["state"] == "FINISHED"
+
+
+def _shape(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["source"], e["kind"]) for e in events]
+
+
+def test_replayed_trajectory_reproduces_the_original_without_the_llm(
+    http: httpx.Client, stack: Stack
+) -> None:
+    original = run_task(
+        stack.config.gateway_url, "print the squares", timeout_s=120, out=io.StringIO()
+    )
+    trajectory = http.get(f"/v1/tasks/{original['id']}/trajectory").json()
+    llm = f"http://127.0.0.1:{stack.config.llm_port}/stats"
+    before = httpx.get(llm).json()["requests"]
+
+    replay_id = _create(http, task="an unscripted task, replayed", trajectory=trajectory)
+    view = _wait(http, replay_id, "FINISHED", "ERROR")
+    assert view["state"] == "FINISHED"
+    assert "10 squared is 100" in view["result"]["final_message"]
+    assert httpx.get(llm).json()["requests"] == before  # no LLM call at all
+    assert _shape(_events(http, replay_id)) == _shape(trajectory["events"])
+
+
+def test_killing_controller_and_reasoner_mid_task_does_not_change_the_outcome(
+    http: httpx.Client, stack: Stack
+) -> None:
+    task_id = _create(http, task="slow squares: print them")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the reasoner is now waiting on the slow LLM turn
+        if any(e["kind"] == "write_output" for e in _events(http, task_id)):
+            break
+        time.sleep(0.1)
+    stack.kill_service("reasoner")
+    stack.kill_service("controller")
+    time.sleep(1)
+    stack.start_service("controller")
+    stack.start_service("reasoner")
+    view = _wait(http, task_id, "FINISHED", "ERROR", timeout_s=120)
+    assert view["state"] == "FINISHED"
+    assert "10 squared is 100" in view["result"]["final_message"]
+    kinds = [e["kind"] for e in _events(http, task_id)]
+    assert kinds.count("run") == 1 and kinds.count("write") == 1 and kinds.count("finish") == 1
