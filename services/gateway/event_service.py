@@ -161,8 +161,13 @@ class EventStream:
         except GatewayError as exc:
             # Retried every gap_retry_s: say it once per outage, not twice a second.
             level = logging.DEBUG if self._fill_failing else logging.WARNING
-            log.log(level, "task %s: events after %d not yet available: %s",
-                    self.task_id, self._seq.last, exc)
+            log.log(
+                level,
+                "task %s: events after %d not yet available: %s",
+                self.task_id,
+                self._seq.last,
+                exc,
+            )
             self._fill_failing = True
             return False
         if self._fill_failing:

@@ -117,7 +117,7 @@ def _short(text: str, limit: int) -> str:
 
 def _tail(text: str, limit: int) -> str:
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else "…" + flat[-(limit - 1):]
+    return flat if len(flat) <= limit else "…" + flat[-(limit - 1) :]
 
 
 def _outcome(obs: Any) -> str:

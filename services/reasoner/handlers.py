@@ -144,8 +144,11 @@ class StepHandler:
         s = self.settings
         trajectory = await self._trajectory(step.task_id)
         events = await fetch_history(
-            self.broker, step.task_id, step.after_seq,
-            wait_s=s.history_wait_s, request_timeout_s=s.history_request_timeout_s,
+            self.broker,
+            step.task_id,
+            step.after_seq,
+            wait_s=s.history_wait_s,
+            request_timeout_s=s.history_request_timeout_s,
             page_size=s.history_page_size,
         )
         if trajectory is not None:
@@ -170,9 +173,7 @@ class StepHandler:
             if condensed is not None:
                 return condensed
             # Redelivering cannot shrink the prompt: tell the agent (and the user) now.
-            return llm_error_event(
-                step, f"{exc} (and the history cannot be condensed any further)"
-            )
+            return llm_error_event(step, f"{exc} (and the history cannot be condensed any further)")
         except LLMCallError as exc:
             if last_attempt:
                 # Redelivering cannot help any more: let the agent (and the user) see why.
@@ -209,6 +210,10 @@ class StepHandler:
         REASONER_CONDENSATIONS.labels(trigger).inc()
         log.info(
             "task %s: condensing up to seq %d (%s): about %d -> %d prompt tokens",
-            step.task_id, plan.forgotten_up_to_seq, trigger, plan.tokens_before, plan.tokens_after,
+            step.task_id,
+            plan.forgotten_up_to_seq,
+            trigger,
+            plan.tokens_before,
+            plan.tokens_after,
         )
         return condensation_event(step, plan.forgotten_up_to_seq, plan.summary)

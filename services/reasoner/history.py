@@ -83,6 +83,9 @@ def _parse(task_id: str, raw: list[dict[str, Any]]) -> list[Any]:
             # the prompt rather than fail the whole step.
             log.warning(
                 "task %s: skipping event seq %s (%s): %s",
-                task_id, item.get("seq"), item.get("kind"), exc.errors()[0]["msg"],
+                task_id,
+                item.get("seq"),
+                item.get("kind"),
+                exc.errors()[0]["msg"],
             )
     return events

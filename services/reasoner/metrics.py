@@ -23,23 +23,29 @@ LLM_COMPLETION_TOKENS = Counter(
     "deckhands_llm_completion_tokens_total", "Completion tokens received from the LLM", ["model"]
 )
 LLM_COST = Counter(
-    "deckhands_llm_cost_usd_total", "LLM cost in USD, by litellm's cost map (0 when unknown)",
+    "deckhands_llm_cost_usd_total",
+    "LLM cost in USD, by litellm's cost map (0 when unknown)",
     ["model"],
 )
 LLM_LATENCY = Histogram(
-    "deckhands_llm_latency_seconds", "Duration of one successful LLM request", ["model"],
+    "deckhands_llm_latency_seconds",
+    "Duration of one successful LLM request",
+    ["model"],
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300),
 )
 LLM_CALLS = Counter(
-    "deckhands_llm_calls_total", "LLM calls by outcome ('ok' or the error's type)",
+    "deckhands_llm_calls_total",
+    "LLM calls by outcome ('ok' or the error's type)",
     ["model", "outcome"],
 )
 STEP_ANSWERS = Counter(
-    "deckhands_reasoner_answers_total", "Events the reasoner answered steps with, by kind",
+    "deckhands_reasoner_answers_total",
+    "Events the reasoner answered steps with, by kind",
     ["kind"],
 )
 LLM_RATE_LIMIT_WAIT = Counter(
-    "deckhands_llm_rate_limit_wait_seconds_total", "Time spent waiting out LLM rate limits",
+    "deckhands_llm_rate_limit_wait_seconds_total",
+    "Time spent waiting out LLM rate limits",
     ["model"],
 )
 REASONER_CONDENSATIONS = Counter(

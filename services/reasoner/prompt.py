@@ -231,9 +231,7 @@ class PromptView:
             return None
         text = self.summary if summary is None else summary
         steps = sum(c.replies for c in forgotten)
-        note = (
-            f"{CONDENSED_PREFIX} {steps} earlier steps were condensed to fit the context window."
-        )
+        note = f"{CONDENSED_PREFIX} {steps} earlier steps were condensed to fit the context window."
         if text:
             note += f" What happened in them:\n{text}"
         return {"role": "user", "content": note}
@@ -254,7 +252,8 @@ class PromptView:
 def latest_condensation(events: Sequence[Any]) -> CondensationAction | None:
     return next(
         (
-            e for e in reversed(events)
+            e
+            for e in reversed(events)
             if isinstance(e, CondensationAction) and e.source == EventSource.AGENT
         ),
         None,

@@ -52,7 +52,9 @@ def recorded_actions(trajectory: Sequence[dict[str, Any]]) -> list[Any]:
         except ValidationError as exc:
             log.warning(
                 "trajectory entry %d (%s) is not a valid event, skipped: %s",
-                i, item.get("kind"), exc.errors()[0]["msg"],
+                i,
+                item.get("kind"),
+                exc.errors()[0]["msg"],
             )
             continue
         if is_replayable(event):

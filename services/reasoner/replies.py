@@ -120,7 +120,7 @@ def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str
     """
     for match in _FENCE.finditer(text):
         lang, body = match.group(1).lower(), match.group(2)
-        rest = (text[: match.start()] + text[match.end():]).strip()
+        rest = (text[: match.start()] + text[match.end() :]).strip()
         if lang in ("json", "") and body.strip().startswith("{"):
             objects = _json_objects(body)
             call = _tool_call_from_object(objects[0][0]) if objects else None
