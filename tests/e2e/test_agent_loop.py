@@ -32,7 +32,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         llm_port=free_port(),
         llm_script=SCRIPT,
         extra_env={
-            "DECKHANDS_RUNTIME_MIN_IDLE": "1",
+            "DECKHANDS_POOL_MIN_IDLE": "1",
             # The scripted model has no list price: give it one so budgets can be hit.
             "DECKHANDS_LLM_INPUT_COST_PER_TOKEN": "0.000001",
             "DECKHANDS_LLM_OUTPUT_COST_PER_TOKEN": "0.000002",

@@ -27,7 +27,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         redis_port=free_port(),
         gateway_port=free_port(),
         llm_port=free_port(),
-        extra_env={"DECKHANDS_RUNTIME_MIN_IDLE": "1"},
+        extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"},
     )
     stack = Stack(config)
     try:
