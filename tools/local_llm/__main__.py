@@ -42,7 +42,7 @@ def main() -> None:
             "ready": available(config),
             "model": str(config.model_path),
             "model_present": config.model_path.is_file(),
-            "wheels": sorted(p.name for p in config.wheel_dir.glob("*.whl")),
+            "wheels": sorted(str(p) for p in config.wheel_dir.rglob("*.whl")),
             "server_command": server_command(8080, config),
         }, indent=2))  # fmt: skip
     else:

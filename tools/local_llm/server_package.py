@@ -7,6 +7,7 @@ packages (fastapi, starlette, pydantic...) are never up- or downgraded by it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import sys_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from .config import LLAMA_CPP_VERSION, LocalLLMConfig
@@ -42,10 +45,24 @@ def llama_cpp_installed(python: str = sys.executable) -> bool:
     return done.returncode == 0
 
 
+def _wheel_dir(config: LocalLLMConfig) -> Path:
+    # One folder per set of build flags: changing DECKHANDS_LOCAL_LLM_CMAKE_ARGS rebuilds.
+    flags = hashlib.sha256(config.cmake_args.encode()).hexdigest()[:12]
+    return config.wheel_dir / f"llama-cpp-python-{LLAMA_CPP_VERSION}-{flags}"
+
+
 def _cached_wheel(config: LocalLLMConfig) -> Path | None:
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    wheels = sorted(config.wheel_dir.glob(f"{_WHEEL_PREFIX}*{tag}*.whl"))
-    return wheels[-1] if wheels else None
+    """A cached wheel this interpreter can install (the package loads its library with ctypes,
+    so the wheel is py3-none-<platform>)."""
+    supported = set(sys_tags())
+    for wheel in sorted(_wheel_dir(config).glob(f"{_WHEEL_PREFIX}*.whl")):
+        try:
+            tags = parse_wheel_filename(wheel.name)[3]
+        except InvalidWheelFilename:
+            continue
+        if supported & tags:
+            return wheel
+    return None
 
 
 def _build_wheel(config: LocalLLMConfig, say: Say) -> Path:
@@ -69,8 +86,10 @@ def _build_wheel(config: LocalLLMConfig, say: Say) -> Path:
     if done.returncode != 0 or not built:
         tail = log.read_text(errors="replace")[-3000:]
         raise LocalLLMError(f"building llama-cpp-python failed (see {log}):\n{tail}")
-    config.wheel_dir.mkdir(parents=True, exist_ok=True)
-    wheel = config.wheel_dir / built[0].name
+    target_dir = _wheel_dir(config)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    (target_dir / "CMAKE_ARGS").write_text(config.cmake_args + "\n")
+    wheel = target_dir / built[0].name
     built[0].replace(wheel)
     shutil.rmtree(staging, ignore_errors=True)
     say(f"built {wheel.name} in {time.monotonic() - started:.0f}s")
@@ -121,7 +140,7 @@ def ensure_llama_cpp(config: LocalLLMConfig, say: Say = print) -> Path:
     wheel = _cached_wheel(config)
     if llama_cpp_installed():
         say(f"llama-cpp-python {LLAMA_CPP_VERSION}: installed")
-        return wheel or config.wheel_dir
+        return wheel or _wheel_dir(config)
     if wheel is None:
         wheel = _build_wheel(config, say)
     else:
