@@ -9,7 +9,28 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["free_port", "start_nats", "start_redis", "wait_for_port"]
+__all__ = [
+    "PortInUse",
+    "ensure_port_free",
+    "free_port",
+    "start_nats",
+    "start_redis",
+    "wait_for_port",
+]
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+def ensure_port_free(port: int, what: str, variable: str) -> None:
+    """Fail clearly instead of silently talking to whatever already listens there."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            raise PortInUse(
+                f"port {port} for {what} is already in use (another deckhands, or a system "
+                f"service?); stop it with `make down` or choose another port with {variable}=N"
+            )
 
 
 def free_port() -> int:

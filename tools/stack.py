@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from .procs import start_nats, start_redis, wait_for_port
+from .procs import ensure_port_free, start_nats, start_redis, wait_for_port
 
 __all__ = ["Stack", "StackConfig", "main"]
 
@@ -36,6 +36,8 @@ class StackConfig:
     llm_port: int = int(os.environ.get("DECKHANDS_STACK_LLM_PORT", "9000"))
     llm_script: Path = Path(os.environ.get("DECKHANDS_STACK_LLM_SCRIPT", str(DEFAULT_SCRIPT)))
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The runtime labels its sandboxes with this; `down` removes only this stack's sandboxes.
+    pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
 
     @property
     def gateway_url(self) -> str:
@@ -59,6 +61,7 @@ class Stack:
             "DECKHANDS_HOST": "127.0.0.1",
             "DECKHANDS_PORT": str(c.gateway_port),
             "DECKHANDS_DATA_DIR": str(c.run_dir / "storage"),
+            "DECKHANDS_POOL_NAME": c.pool_name,
             **c.extra_env,
         }
         if not env.get("DECKHANDS_LLM_MODEL"):
@@ -68,6 +71,12 @@ class Stack:
                 DECKHANDS_LLM_API_KEY="scripted-no-key",
             )
         return env
+
+    def _llm_configured(self) -> bool:
+        return bool(
+            self.config.extra_env.get("DECKHANDS_LLM_MODEL")
+            or os.environ.get("DECKHANDS_LLM_MODEL")
+        )
 
     def _record(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         (self.pids / f"{name}.pid").write_text(str(proc.pid))
@@ -109,12 +118,17 @@ class Stack:
         if self.running():
             self.down()
         c = self.config
+        ensure_port_free(c.nats_port, "nats-server", "DECKHANDS_STACK_NATS_PORT")
+        ensure_port_free(c.redis_port, "redis-server", "DECKHANDS_STACK_REDIS_PORT")
+        ensure_port_free(c.gateway_port, "the gateway", "DECKHANDS_STACK_GATEWAY_PORT")
+        if not self._llm_configured():
+            ensure_port_free(c.llm_port, "the scripted LLM", "DECKHANDS_STACK_LLM_PORT")
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         self._record("nats", start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
         redis = start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
         self._record("redis", redis)
-        if "DECKHANDS_LLM_MODEL" not in c.extra_env and not os.environ.get("DECKHANDS_LLM_MODEL"):
+        if not self._llm_configured():
             llm = self._spawn(
                 "scripted-llm",
                 [
@@ -157,7 +171,7 @@ class Stack:
         _terminate_all(list(servers.values()))
         for pid_file in self.pids.glob("*.pid") if self.pids.exists() else []:
             pid_file.unlink()
-        _remove_sandboxes()
+        _remove_sandboxes(self.config.pool_name)
 
 
 def _gone(pid: int) -> bool:
@@ -195,10 +209,18 @@ def _terminate_all(pids: list[int], grace_s: float = 15.0) -> None:
         _gone(pid)
 
 
-def _remove_sandboxes() -> None:
+def _remove_sandboxes(pool_name: str) -> None:
     """`make down` leaves no container behind, even if the runtime was killed."""
     ids = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=deckhands.role=sandbox"],
+        [
+            "docker",
+            "ps",
+            "-aq",
+            "--filter",
+            "label=deckhands.role=sandbox",
+            "--filter",
+            f"label=deckhands.pool={pool_name}",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -23,6 +23,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir = Path(tmp_path_factory.mktemp("stack"))
     config = StackConfig(
         run_dir=run_dir,
+        pool_name=f"test-{run_dir.name}",
         nats_port=free_port(),
         redis_port=free_port(),
         gateway_port=free_port(),
