@@ -15,10 +15,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from .procs import ensure_port_free, start_nats, start_redis, wait_for_port
+from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
 
 __all__ = ["Stack", "StackConfig", "main"]
 
@@ -38,6 +39,19 @@ class StackConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
     # The runtime labels its sandboxes with this; `down` removes only this stack's sandboxes.
     pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
+
+    @classmethod
+    def isolated(cls, run_dir: Path, **overrides: Any) -> StackConfig:
+        """A stack that shares nothing with `make up` or another test: own ports, dirs, pool."""
+        fields: dict[str, Any] = {
+            "run_dir": run_dir,
+            "nats_port": free_port(),
+            "redis_port": free_port(),
+            "gateway_port": free_port(),
+            "llm_port": free_port(),
+            "pool_name": f"isolated-{run_dir.name}",
+        }
+        return cls(**(fields | overrides))
 
     @property
     def gateway_url(self) -> str:

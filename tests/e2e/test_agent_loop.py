@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tools.procs import free_port
 from tools.run_task import run_task
 from tools.stack import Stack, StackConfig
 
@@ -24,13 +23,8 @@ SCRIPT = Path(__file__).parent / "scripts" / "agent_loop.json"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir = Path(tmp_path_factory.mktemp("agent-loop"))
-    config = StackConfig(
-        run_dir=run_dir,
-        pool_name=f"test-{run_dir.name}",
-        nats_port=free_port(),
-        redis_port=free_port(),
-        gateway_port=free_port(),
-        llm_port=free_port(),
+    config = StackConfig.isolated(
+        run_dir,
         llm_script=SCRIPT,
         extra_env={
             "DECKHANDS_POOL_MIN_IDLE": "1",

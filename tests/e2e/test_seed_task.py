@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tools.procs import free_port
 from tools.run_task import SEED_TASK, run_task
 from tools.stack import Stack, StackConfig
 
@@ -21,13 +20,8 @@ pytestmark = pytest.mark.docker
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir = Path(tmp_path_factory.mktemp("stack"))
-    config = StackConfig(
-        run_dir=run_dir,
-        pool_name=f"test-{run_dir.name}",
-        nats_port=free_port(),
-        redis_port=free_port(),
-        gateway_port=free_port(),
-        llm_port=free_port(),
+    config = StackConfig.isolated(
+        run_dir,
         extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"},
     )
     stack = Stack(config)
