@@ -25,29 +25,42 @@ command runs); requests for the same part run in order.
 
 from __future__ import annotations
 
-import ast
-import codecs
-import contextlib
-import ctypes
-import difflib
-import errno
-import fcntl
-import json
-import linecache
+# Start-up time counts (every new sandbox pays it), so only built-in modules are imported here:
+# the first ping is answered while the rest loads (`_load_modules`) in a background thread.
+import _thread
 import os
-import queue
-import re
-import secrets
-import select
-import signal
-import struct
-import subprocess
 import sys
-import termios
-import threading
 import time
-import traceback
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import codecs
+    import contextlib
+    import errno
+    import fcntl
+    import json
+    import queue
+    import re
+    import select
+    import signal
+    import struct
+    import subprocess
+    import termios
+    import threading
+    from typing import Any
+
+_MODULES = (
+    "codecs", "contextlib", "errno", "fcntl", "json", "queue", "re", "select", "signal",
+    "struct", "subprocess", "termios", "threading",
+)
+
+
+def _load_modules() -> None:
+    namespace = globals()
+    for name in _MODULES:
+        if name not in namespace:
+            namespace[name] = __import__(name)
+
 
 PROTOCOL = 1
 WORKSPACE = os.environ.get("DECKHANDS_WORKSPACE", "/workspace")
@@ -251,7 +264,7 @@ class BashSession:
             os.close(slave)
         self.master = master
         os.set_blocking(master, False)
-        self.nonce = secrets.token_hex(8)
+        self.nonce = os.urandom(8).hex()
         self.marker = re.compile(
             "\n?\x1eDH" + self.nonce + r" (-?\d+) (.*?)\x1e\n", re.DOTALL
         )
@@ -496,8 +509,7 @@ class PythonSession:
         self.ctrl_w = -1
         self.ctrl_r = -1
         self.out_r = -1
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self.lock = threading.Lock()
+        self.decoder: codecs.IncrementalDecoder | None = None
 
     def pid(self) -> int | None:
         proc = self.proc
@@ -588,7 +600,7 @@ class PythonSession:
         }
 
     def _drain_output(self, out: Captured) -> None:
-        while self.out_r >= 0:
+        while self.out_r >= 0 and self.decoder is not None:
             try:
                 data = os.read(self.out_r, 65536)
             except (BlockingIOError, OSError):
@@ -636,6 +648,11 @@ class PythonSession:
 
 def kernel_main(ctrl_in: int, ctrl_out: int) -> None:
     """The Python process's loop: run each cell in one persistent namespace."""
+    _load_modules()
+    import ast
+    import linecache
+    import traceback
+
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
     sys.argv = [""]
     reader = os.fdopen(ctrl_in, "rb")
@@ -803,6 +820,8 @@ class Files:
 
     @staticmethod
     def _edited(path: str, old: str, new: str, message: str, limit: int) -> dict[str, Any]:
+        import difflib
+
         diff = "".join(difflib.unified_diff(
             old.splitlines(True), new.splitlines(True), f"a{path}", f"b{path}"
         ))
@@ -850,8 +869,8 @@ PYTHON = PythonSession()
 class Responder:
     """Writes one JSON line per response; the lock keeps lines whole across threads."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
         self.stream = sys.stdout.buffer
 
     def send(self, message: dict[str, Any]) -> None:
@@ -861,7 +880,14 @@ class Responder:
             self.stream.flush()
 
 
-def _worker(jobs: queue.Queue[dict[str, Any]], handler: Any, responder: Responder) -> None:
+def _worker(
+    jobs: queue.Queue[dict[str, Any]], handler: Any, responder: Responder, warmup: Any = None
+) -> None:
+    if warmup is not None:
+        try:
+            warmup()
+        except Exception as exc:  # retried by the first request
+            log(f"warm-up failed: {exc}")
     while True:
         req = jobs.get()
         rid = req.get("id")
@@ -870,6 +896,8 @@ def _worker(jobs: queue.Queue[dict[str, Any]], handler: Any, responder: Responde
         except Fail as exc:
             answer = {"ok": False, "code": exc.code, "error": str(exc)}
         except Exception as exc:
+            import traceback
+
             log(f"request {rid} failed: {traceback.format_exc()}")
             answer = {"ok": False, "code": "executor_error",
                       "error": f"{type(exc).__name__}: {exc}"}
@@ -881,48 +909,127 @@ def _harden_self() -> None:
     # Not dumpable: the sandbox user's own processes cannot open /proc/<executor>/fd/* to read
     # or forge protocol traffic.
     with contextlib.suppress(Exception):
+        import ctypes
+
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
 
 
-def main() -> None:
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    _harden_self()
-    os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
-    responder = Responder()
-    bash = BashSession()
-    files = Files()
-    # Workers exist before any user code runs: under a fork bomb, no new thread could start.
-    routes: dict[str, queue.Queue[dict[str, Any]]] = {}
-    for ops, handler in (
-        (("bash",), bash.run),
-        (("python",), PYTHON.run),
-        (("read", "write", "edit"), lambda r: getattr(files, r["op"])(r)),
-    ):
-        jobs: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=_worker, args=(jobs, handler, responder), daemon=True).start()
-        for op in ops:
-            routes[op] = jobs
-    try:
-        bash.start()
-    except Exception as exc:
-        log(f"bash did not start: {exc}")
-    for raw in sys.stdin.buffer:
+def _ping_id(line: bytes) -> str | None:
+    """The id of a ping request, read without the json module (not loaded yet at boot)."""
+    if b'"op": "ping"' not in line and b'"op":"ping"' not in line:
+        return None
+    for key in (b'"id": "', b'"id":"'):
+        start = line.find(key)
+        if start >= 0:
+            start += len(key)
+            end = line.find(b'"', start)
+            rid = line[start:end]
+            if end > start and rid.isascii() and b"\\" not in rid:
+                return rid.decode()
+    return None
+
+
+class Dispatcher:
+    """Routes request lines; until the sessions are loaded it answers pings and holds the rest.
+
+    The same lock orders held and new lines, so requests keep their order across the switch.
+    """
+
+    def __init__(self) -> None:
+        self.lock = _thread.allocate_lock()
+        self.write_lock = _thread.allocate_lock()
+        self.held: list[bytes] = []
+        self.routes: dict[str, Any] | None = None
+        self.responder: Responder | None = None
+
+    def write(self, data: bytes) -> None:
+        with self.write_lock:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+
+    def feed(self, line: bytes) -> None:
+        with self.lock:
+            if self.routes is None:
+                rid = _ping_id(line)
+                if rid is None:
+                    self.held.append(line)
+                else:
+                    self.write(b'{"id": "' + rid.encode() + b'", "ok": true, "pid": '
+                               + str(os.getpid()).encode() + b', "protocol": '
+                               + str(PROTOCOL).encode() + b', "booting": true}\n')
+                return
+            self._route(line)
+
+    def ready(self, routes: dict[str, Any], responder: Responder) -> None:
+        with self.lock:
+            self.routes, self.responder = routes, responder
+            for line in self.held:
+                self._route(line)
+            self.held.clear()
+
+    def _route(self, raw: bytes) -> None:
+        assert self.routes is not None and self.responder is not None
         try:
             req = json.loads(raw)
             if not isinstance(req, dict):
                 raise ValueError("a request is a JSON object")
         except ValueError as exc:
-            responder.send({"id": None, "ok": False, "code": "bad_request", "error": str(exc)})
-            continue
+            self.responder.send({"id": None, "ok": False, "code": "bad_request",
+                                 "error": str(exc)})
+            return
         op = str(req.get("op"))
         if op == "ping":
-            responder.send({"id": req.get("id"), "ok": True, "pid": os.getpid(),
-                            "protocol": PROTOCOL, "uptime_s": time.monotonic() - STARTED})
-        elif op in routes:
-            routes[op].put(req)
+            self.responder.send({"id": req.get("id"), "ok": True, "pid": os.getpid(),
+                                 "protocol": PROTOCOL, "uptime_s": time.monotonic() - STARTED})
+        elif op in self.routes:
+            self.routes[op].put(req)
         else:
-            responder.send({"id": req.get("id"), "ok": False, "code": "bad_request",
-                            "error": f"unknown op {op!r}"})
+            self.responder.send({"id": req.get("id"), "ok": False, "code": "bad_request",
+                                 "error": f"unknown op {op!r}"})
+
+
+def _boot(dispatcher: Dispatcher) -> None:
+    """Load the modules, start the workers (the shell first), then take over from the boot."""
+    try:
+        _load_modules()
+        os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
+        responder = Responder(dispatcher.write_lock)
+        bash = BashSession()
+        files = Files()
+
+        def warm_shell() -> None:
+            _harden_self()
+            bash.start()
+
+        # Workers exist before any user code runs: under a fork bomb no thread could start.
+        # The shell starts in its worker; commands queue behind it.
+        routes: dict[str, queue.Queue[dict[str, Any]]] = {}
+        for ops, handler, warmup in (
+            (("bash",), bash.run, warm_shell),
+            (("python",), PYTHON.run, None),
+            (("read", "write", "edit"), lambda r: getattr(files, r["op"])(r), None),
+        ):
+            jobs: queue.Queue[dict[str, Any]] = queue.Queue()
+            threading.Thread(
+                target=_worker, args=(jobs, handler, responder, warmup), daemon=True
+            ).start()
+            for op in ops:
+                routes[op] = jobs
+        dispatcher.ready(routes, responder)
+    except BaseException as exc:  # without its machinery the executor is useless: exit loudly
+        log(f"boot failed: {type(exc).__name__}: {exc}")
+        os._exit(70)
+
+
+def main() -> None:
+    dispatcher = Dispatcher()
+    _thread.start_new_thread(_boot, (dispatcher,))
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            break
+        dispatcher.feed(line)
     log("stdin closed; exiting")
 
 

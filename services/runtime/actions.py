@@ -11,6 +11,8 @@ from shared.events import (
     ErrorObservation,
     EventBase,
     EventSource,
+    FileEditAction,
+    FileEditObservation,
     FileReadAction,
     FileReadObservation,
     FileWriteAction,
@@ -31,6 +33,7 @@ RuntimeObservation = (
     | PythonOutputObservation
     | FileReadObservation
     | FileWriteObservation
+    | FileEditObservation
     | ErrorObservation
 )
 
@@ -68,7 +71,7 @@ def _with_note(output: str, note: str) -> str:
 
 
 async def run_action(
-    sandbox: Sandbox, action: RunnableAction, settings: RuntimeSettings
+    sandbox: Sandbox, action: RunnableAction | FileEditAction, settings: RuntimeSettings
 ) -> RuntimeObservation:
     """Run the action; executor-reported failures become an ErrorObservation.
 
@@ -81,9 +84,9 @@ async def run_action(
             timeout_s = action.timeout_s or settings.action_timeout_s
             request: dict[str, Any] = {
                 "command": action.command, "timeout_s": timeout_s, "limit": limit,
-                "is_input": bool(getattr(action, "is_input", False)),
+                "is_input": action.is_input,
             }
-            quiet = getattr(action, "no_output_timeout_s", None) or settings.no_output_timeout_s
+            quiet = action.no_output_timeout_s or settings.no_output_timeout_s
             if quiet:
                 request["no_output_timeout_s"] = quiet
             answer = await sandbox.client.request("bash", timeout_s + _GRACE_S, **request)
@@ -115,6 +118,16 @@ async def run_action(
             return FileWriteObservation(
                 **fields, path=answer["path"],
                 content=f"Wrote {answer.get('size', 0)} bytes to {answer['path']}",
+            )
+        if isinstance(action, FileEditAction):
+            answer = await sandbox.client.request(
+                "edit", 60.0, command=action.command, path=action.path,
+                file_text=action.file_text, old_str=action.old_str, new_str=action.new_str,
+                insert_line=action.insert_line, view_range=action.view_range, limit=limit,
+            )
+            return FileEditObservation(
+                **fields, path=answer["path"], content=answer.get("content", ""),
+                diff=answer.get("diff", ""),
             )
     except ExecutorError as exc:
         return ErrorObservation(**fields, content=str(exc), error_code=exc.code)

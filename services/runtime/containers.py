@@ -88,6 +88,11 @@ class ContainerInfo:
     labels: dict[str, str]
     oom_killed: bool = False
     exit_code: int | None = None
+    created: float = 0.0  # unix time
+
+    @property
+    def age_s(self) -> float:
+        return time.time() - self.created if self.created else 0.0
 
     @property
     def task_name(self) -> str | None:
@@ -102,7 +107,7 @@ def _info(raw: dict[str, Any]) -> ContainerInfo:
         state = raw.get("State") or ""
         return ContainerInfo(
             id=raw["Id"], name=name, running=state == "running", status=state,
-            labels=raw.get("Labels") or {},
+            labels=raw.get("Labels") or {}, created=float(raw.get("Created") or 0),
         )
     state_d = raw.get("State") or {}
     return ContainerInfo(

@@ -95,7 +95,8 @@ class ExecutorClient:
             except (ConnectionError, OSError) as exc:
                 self._lose(f"the attach stream broke: {exc}")
                 raise SandboxLost(self.lost_reason or "lost") from exc
-            answer = await asyncio.wait_for(future, wait_s)
+            async with asyncio.timeout(wait_s):
+                answer = await future
         finally:
             self._pending.pop(rid, None)
         if not answer.get("ok"):

@@ -112,8 +112,7 @@ class WarmPool:
         self._closed = True
         if self._maintainer is not None:
             self._maintainer.cancel()
-            with contextlib.suppress(BaseException):
-                await self._maintainer
+            await asyncio.wait({self._maintainer}, timeout=10)
         # Sandboxes being started are let finish (then removed), so none is left behind.
         pending = list(self._background)
         if pending:
@@ -155,8 +154,10 @@ class WarmPool:
                         f"(pool at its maximum of {self.settings.pool_max_total})"
                     )
                 async with self._changed:
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can lose a cancellation.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+                        async with asyncio.timeout(min(remaining, 1.0)):
+                            await self._changed.wait()
         finally:
             self._waiting -= 1
         ACQUISITIONS.inc()
@@ -249,7 +250,8 @@ class WarmPool:
         last_check = time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._next_wait())
+                async with asyncio.timeout(self._next_wait()):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 self._refill()

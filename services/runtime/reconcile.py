@@ -4,8 +4,9 @@ Run at start-up and periodically. For each container labelled as this pool's san
 - tracked by this replica (idle, busy, or being created): keep;
 - bound to a task in Redis: removed if it stopped or its task is over (the task's next action
   then reports the lost workspace), adopted if its creator is gone, else left to its owner;
-- not bound: a warm sandbox. Removed if its creator is this replica (a leak) or a replica that
-  no longer sends heartbeats; left alone while its creator lives.
+- not bound: a warm sandbox. Removed if its creator is this replica (a leak), a replica that
+  no longer sends heartbeats, or if it has not been running long after its creation; left
+  alone while its creator lives.
 Bindings whose task is over are dropped with their container.
 """
 
@@ -44,6 +45,7 @@ async def reconcile(
     task_is_over: Callable[[str], Awaitable[bool]],
 ) -> ReconcileReport:
     report = ReconcileReport()
+    stuck_after_s = docker.settings.start_timeout_s * 2
     containers = await docker.list(everything=True)
     bound = await bindings.all()
     task_of = {cid: task for task, cid in bound.items()}
@@ -87,7 +89,12 @@ async def reconcile(
                     report.adopted += 1
             else:
                 report.kept += 1
-        elif creator == replica_id or not await creator_alive(creator) or not info.running:
+        elif (
+            creator == replica_id
+            or not await creator_alive(creator)
+            # Not yet started is normal for a moment (its creator is starting it); for long, not.
+            or (not info.running and info.age_s > stuck_after_s)
+        ):
             await remove(info.id, "orphan")
         else:
             report.kept += 1

@@ -16,6 +16,7 @@ __all__ = [
     "ChangeAgentStateAction",
     "CmdRunAction",
     "CondensationAction",
+    "FileEditAction",
     "FileReadAction",
     "FileWriteAction",
     "LLMUsage",
@@ -52,6 +53,16 @@ class CmdRunAction(_AgentActionFields):
     kind: Literal["run"] = "run"
     command: str
     timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    is_input: bool = Field(
+        default=False,
+        description="Send `command` as input to the command still running (after a no-output "
+        "timeout) instead of running it: 'C-c' interrupts, '' waits for more output.",
+    )
+    no_output_timeout_s: float | None = Field(
+        default=None, gt=0, le=3600,
+        description="Return the output so far after this long without new output, leaving the "
+        "command running; None uses the runtime's default.",
+    )
 
 
 class RunPythonAction(_AgentActionFields):
@@ -73,6 +84,26 @@ class FileWriteAction(_AgentActionFields):
     kind: Literal["write"] = "write"
     path: str
     content: str
+
+
+class FileEditAction(_AgentActionFields):
+    """The OpenHands editor: view, create, str_replace, insert and undo; edits return a diff."""
+
+    kind: Literal["edit"] = "edit"
+    command: Literal["view", "create", "str_replace", "insert", "undo"]
+    path: str
+    file_text: str | None = Field(default=None, description="create: the new file's content.")
+    old_str: str | None = Field(
+        default=None, description="str_replace: text that must occur exactly once."
+    )
+    new_str: str | None = Field(default=None, description="str_replace and insert: new text.")
+    insert_line: int | None = Field(
+        default=None, ge=0, description="insert: after this line (0 = at the top)."
+    )
+    view_range: list[int] | None = Field(
+        default=None, min_length=2, max_length=2,
+        description="view: [first, last] lines, last -1 for the end.",
+    )
 
 
 class AgentThinkAction(_AgentActionFields):

@@ -16,6 +16,7 @@ __all__ = [
     "AgentStateChangedObservation",
     "CmdOutputObservation",
     "ErrorObservation",
+    "FileEditObservation",
     "FileReadObservation",
     "FileWriteObservation",
     "PythonOutputObservation",
@@ -51,6 +52,13 @@ class FileWriteObservation(EventBase):
     kind: Literal["write_output"] = "write_output"
     path: str
     content: str = ""
+
+
+class FileEditObservation(EventBase):
+    kind: Literal["edit_output"] = "edit_output"
+    path: str
+    content: str = Field(description="What was done, or the viewed text with line numbers.")
+    diff: str = Field(default="", description="Unified diff of the edit; empty for view.")
 
 
 class ErrorObservation(EventBase):

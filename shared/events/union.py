@@ -13,6 +13,7 @@ from .actions import (
     ChangeAgentStateAction,
     CmdRunAction,
     CondensationAction,
+    FileEditAction,
     FileReadAction,
     FileWriteAction,
     MessageAction,
@@ -23,6 +24,7 @@ from .observations import (
     AgentStateChangedObservation,
     CmdOutputObservation,
     ErrorObservation,
+    FileEditObservation,
     FileReadObservation,
     FileWriteObservation,
     PythonOutputObservation,
@@ -45,6 +47,7 @@ Event = Annotated[
     | RunPythonAction
     | FileReadAction
     | FileWriteAction
+    | FileEditAction
     | AgentThinkAction
     | AgentFinishAction
     | ChangeAgentStateAction
@@ -54,6 +57,7 @@ Event = Annotated[
     | PythonOutputObservation
     | FileReadObservation
     | FileWriteObservation
+    | FileEditObservation
     | ErrorObservation
     | AgentStateChangedObservation
     | SecurityVerdictObservation
@@ -73,6 +77,7 @@ RUNNABLE_ACTION_TYPES = (CmdRunAction, RunPythonAction, FileReadAction, FileWrit
 ACTION_TYPES = (
     MessageAction,
     *RUNNABLE_ACTION_TYPES,
+    FileEditAction,  # runnable (the runtime runs it) once security reviews it too
     AgentThinkAction,
     AgentFinishAction,
     ChangeAgentStateAction,
@@ -84,6 +89,7 @@ OBSERVATION_TYPES = (
     PythonOutputObservation,
     FileReadObservation,
     FileWriteObservation,
+    FileEditObservation,
     ErrorObservation,
     AgentStateChangedObservation,
     SecurityVerdictObservation,
