@@ -88,12 +88,46 @@ class TaskBindings:
         await self.redis.delete(f"{self.prefix}:replica:{replica_id}")
 
 
+# One round trip per step of an action: begin (recorded result, or claim), complete (record the
+# result and drop the claim).
+_BEGIN = """
+local recorded = redis.call('GET', KEYS[1])
+if recorded then return {'recorded', recorded} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', ARGV[2]) then return {'claimed', ''} end
+return {'busy', ''}
+"""
+_COMPLETE = """
+redis.call('SET', KEYS[1], ARGV[2], 'NX', 'EX', ARGV[3])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return redis.call('GET', KEYS[1])
+"""
+
+
 class ActionLedger:
     def __init__(self, redis: Redis, ttl_s: int) -> None:
         self.redis = redis
         self.ttl_s = ttl_s
         self._delete_if = redis.register_script(_DELETE_IF)
         self._refresh_if = redis.register_script(_REFRESH_IF)
+        self._begin = redis.register_script(_BEGIN)
+        self._complete = redis.register_script(_COMPLETE)
+
+    async def begin(self, action_id: str, owner: str, claim_ttl_s: int) -> tuple[str, str | None]:
+        """("recorded", observation json), ("claimed", None) or ("busy", None)."""
+        state, value = await self._begin(
+            keys=[self._result_key(action_id), self._running_key(action_id)],
+            args=[owner, claim_ttl_s],
+        )
+        state = _text(state) or "busy"
+        return state, (_text(value) if state == "recorded" else None)
+
+    async def complete(self, action_id: str, owner: str, observation_json: str) -> str:
+        """Record the observation unless one is recorded, release our claim; return the record."""
+        stored = await self._complete(
+            keys=[self._result_key(action_id), self._running_key(action_id)],
+            args=[owner, observation_json, self.ttl_s],
+        )
+        return _text(stored) or observation_json
 
     @staticmethod
     def _result_key(action_id: str) -> str:

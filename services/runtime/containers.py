@@ -1,20 +1,24 @@
 """Sandbox containers on the Docker engine: hardened creation, attach, rename, listing, removal.
 
-docker-py is blocking, so every call runs in a worker thread and the event loop never waits on
-Docker. Containers carry labels (labels cannot change after creation) and a name that does:
-`deckhands-idle-<random>` while in the pool, `deckhands-task-<task>` once bound to a task.
+docker-py is blocking, so every call runs on a thread of this module's own pool and the event
+loop never waits on Docker. Containers carry labels (labels cannot change after creation) and a
+name that does: `deckhands-idle-<random>` while in the pool, `deckhands-task-<task>` once bound
+to a task.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import re
 import secrets
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -38,6 +42,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("deckhands.runtime.containers")
+
+T = TypeVar("T")
 
 LABEL_ROLE = "deckhands.role"
 ROLE_SANDBOX = "sandbox"
@@ -131,12 +137,23 @@ class DockerSandboxes:
         self._client = client
         # Containers being created right now: reconciliation must not mistake them for leaks.
         self.pending_names: set[str] = set()
+        # Docker calls block: they run on threads of our own, as many as a burst of sandbox
+        # starts needs (the default executor has only a few), never on the event loop.
+        self._threads = ThreadPoolExecutor(
+            max_workers=settings.docker_threads, thread_name_prefix="docker"
+        )
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, functools.partial(fn, *args))
 
     # -- connection
 
     def _api(self) -> Any:
         if self._client is None:
-            self._client = docker.from_env(timeout=60)
+            self._client = docker.from_env(
+                timeout=60, max_pool_size=self.settings.docker_threads
+            )
         return self._client.api
 
     async def check(self) -> None:
@@ -154,7 +171,7 @@ class DockerSandboxes:
                 ) from None
 
         try:
-            await asyncio.to_thread(_check)
+            await self._call(_check)
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"cannot reach the Docker engine: {exc}") from exc
 
@@ -235,7 +252,7 @@ class DockerSandboxes:
 
         self.pending_names.add(name)
         try:
-            creation = asyncio.ensure_future(asyncio.to_thread(_create))
+            creation = asyncio.ensure_future(self._call(_create))
             try:
                 # Shielded: a cancelled caller must not leave the thread's container behind.
                 cid = await asyncio.shield(creation)
@@ -256,12 +273,12 @@ class DockerSandboxes:
         if creation.cancelled() or creation.exception() is not None:
             return
         cid = creation.result()
-        asyncio.get_running_loop().run_in_executor(None, self._remove_sync, cid)
+        asyncio.get_running_loop().run_in_executor(self._threads, self._remove_sync, cid)
 
     async def attach(self, container_id: str, name: str, timeout_s: float = 5.0) -> Sandbox:
         """Attach to a running sandbox and wait until its executor answers a ping."""
         try:
-            sock = await asyncio.to_thread(open_attach_socket, self._api(), container_id)
+            sock = await self._call(lambda: open_attach_socket(self._api(), container_id))
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"cannot attach to {container_id[:12]}: {exc}") from exc
         client = await ExecutorClient.connect(sock, name)
@@ -298,7 +315,7 @@ class DockerSandboxes:
                     self._remove_sync(holder["Id"])
                 api.rename(container_id, name)
 
-        await asyncio.to_thread(_rename)
+        await self._call(_rename)
 
     def _remove_sync(self, container_id: str) -> None:
         try:
@@ -312,7 +329,7 @@ class DockerSandboxes:
 
     async def remove(self, container_id: str) -> None:
         try:
-            await asyncio.to_thread(self._remove_sync, container_id)
+            await self._call(self._remove_sync, container_id)
         except docker.errors.DockerException as exc:
             log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
 
@@ -329,7 +346,7 @@ class DockerSandboxes:
             )
             return [_info(c) for c in raw]
 
-        return await asyncio.to_thread(_list)
+        return await self._call(_list)
 
     async def inspect(self, ref: str) -> ContainerInfo | None:
         """A container by id or name, or None when there is none."""
@@ -340,7 +357,23 @@ class DockerSandboxes:
             except NotFound:
                 return None
 
-        return await asyncio.to_thread(_inspect)
+        return await self._call(_inspect)
+
+    async def prune_volumes(self) -> int:
+        """Remove this pool's workspace volumes that no container uses (left by a crash)."""
+
+        def _prune() -> int:
+            result = self._api().prune_volumes(
+                filters={"label": [f"{LABEL_ROLE}={ROLE_SANDBOX}",
+                                   f"{LABEL_POOL}={self.settings.pool_name}"]}
+            )
+            return len(result.get("VolumesDeleted") or [])
+
+        try:
+            return await self._call(_prune)
+        except docker.errors.DockerException as exc:
+            log.warning("could not prune workspace volumes: %s", exc)
+            return 0
 
     async def stats_memory(self, container_id: str) -> int:
         """Current memory use of a container in bytes (for the benchmark)."""
@@ -349,8 +382,9 @@ class DockerSandboxes:
             stats = self._api().stats(container_id, stream=False)
             return int((stats.get("memory_stats") or {}).get("usage") or 0)
 
-        return await asyncio.to_thread(_stats)
+        return await self._call(_stats)
 
     def close(self) -> None:
+        self._threads.shutdown(wait=False)
         if self._client is not None:
             self._client.close()

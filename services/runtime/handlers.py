@@ -152,17 +152,19 @@ class RuntimeService:
             raise PermanentError(
                 f"action {action.id} belongs to task {action.task_id}, not {command.task_id}"
             )
-        recorded = await self.ledger.result(action.id)
-        if recorded is None:
-            if await self.ledger.claim(action.id, self.replica_id, _CLAIM_TTL_S):
-                try:
-                    async with self._keepalive(action.id, progress):
-                        observation = await self._run(command, last_try)
-                    recorded = await self.ledger.record(action.id, observation.model_dump_json())
-                finally:
-                    await self.ledger.finish(action.id, self.replica_id)
-            else:
-                recorded = await self._result_of_duplicate(command, progress)
+        state, recorded = await self.ledger.begin(action.id, self.replica_id, _CLAIM_TTL_S)
+        if state == "claimed":
+            try:
+                async with self._keepalive(action.id, progress):
+                    observation = await self._run(command, last_try)
+            except BaseException:
+                await self.ledger.finish(action.id, self.replica_id)
+                raise
+            recorded = await self.ledger.complete(
+                action.id, self.replica_id, observation.model_dump_json()
+            )
+        elif recorded is None:
+            recorded = await self._result_of_duplicate(command, progress)
         await self.publish(EventAdapter.validate_json(recorded))
 
     async def release(self, command: ReleaseSandbox) -> None:

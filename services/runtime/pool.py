@@ -105,6 +105,7 @@ class WarmPool:
 
     def start(self) -> None:
         if self._maintainer is None:
+            self._wake.set()  # fill the pool now, not after the first upkeep interval
             self._maintainer = asyncio.create_task(self._maintain(), name="pool-maintainer")
 
     async def stop(self) -> None:
@@ -314,6 +315,13 @@ class WarmPool:
         self._publish_gauges()
 
     async def _check_idle(self) -> None:
+        # Busy sandboxes whose stream ended (removed by another replica, or dead): stop counting
+        # them. Their task hears of the loss on its next action.
+        for cid, sandbox in list(self._busy.items()):
+            if sandbox.lost:
+                self._busy.pop(cid, None)
+                SANDBOXES_LOST.labels("busy").inc()
+                await self._destroy(sandbox, "lost")
         for sandbox in list(self._idle):
             if sandbox.lost or not await sandbox.client.ping(2.0):
                 with contextlib.suppress(ValueError):

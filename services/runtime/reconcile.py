@@ -7,7 +7,8 @@ Run at start-up and periodically. For each container labelled as this pool's san
 - not bound: a warm sandbox. Removed if its creator is this replica (a leak), a replica that
   no longer sends heartbeats, or if it has not been running long after its creation; left
   alone while its creator lives.
-Bindings whose task is over are dropped with their container.
+Bindings whose task is over are dropped with their container, and workspace volumes that no
+container uses any more are pruned.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class ReconcileReport:
     adopted: int = 0
     kept: int = 0
     unbound: int = 0
+    volumes_pruned: int = 0
 
 
 async def reconcile(
@@ -105,7 +107,8 @@ async def reconcile(
         if cid not in present and await task_is_over(task_id):
             await bindings.unbind(task_id, cid)
             report.unbound += 1
-    if report.removed or report.adopted or report.unbound:
+    report.volumes_pruned = await docker.prune_volumes()
+    if report.removed or report.adopted or report.unbound or report.volumes_pruned:
         log.info("reconciled: %s", report)
     return report
 

@@ -40,6 +40,10 @@ class RuntimeSettings(CommonSettings):
         description="Most sandboxes (idle + busy + starting) one runtime replica keeps; an "
         "acquisition beyond it waits for a task to end.",
     )
+    docker_threads: int = Field(
+        default=32, ge=2, le=256,
+        description="Threads for blocking Docker API calls (concurrent creates, removals, ...).",
+    )
     pool_create_concurrency: int = Field(
         default=4, ge=1, description="Sandboxes started in parallel to refill the pool."
     )

@@ -72,6 +72,7 @@ async def test_fifty_tasks_acquire_at_once(
     finally:
         await service.stop()
     assert pool_containers(docker_client, pool) == []  # nothing leaked
+    assert docker_client.volumes.list(filters={"label": f"deckhands.pool={pool}"}) == []
 
 
 async def test_two_replicas_racing_for_the_same_tasks_agree(
@@ -99,3 +100,4 @@ async def test_two_replicas_racing_for_the_same_tasks_agree(
         await first.stop()
         await second.stop()
     assert pool_containers(docker_client, pool) == []
+    assert docker_client.volumes.list(filters={"label": f"deckhands.pool={pool}"}) == []

@@ -45,10 +45,14 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
     settings = make_settings(isolated_settings, sandbox_image, pool, pool_min_idle=1)
     task_id = uuid.uuid4().hex
     try:
-        # A warm sandbox left behind by a replica that is gone (no heartbeat).
+        # A warm sandbox left behind by a replica that is gone (no heartbeat), and a workspace
+        # volume that outlived its container.
         dead = DockerSandboxes(settings, "dead-replica")
         orphan = await dead.create()
         await orphan.client.close()
+        stray = docker_client.volumes.create(
+            labels={"deckhands.role": "sandbox", "deckhands.pool": pool}
+        )
 
         first = Runtime(settings)
         await first.start()
@@ -68,6 +72,7 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
             assert obs.content.split() == ["kept", "/tmp"]  # same files, same shell
             names = {c.name for c in pool_containers(docker_client, pool)}
             assert orphan.name not in names
+            assert stray.name not in {v.name for v in docker_client.volumes.list()}
             replicas = {c.labels[LABEL_REPLICA] for c in pool_containers(docker_client, pool)
                         if c.name.startswith("deckhands-idle-")}
             assert replicas <= {service.replica_id}
@@ -81,5 +86,7 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
         finally:
             await second.stop()
         assert [c.name for c in pool_containers(docker_client, pool)] == []
+        # Workspaces went with their containers.
+        assert docker_client.volumes.list(filters={"label": f"deckhands.pool={pool}"}) == []
     finally:
         remove_pool_containers(docker_client, pool)
