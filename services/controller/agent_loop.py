@@ -19,15 +19,11 @@ from shared.events import (
     AgentFinishAction,
     AgentState,
     ChangeAgentStateAction,
-    CmdRunAction,
     ErrorObservation,
     EventBase,
     EventSource,
-    FileReadAction,
-    FileWriteAction,
     MessageAction,
     RiskLevel,
-    RunPythonAction,
     SecurityVerdictObservation,
     UserRejectObservation,
     Verdict,
@@ -40,7 +36,6 @@ from .turn import IllegalTransition, Turn
 
 __all__ = ["apply", "sub_task_id"]
 
-RunnableActionT = CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction
 
 log = logging.getLogger("deckhands.controller")
 

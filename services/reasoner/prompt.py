@@ -30,6 +30,7 @@ from shared.events import (
     CondensationAction,
     ErrorObservation,
     EventSource,
+    FileEditObservation,
     FileReadObservation,
     FileWriteObservation,
     MessageAction,
@@ -88,6 +89,7 @@ _ANSWER_TYPES = (
     PythonOutputObservation,
     FileReadObservation,
     FileWriteObservation,
+    FileEditObservation,
     ErrorObservation,
     UserRejectObservation,
     AgentDelegateObservation,
@@ -121,6 +123,8 @@ def _observation_text(obs: object, limit: int) -> str:
         return _clip(obs.content, limit)
     if isinstance(obs, FileWriteObservation):
         return obs.content or f"Wrote {obs.path}."
+    if isinstance(obs, FileEditObservation):
+        return _clip(f"{obs.content}\n{obs.diff}".strip(), limit)
     if isinstance(obs, ErrorObservation):
         return f"ERROR: {_clip(obs.content, limit)}"
     if isinstance(obs, UserRejectObservation):

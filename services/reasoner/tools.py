@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shared.events import (
     AgentDelegateAction,
     AgentFinishAction,
     AgentThinkAction,
     CmdRunAction,
+    FileEditAction,
     FileReadAction,
     FileWriteAction,
     RunPythonAction,
@@ -41,6 +42,7 @@ AgentToolAction = (
     | RunPythonAction
     | FileReadAction
     | FileWriteAction
+    | FileEditAction
     | AgentThinkAction
     | AgentFinishAction
 )
@@ -76,6 +78,10 @@ TOOL_SPECS: list[dict[str, Any]] = [
         {
             "command": {"type": "string", "description": "The command line."},
             "timeout": {"type": "number", "description": "Seconds before it is stopped."},
+            "is_input": {
+                "type": "boolean",
+                "description": "Send `command` to the still-running command ('C-c' stops it).",
+            },
         },
         ["command"],
     ),
@@ -100,6 +106,24 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "Create or overwrite a file with the given content.",
         {"path": {"type": "string"}, "content": {"type": "string"}},
         ["path", "content"],
+    ),
+    _fn(
+        "edit_file",
+        "Edit a file: view, create, str_replace (old_str must occur once), insert (after "
+        "insert_line), undo. Returns a diff.",
+        {
+            "command": {
+                "type": "string",
+                "enum": ["view", "create", "str_replace", "insert", "undo"],
+            },
+            "path": {"type": "string"},
+            "file_text": {"type": "string"},
+            "old_str": {"type": "string"},
+            "new_str": {"type": "string"},
+            "insert_line": {"type": "integer"},
+            "view_range": {"type": "array", "items": {"type": "integer"}},
+        },
+        ["command", "path"],
     ),
     _fn(
         "think",
@@ -136,8 +160,16 @@ class _Args(BaseModel):
 
 
 class _ExecuteBash(_Args):
-    command: str = Field(min_length=1)
+    command: str
     timeout: float | None = Field(default=None, gt=0, le=3600)
+    is_input: bool = False
+
+    @model_validator(mode="after")
+    def _command_unless_input(self) -> _ExecuteBash:
+        # An empty input is meaningful (wait for more output); an empty command is not.
+        if not self.command and not self.is_input:
+            raise ValueError("command must not be empty")
+        return self
 
 
 class _ExecutePython(_Args):
@@ -153,6 +185,16 @@ class _ReadFile(_Args):
 class _WriteFile(_Args):
     path: str = Field(min_length=1)
     content: str
+
+
+class _EditFile(_Args):
+    command: Literal["view", "create", "str_replace", "insert", "undo"]
+    path: str = Field(min_length=1)
+    file_text: str | None = None
+    old_str: str | None = None
+    new_str: str | None = None
+    insert_line: int | None = Field(default=None, ge=0)
+    view_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
 
 
 class _Think(_Args):
@@ -174,6 +216,7 @@ TOOL_ARGUMENTS: dict[str, type[_Args]] = {
     "execute_python": _ExecutePython,
     "read_file": _ReadFile,
     "write_file": _WriteFile,
+    "edit_file": _EditFile,
     "think": _Think,
     "delegate": _Delegate,
     "finish": _Finish,
@@ -218,7 +261,9 @@ def action_for_call(call: ToolCall, fields: dict[str, Any]) -> AgentToolAction:
 
 def _build(name: str, args: Any, fields: dict[str, Any]) -> AgentToolAction:
     if name == "execute_bash":
-        return CmdRunAction(command=args.command, timeout_s=args.timeout, **fields)
+        return CmdRunAction(
+            command=args.command, timeout_s=args.timeout, is_input=args.is_input, **fields
+        )
     if name == "execute_python":
         return RunPythonAction(code=args.code, **fields)
     if name == "read_file":
@@ -227,6 +272,8 @@ def _build(name: str, args: Any, fields: dict[str, Any]) -> AgentToolAction:
         )
     if name == "write_file":
         return FileWriteAction(path=args.path, content=args.content, **fields)
+    if name == "edit_file":
+        return FileEditAction(**args.model_dump(), **fields)
     if name == "think":
         text = fields.get("thought") or ""
         thought = f"{text}\n\n{args.thought}" if text and text != args.thought else args.thought
@@ -242,6 +289,8 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
         args: dict[str, Any] = {"command": action.command}
         if action.timeout_s is not None:
             args["timeout"] = action.timeout_s
+        if action.is_input:
+            args["is_input"] = True
         return "execute_bash", args
     if isinstance(action, RunPythonAction):
         return "execute_python", {"code": action.code}
@@ -254,6 +303,20 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
         return "read_file", args
     if isinstance(action, FileWriteAction):
         return "write_file", {"path": action.path, "content": action.content}
+    if isinstance(action, FileEditAction):
+        edit = action.model_dump(
+            include={
+                "command",
+                "path",
+                "file_text",
+                "old_str",
+                "new_str",
+                "insert_line",
+                "view_range",
+            },
+            exclude_none=True,
+        )
+        return "edit_file", edit
     if isinstance(action, AgentThinkAction):
         return "think", {"thought": action.thought}
     if isinstance(action, AgentDelegateAction):

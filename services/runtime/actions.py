@@ -71,7 +71,7 @@ def _with_note(output: str, note: str) -> str:
 
 
 async def run_action(
-    sandbox: Sandbox, action: RunnableAction | FileEditAction, settings: RuntimeSettings
+    sandbox: Sandbox, action: RunnableAction, settings: RuntimeSettings
 ) -> RuntimeObservation:
     """Run the action; executor-reported failures become an ErrorObservation.
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from shared.events import (
     CmdRunAction,
+    FileEditAction,
     FileReadAction,
     FileWriteAction,
     RiskLevel,
@@ -21,7 +22,7 @@ from shared.events import (
 
 __all__ = ["Finding", "review"]
 
-Reviewable = CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction
+Reviewable = CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction | FileEditAction
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,14 @@ def _review_write(action: FileWriteAction, workspace: str) -> Finding:
     return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
 
 
+def _review_edit(action: FileEditAction, workspace: str) -> Finding:
+    if action.command != "view" and _outside_workspace(action.path, workspace):
+        return _deny(
+            "write_outside_workspace", f"{action.path!r} is outside the workspace {workspace}"
+        )
+    return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
+
+
 def _review_read(action: FileReadAction, workspace: str) -> Finding:
     return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
 
@@ -109,6 +118,7 @@ _REVIEWERS: dict[type, Callable[..., Finding]] = {
     RunPythonAction: _review_python,
     FileWriteAction: _review_write,
     FileReadAction: _review_read,
+    FileEditAction: _review_edit,
 }
 
 

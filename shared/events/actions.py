@@ -59,7 +59,9 @@ class CmdRunAction(_AgentActionFields):
         "timeout) instead of running it: 'C-c' interrupts, '' waits for more output.",
     )
     no_output_timeout_s: float | None = Field(
-        default=None, gt=0, le=3600,
+        default=None,
+        gt=0,
+        le=3600,
         description="Return the output so far after this long without new output, leaving the "
         "command running; None uses the runtime's default.",
     )
@@ -101,7 +103,9 @@ class FileEditAction(_AgentActionFields):
         default=None, ge=0, description="insert: after this line (0 = at the top)."
     )
     view_range: list[int] | None = Field(
-        default=None, min_length=2, max_length=2,
+        default=None,
+        min_length=2,
+        max_length=2,
         description="view: [first, last] lines, last -1 for the end.",
     )
 

@@ -67,17 +67,22 @@ Event = Annotated[
 ]
 
 RunnableAction = Annotated[
-    CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction,
+    CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction | FileEditAction,
     Field(discriminator="kind"),
 ]
 
 EventAdapter: TypeAdapter[Event] = TypeAdapter(Event)
 
-RUNNABLE_ACTION_TYPES = (CmdRunAction, RunPythonAction, FileReadAction, FileWriteAction)
+RUNNABLE_ACTION_TYPES = (
+    CmdRunAction,
+    RunPythonAction,
+    FileReadAction,
+    FileWriteAction,
+    FileEditAction,
+)
 ACTION_TYPES = (
     MessageAction,
     *RUNNABLE_ACTION_TYPES,
-    FileEditAction,  # runnable (the runtime runs it) once security reviews it too
     AgentThinkAction,
     AgentFinishAction,
     ChangeAgentStateAction,

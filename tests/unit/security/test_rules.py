@@ -89,3 +89,17 @@ def test_python_deleting_root_is_denied_and_shelling_out_is_medium() -> None:
 def test_reads_are_low_risk() -> None:
     finding = review(FileReadAction(task_id="t", source="AGENT", path="/etc/hostname"))
     assert (finding.verdict, finding.risk) == (Verdict.ALLOW, RiskLevel.LOW)
+
+
+def test_edits_outside_the_workspace_are_denied_but_views_are_reads() -> None:
+    from shared.events import FileEditAction
+
+    def edit(command: str, path: str) -> Verdict:
+        action = FileEditAction(
+            task_id="t", source="AGENT", command=command, path=path, file_text="x"
+        )
+        return review(action).verdict
+
+    assert edit("create", "notes.md") is Verdict.ALLOW
+    assert edit("str_replace", "/etc/hosts") is Verdict.DENY
+    assert edit("view", "/etc/hosts") is Verdict.ALLOW
