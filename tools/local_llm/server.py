@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -26,13 +28,16 @@ LITELLM_MODEL = f"openai/{MODEL_ALIAS}"
 
 # Reasoner settings that suit this 1.5B model on 2 CPU cores (measured on the seed task).
 REASONER_SETTINGS: dict[str, str] = {
-    # llama-cpp-python returns real tool calls only when one is forced; with "auto" the model
-    # writes the call as JSON in its text, which the reasoner reads just as well.
-    "DECKHANDS_LLM_NATIVE_TOOL_CALLING": "true",
-    "DECKHANDS_LLM_TOOL_CHOICE": "auto",
-    # ~10 tokens/s: a reply is a short tool call; cap runaway generations.
+    # Prompt-based tool calling: the tools are described in a short system prompt (~330
+    # tokens) and the model answers with a JSON object, which it does reliably. Offered as
+    # native tools, llama-cpp-python renders them through Qwen's template (~730 tokens) and
+    # returns real tool calls only when one named function is forced; with "auto" (and
+    # "required", which it ignores) the model writes the call as text, wrapped in tags, and
+    # did not finish the seed task.
+    "DECKHANDS_LLM_NATIVE_TOOL_CALLING": "false",
+    # ~8 tokens/s: a reply is a short tool call; cap runaway generations.
     "DECKHANDS_LLM_MAX_OUTPUT_TOKENS": "512",
-    # The first turn evaluates the whole prompt at ~35 tokens/s on 2 cores.
+    # A first turn evaluates the whole prompt at ~20-35 tokens/s on 2 busy cores.
     "DECKHANDS_LLM_TIMEOUT_S": "600",
 }
 
@@ -42,14 +47,16 @@ def server_command(port: int, config: LocalLLMConfig | None = None) -> list[str]
     return (config or LocalLLMConfig.from_env()).server_argv(sys.executable, port)
 
 
-def llm_env(port: int) -> dict[str, str]:
-    """Environment for the services so the reasoner uses the local server on `port`."""
+def llm_env(port: int, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for the services so the reasoner uses the local server on `port`. The
+    tuning in REASONER_SETTINGS gives way to any of those variables already in `environ`."""
+    environ = os.environ if environ is None else environ
     return {
+        **{key: value for key, value in REASONER_SETTINGS.items() if key not in environ},
         "DECKHANDS_LLM_MODEL": LITELLM_MODEL,
         "DECKHANDS_LLM_API_BASE": f"http://127.0.0.1:{port}/v1",
         "DECKHANDS_LLM_API_KEY": "local",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        **REASONER_SETTINGS,
     }
 
 
