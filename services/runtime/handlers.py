@@ -129,8 +129,18 @@ class RuntimeService:
 
     async def reconcile(self) -> ReconcileReport:
         return await reconcile(
-            self.docker, self.bindings, self.pool, self.tasks, self.replica_id, self._task_is_over
+            self.docker, self.bindings, self.pool, self.tasks, self.replica_id,
+            self._task_is_over, self._task_is_live,
         )
+
+    async def _task_is_live(self, task_id: str) -> bool:
+        if self._states is None:
+            return False
+        try:
+            state = await self._states.load(task_id)
+        except Exception:
+            return False
+        return state is not None and state.agent_state not in TERMINAL_STATES
 
     async def _task_is_over(self, task_id: str) -> bool:
         if self._states is None:

@@ -4,7 +4,8 @@ Run at start-up and periodically. For each container labelled as this pool's san
 - tracked by this replica (idle, busy, or being created): keep;
 - bound to a task in Redis: removed if it stopped or its task is over (the task's next action
   then reports the lost workspace), adopted if its creator is gone, else left to its owner;
-- not bound: a warm sandbox. Removed if its creator is this replica (a leak), a replica that
+- named for a task but not bound (Redis lost the binding): bound again if the task is live;
+- otherwise a warm sandbox. Removed if its creator is this replica (a leak), a replica that
   no longer sends heartbeats, or if it has not been running long after its creation; left
   alone while its creator lives.
 Bindings whose task is over are dropped with their container, and workspace volumes that no
@@ -19,7 +20,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .bindings import TaskBindings
-from .containers import LABEL_REPLICA, DockerSandboxes, SandboxStartError
+from .containers import (
+    LABEL_REPLICA,
+    TASK_PREFIX,
+    ContainerInfo,
+    DockerSandboxes,
+    SandboxStartError,
+    task_container_name,
+)
 from .metrics import SANDBOXES_REMOVED
 from .pool import WarmPool
 from .task_sandboxes import TaskSandboxes
@@ -36,6 +44,7 @@ class ReconcileReport:
     kept: int = 0
     unbound: int = 0
     volumes_pruned: int = 0
+    rebound: int = 0
 
 
 async def reconcile(
@@ -45,6 +54,7 @@ async def reconcile(
     tasks: TaskSandboxes,
     replica_id: str,
     task_is_over: Callable[[str], Awaitable[bool]],
+    task_is_live: Callable[[str], Awaitable[bool]],
 ) -> ReconcileReport:
     report = ReconcileReport()
     stuck_after_s = docker.settings.start_timeout_s * 2
@@ -91,6 +101,8 @@ async def reconcile(
                     report.adopted += 1
             else:
                 report.kept += 1
+        elif info.task_name is not None and await _rebind(info, bindings, task_is_live):
+            report.rebound += 1
         elif (
             creator == replica_id
             or not await creator_alive(creator)
@@ -111,6 +123,19 @@ async def reconcile(
     if report.removed or report.adopted or report.unbound or report.volumes_pruned:
         log.info("reconciled: %s", report)
     return report
+
+
+async def _rebind(
+    info: ContainerInfo, bindings: TaskBindings, task_is_live: Callable[[str], Awaitable[bool]]
+) -> bool:
+    """A running `deckhands-task-<id>` container whose binding Redis lost: bind it again if
+    its task is known and still going (names of hashed ids cannot be traced back)."""
+    task_id = (info.task_name or "")[len(TASK_PREFIX):]
+    if not info.running or task_container_name(task_id) != info.name:
+        return False
+    if not await task_is_live(task_id):
+        return False
+    return await bindings.bind(task_id, info.id) == info.id
 
 
 async def reconcile_quietly(run: Callable[[], Awaitable[ReconcileReport]]) -> None:

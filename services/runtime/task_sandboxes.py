@@ -43,6 +43,7 @@ class TaskSandboxes:
         self._local: dict[str, Sandbox] = {}
         self._touched: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._renames: dict[str, asyncio.Task[None]] = {}
 
     def _lock(self, task_id: str) -> asyncio.Lock:
         lock = self._locks.get(task_id)
@@ -73,8 +74,6 @@ class TaskSandboxes:
                 why = await self._why(sandbox.container_id, sandbox.client.lost_reason)
                 raise WorkspaceLost(why)
             bound = await self.bindings.get(task_id)
-            if bound is None:
-                bound = await self._adopt_by_name(task_id)
             if bound is not None:
                 return await self._attach_bound(task_id, bound)
             return await self._bind_fresh(task_id)
@@ -89,22 +88,24 @@ class TaskSandboxes:
         sandbox.task_id = task_id
         self._local[task_id] = sandbox
         self._touched[task_id] = time.monotonic()
+        # The name is for people and for adoption when Redis lost the binding; renaming takes
+        # tens of milliseconds, so the task's first action does not wait for it.
+        self._renames[task_id] = asyncio.create_task(self._rename(sandbox, task_id))
+        return sandbox
+
+    async def _rename(self, sandbox: Sandbox, task_id: str) -> None:
         name = task_container_name(task_id)
         try:
             await self.docker.rename(sandbox.container_id, name)
             sandbox.name = name
-        except Exception as exc:  # the Redis binding is what counts; the name helps people
+        except Exception as exc:  # the Redis binding is what counts
             log.warning("could not rename %s to %s: %s", sandbox.short_id, name, exc)
-        return sandbox
 
-    async def _adopt_by_name(self, task_id: str) -> str | None:
-        """A running `deckhands-task-<task>` container whose binding was lost from Redis."""
-        info = await self.docker.inspect(task_container_name(task_id))
-        if info is None or not info.running:
-            return None
-        if info.labels.get("deckhands.pool") != self.docker.settings.pool_name:
-            return None
-        return await self.bindings.bind(task_id, info.id)
+    async def renamed(self, task_id: str) -> None:
+        """Wait until the task's sandbox carries its task name (if a rename is under way)."""
+        task = self._renames.pop(task_id, None)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _attach_bound(self, task_id: str, container_id: str) -> Sandbox:
         info = await self.docker.inspect(container_id)
@@ -145,6 +146,7 @@ class TaskSandboxes:
 
     async def release(self, task_id: str) -> bool:
         """Destroy the task's sandbox (the task ended). False if it had none."""
+        await self.renamed(task_id)
         async with self._lock(task_id):
             sandbox = self._local.pop(task_id, None)
             self._touched.pop(task_id, None)

@@ -13,6 +13,7 @@ import docker
 import nats
 import pytest
 from nats.js import JetStreamContext
+from redis.asyncio import Redis
 from runtime_helpers import (  # type: ignore[import-not-found]
     Controller,
     Runtime,
@@ -24,10 +25,17 @@ from runtime_helpers import (  # type: ignore[import-not-found]
 )
 
 from services.runtime.containers import LABEL_REPLICA, DockerSandboxes, task_container_name
-from shared.events import CmdOutputObservation
+from services.runtime.handlers import RuntimeService
+from shared.events import AgentState, CmdOutputObservation, EventBase
 from shared.settings import CommonSettings
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
 
 pytestmark = pytest.mark.docker
+
+
+async def _ignore(event: EventBase) -> None:
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +66,7 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
         await first.start()
         ctl = await Controller.for_task(js, task_id)
         await ctl.run(cmd(task_id, "cd /tmp && echo kept > /workspace/state.txt"))
+        await first.service.tasks.renamed(task_id)
         task_container = docker_client.containers.get(task_container_name(task_id))
         await first.stop()  # idle sandboxes go, the task's stays
         task_container.reload()
@@ -89,4 +98,38 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
         # Workspaces went with their containers.
         assert docker_client.volumes.list(filters={"label": f"deckhands.pool={pool}"}) == []
     finally:
+        remove_pool_containers(docker_client, pool)
+
+
+async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
+    settings: CommonSettings, sandbox_image: str, docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    pool = f"test-rebind-{uuid.uuid4().hex[:6]}"
+    config = make_settings(settings, sandbox_image, pool)
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    try:
+        store = TaskStateStore(redis)
+        task_id = uuid.uuid4().hex
+        assert await store.create(TaskState(task_id=task_id, task="t", max_iterations=3))
+        sandbox = await service.tasks.get(task_id)
+        await service.tasks.renamed(task_id)
+        service.tasks.forget_local(task_id)
+        service.pool.forget(sandbox.container_id)
+        await redis.delete(f"deckhands:runtime:{pool}:task:{task_id}")  # Redis lost it
+
+        report = await service.reconcile()
+        assert report.rebound == 1
+        assert await service.bindings.get(task_id) == sandbox.container_id
+
+        state = await store.load(task_id)
+        assert state is not None
+        await store.save(state.model_copy(update={"agent_state": AgentState.FINISHED}))
+        report = await service.reconcile()
+        assert report.removed == 1 and report.unbound == 1
+        assert await service.bindings.get(task_id) is None
+        assert sandbox.container_id not in {c.id for c in pool_containers(docker_client, pool)}
+    finally:
+        await service.stop()
         remove_pool_containers(docker_client, pool)

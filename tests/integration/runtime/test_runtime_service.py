@@ -100,6 +100,7 @@ async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
                                         path="src/color.txt"))
     assert isinstance(read, FileReadObservation) and read.content == "blue\n"
 
+    await runtime.service.tasks.renamed(task_id)
     container = docker_client.containers.get(task_container_name(task_id))
     assert container.labels[LABEL_POOL] == runtime.settings.pool_name
     assert container.labels["deckhands.role"] == "sandbox"
@@ -182,6 +183,7 @@ async def test_dead_sandbox_is_reported_and_replaced(
     task_id = uuid.uuid4().hex
     ctl = await Controller.for_task(js, task_id)
     await ctl.run(cmd(task_id, "echo precious > /workspace/keep.txt"))
+    await runtime.service.tasks.renamed(task_id)
     old = docker_client.containers.get(task_container_name(task_id))
 
     # Killed during an action.
@@ -196,6 +198,7 @@ async def test_dead_sandbox_is_reported_and_replaced(
     fresh = await ctl.run(cmd(task_id, "ls /workspace; echo alive"))
     assert isinstance(fresh, CmdOutputObservation)
     assert fresh.content.split() == ["alive"]
+    await runtime.service.tasks.renamed(task_id)
     new = docker_client.containers.get(task_container_name(task_id))
     assert new.id != old.id
 
