@@ -353,7 +353,7 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
     rt_settings = settings.model_copy(update={
         "nats_url": common.nats_url, "redis_url": common.redis_url, "pool_min_idle": 1,
     })
-    app, _service = build_runtime(rt_settings)
+    app, service = build_runtime(rt_settings)
     await app.start()
     nc = await nats.connect(common.nats_url)
     js = nc.jetstream()
@@ -372,11 +372,7 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
             hops.append(time.perf_counter() - started)
         report("baseline: one JetStream hop (publish -> fetch -> ack)", hops)
 
-        task = uuid.uuid4().hex
-        sub = await js.pull_subscribe(work_subject(Service.CONTROLLER, task), durable=None,
-                                      stream=WORK_STREAM)
-
-        async def action(command: str) -> tuple[float, dict[str, Any]]:
+        async def action(task: str, sub: Any, command: str) -> tuple[float, dict[str, Any]]:
             act = CmdRunAction(task_id=task, source=EventSource.AGENT, command=command)
             order = ExecuteAction(task_id=task, action=act)
             started = time.perf_counter()
@@ -387,11 +383,25 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
             await msg.ack()
             return elapsed, json.loads(msg.data)
 
-        first, _ = await action("echo warm")  # binds the task's sandbox
-        print(f"  first action of a task (includes a warm acquire): {first * 1000:.1f} ms")
+        async def new_task() -> tuple[str, Any]:
+            task = uuid.uuid4().hex
+            sub = await js.pull_subscribe(work_subject(Service.CONTROLLER, task), durable=None,
+                                          stream=WORK_STREAM)
+            return task, sub
+
+        await action(*(await new_task()), "echo warm")  # the process's first: connections etc.
+        firsts = []
+        for _ in range(args.samples):
+            await wait_idle(service.pool, 1)
+            task, sub = await new_task()
+            elapsed, _ = await action(task, sub, "echo first")
+            firsts.append(elapsed)
+        report("a new task's first action (warm acquire + bind + run)", firsts)
+        task, sub = await new_task()
+        await action(task, sub, "echo warm")
         times = []
         for _ in range(args.samples * 5):
-            elapsed, obs = await action("echo hi")
+            elapsed, obs = await action(task, sub, "echo hi")
             assert obs["content"] == "hi\n", obs
             times.append(elapsed)
         report("echo hi as a whole action (2 JetStream hops + executor)", times)
