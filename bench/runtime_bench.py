@@ -393,6 +393,7 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
         firsts = []
         for _ in range(args.samples):
             await wait_idle(service.pool, 1)
+            await asyncio.sleep(1.0)  # a pool that has been warm for a moment, as in service
             task, sub = await new_task()
             elapsed, _ = await action(task, sub, "echo first")
             firsts.append(elapsed)
