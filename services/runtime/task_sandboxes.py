@@ -173,8 +173,10 @@ class TaskSandboxes:
         self._local.pop(task_id, None)
 
     async def _drop(self, task_id: str, container_id: str, reason: str) -> None:
-        await self.pool.discard(container_id, reason)
+        # Unbind first: once the container is gone nobody may find it through the binding,
+        # and a crash in between leaves an unbound container that reconcile removes.
         await self.bindings.unbind(task_id, container_id)
+        await self.pool.discard(container_id, reason)
 
     async def _touch(self, task_id: str, force: bool = False) -> None:
         now = time.monotonic()
