@@ -9,6 +9,7 @@ to a task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
@@ -137,6 +138,8 @@ class DockerSandboxes:
         self._client = client
         # Containers being created right now: reconciliation must not mistake them for leaks.
         self.pending_names: set[str] = set()
+        # Creations whose caller gave up: their containers are removed as soon as they exist.
+        self._abandoned: set[asyncio.Future[Any]] = set()
         # Docker calls block: they run on threads of our own, as many as a burst of sandbox
         # starts needs (the default executor has only a few), never on the event loop.
         self._threads = ThreadPoolExecutor(
@@ -257,7 +260,7 @@ class DockerSandboxes:
                 # Shielded: a cancelled caller must not leave the thread's container behind.
                 cid = await asyncio.shield(creation)
             except asyncio.CancelledError:
-                creation.add_done_callback(self._remove_when_created)
+                self._abandon(creation)
                 raise
             except docker.errors.DockerException as exc:
                 raise SandboxStartError(f"cannot create a sandbox: {exc}") from exc
@@ -269,11 +272,20 @@ class DockerSandboxes:
         finally:
             self.pending_names.discard(name)
 
-    def _remove_when_created(self, creation: asyncio.Future[str]) -> None:
-        if creation.cancelled() or creation.exception() is not None:
-            return
-        cid = creation.result()
-        asyncio.get_running_loop().run_in_executor(self._threads, self._remove_sync, cid)
+    def _abandon(self, creation: asyncio.Future[str]) -> None:
+        async def remove_when_created() -> None:
+            with contextlib.suppress(BaseException):
+                cid = await creation
+                await self._call(self._remove_sync, cid)
+
+        removal = asyncio.ensure_future(remove_when_created())
+        self._abandoned.add(removal)
+        removal.add_done_callback(self._abandoned.discard)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait until abandoned creations are removed, so shutting down leaves none behind."""
+        if self._abandoned:
+            await asyncio.wait(set(self._abandoned), timeout=timeout_s)
 
     async def attach(self, container_id: str, name: str, timeout_s: float = 5.0) -> Sandbox:
         """Attach to a running sandbox and wait until its executor answers a ping."""

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from .containers import DockerSandboxes, Sandbox, SandboxStartError
+from .containers import IDLE_PREFIX, LABEL_REPLICA, DockerSandboxes, Sandbox, SandboxStartError
 from .metrics import (
     ACQUIRE_SECONDS,
     ACQUISITIONS,
@@ -124,10 +124,22 @@ class WarmPool:
         idle = list(self._idle)
         self._idle.clear()
         await asyncio.gather(*(self._destroy(s, "shutdown") for s in idle))
+        task_sandboxes = set(self._busy)
         for sandbox in self._busy.values():
             await sandbox.client.close()
         self._busy.clear()
+        await self.docker.drain(self.settings.start_timeout_s)
+        await self._sweep_unbound(keep=task_sandboxes)
         self._publish_gauges()
+
+    async def _sweep_unbound(self, keep: set[str]) -> None:
+        """Remove this replica's never-bound containers that a failed start left behind."""
+        for info in await self.docker.list():
+            ours = info.labels.get(LABEL_REPLICA) == self.docker.replica_id
+            if ours and info.name.startswith(IDLE_PREFIX) and info.id not in keep:
+                log.warning("removing unbound sandbox %s (%s) at shutdown", info.id[:12],
+                            info.status)
+                await self.docker.remove(info.id)
 
     # -- acquisition
 
