@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SANDBOX_IMAGE ?= deckhands/sandbox:latest
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup deps system-packages image up down run test lint schemas bench clean
+.PHONY: setup deps system-packages image up down run run-local test lint schemas bench clean
 
 setup: deps system-packages image
 
@@ -42,6 +42,12 @@ down:
 run: setup
 	@$(PY) -m tools.stack up
 	@status=0; $(PY) -m tools.run_task || status=$$?; $(PY) -m tools.stack down; exit $$status
+
+# The same on the local model (Qwen2.5-Coder-1.5B on llama.cpp): fetched and built once.
+run-local: setup
+	@DECKHANDS_STACK_LLM=local $(PY) -m tools.stack up
+	@status=0; $(PY) -m tools.run_task --timeout 1200 || status=$$?; $(PY) -m tools.stack down; \
+	exit $$status
 
 test: setup
 	$(PY) -m pytest -q

