@@ -30,7 +30,7 @@ from shared.events import (
 )
 
 from .prompt import BAD_REPLY_ERROR, LLM_ERROR
-from .tools import AgentToolAction, BadReply, ToolCall, action_for_call
+from .tools import TOOL_SPECS, AgentToolAction, BadReply, ToolCall, action_for_call
 
 __all__ = [
     "LLMReply",
@@ -55,6 +55,10 @@ ReasonerMessage = ReasonerEvent | ChangeAgentStateAction
 _STEP_NS = uuid.UUID("5b0f3c2e-8d4a-4f63-9e57-2c1d7a6b9e10")
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# Tags that Qwen-style models wrap a call in (<tool_call>, <tools>): not part of a thought.
+_WRAPPER_TAGS = re.compile(r"</?(?:tool_call|tools|function_call)>")
+# Small models put code in a Python triple-quoted string inside the JSON.
+_TRIPLE_QUOTED = re.compile(r'"""(.*?)"""', re.DOTALL)
 _SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 _PYTHON_LANGS = {"python", "py", "python3"}
 
@@ -83,6 +87,12 @@ def _tool_call_from_object(obj: Any) -> ToolCall | None:
     args = obj.get("arguments", obj.get("parameters", obj.get("args")))
     # {"name": ...} alone is too common in ordinary JSON to be read as a call.
     name = obj.get("tool", obj.get("name") if args is not None else None)
+    if name is None and args is None:
+        # {"message": "...", "outputs": {...}}: a small model wrote only the arguments. Read
+        # them as the call of the one tool whose arguments they are, if exactly one fits.
+        name = _tool_for_arguments(obj)
+        if name is not None:
+            return ToolCall(name=name, arguments=obj)
     if not isinstance(name, str):
         return None
     if args is None:
@@ -91,6 +101,17 @@ def _tool_call_from_object(obj: Any) -> ToolCall | None:
     if not isinstance(args, str | dict):
         args = json.dumps(args)
     return ToolCall(name=name, arguments=args)
+
+
+def _tool_for_arguments(obj: dict[str, Any]) -> str | None:
+    keys = set(obj)
+    fits = [
+        spec["function"]["name"]
+        for spec in TOOL_SPECS
+        if set(spec["function"]["parameters"].get("required", [])) <= keys
+        and keys <= set(spec["function"]["parameters"]["properties"])
+    ]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _json_objects(text: str) -> list[tuple[Any, int, int]]:
@@ -109,6 +130,10 @@ def _json_objects(text: str) -> list[tuple[Any, int, int]]:
     return found
 
 
+def _python_strings_as_json(text: str) -> str:
+    return _TRIPLE_QUOTED.sub(lambda m: json.dumps(m.group(1)), text)
+
+
 def _looks_like_call(text: str) -> bool:
     return bool(re.search(r'"tool"\s*:|"name"\s*:.*"arguments"\s*:', text, re.DOTALL))
 
@@ -120,9 +145,11 @@ def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str
     """
     for match in _FENCE.finditer(text):
         lang, body = match.group(1).lower(), match.group(2)
-        rest = (text[: match.start()] + text[match.end() :]).strip()
+        # The thought is what came before the call: what follows (more calls, the output it
+        # expects) is the model running ahead, and would mislead it on its next turn.
+        rest = text[: match.start()].strip()
         if lang in ("json", "") and body.strip().startswith("{"):
-            objects = _json_objects(body)
+            objects = _json_objects(body) or _json_objects(_python_strings_as_json(body))
             call = _tool_call_from_object(objects[0][0]) if objects else None
             if call is not None:
                 return call, rest
@@ -132,10 +159,10 @@ def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str
             return ToolCall("execute_bash", {"command": body.strip()}), rest
         elif code_blocks and lang in _PYTHON_LANGS and body.strip():
             return ToolCall("execute_python", {"code": body}), rest
-    for obj, start, end in _json_objects(text):
+    for obj, start, _end in _json_objects(text):
         call = _tool_call_from_object(obj)
         if call is not None:
-            return call, (text[:start] + text[end:]).strip()
+            return call, _WRAPPER_TAGS.sub("", text[:start]).strip()
     stripped = text.strip()
     if stripped.startswith("{") and _looks_like_call(stripped):
         raise BadReply("the tool call is not valid JSON")
