@@ -15,7 +15,10 @@ def test_json_that_fits_no_tool_is_not_a_call() -> None:
 
 
 def test_python_triple_quoted_strings_in_a_json_block_are_repaired() -> None:
-    text = '```json\n{"tool": "write_file", "arguments": {"path": "a.py", "content": """print(1)\n"""}}\n```'
+    text = (
+        '```json\n{"tool": "write_file", '
+        '"arguments": {"path": "a.py", "content": """print(1)\n"""}}\n```'
+    )
     found = parse_text_tool_call(text, code_blocks=True)
     assert found is not None
     call, _ = found
@@ -23,7 +26,10 @@ def test_python_triple_quoted_strings_in_a_json_block_are_repaired() -> None:
 
 
 def test_the_thought_is_the_text_before_the_call_without_tags() -> None:
-    text = 'I will run it. <tools>{"tool": "execute_bash", "arguments": {"command": "ls"}}</tools> a.py'
+    text = (
+        'I will run it. <tools>{"tool": "execute_bash", "arguments": {"command": "ls"}}</tools>'
+        " a.py"
+    )
     found = parse_text_tool_call(text, code_blocks=True)
     assert found is not None
     call, thought = found
