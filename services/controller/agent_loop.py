@@ -231,6 +231,10 @@ def _from_agent(turn: Turn, event: EventBase) -> None:
     elif isinstance(action, MessageAction) and action.wait_for_response:
         turn.change_state(AgentState.AWAITING_USER_INPUT, "the agent asked a question", action.id)
         turn.update(awaiting=Awaiting.USER, awaiting_id=action.id)
+        if turn.state.parent_task_id:
+            # No person watches a sub-task: its question goes back to the parent agent,
+            # which would otherwise wait for ever.
+            turn.report_to_parent(AgentState.AWAITING_USER_INPUT, action.content)
     elif isinstance(action, RUNNABLE_ACTION_TYPES):
         turn.update(awaiting=Awaiting.SECURITY, awaiting_id=action.id, pending_action=action)
         turn.send(Service.SECURITY, ReviewAction(task_id=action.task_id, action=action))

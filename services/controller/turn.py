@@ -81,9 +81,10 @@ class Turn:
                 Service.RUNTIME, ReleaseSandbox(task_id=self.state.task_id, reason=target.value)
             )
         if finished and self.state.parent_task_id and self.state.parent_action_id:
-            self._report_to_parent(target, reason)
+            self.report_to_parent(target, reason)
 
-    def _report_to_parent(self, target: AgentState, reason: str) -> None:
+    def report_to_parent(self, target: AgentState, reason: str) -> None:
+        """Hand the sub-task's outcome to the parent's waiting delegate action."""
         result = self.state.result
         assert self.state.parent_task_id is not None
         self.send(

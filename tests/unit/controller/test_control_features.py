@@ -225,3 +225,26 @@ def test_rate_limit_notice_shows_rate_limited_until_the_answer() -> None:
     resumed = _apply(limited.state, answer)
     assert resumed.state.agent_state is AgentState.RUNNING
     assert resumed.state.awaiting is Awaiting.SECURITY
+
+
+def test_a_sub_task_that_asks_a_question_hands_it_to_the_parent() -> None:
+    state, step = _started(initial_max_iterations=20)
+    delegate = AgentDelegateAction(task_id=TASK, source="AGENT", cause=step.id, task="sub job")
+    turn = _apply(state, delegate)
+    child = _apply(turn.new_tasks[0], turn.sent[-1][1])
+    child_step = child.sent[-1][1]
+    asked = _apply(
+        child.state,
+        MessageAction(
+            task_id=child.state.task_id,
+            source="AGENT",
+            cause=child_step.id,
+            content="Which file?",
+            wait_for_response=True,
+        ),
+    )
+    report = [m for _, m in asked.sent if isinstance(m, AgentDelegateObservation)]
+    assert len(report) == 1 and report[0].content == "Which file?"
+    assert report[0].agent_state is AgentState.AWAITING_USER_INPUT
+    parent = _apply(turn.state, report[0])
+    assert isinstance(parent.sent[-1][1], StepRequest)
