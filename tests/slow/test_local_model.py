@@ -64,13 +64,10 @@ def local_llm_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, local_llm_port: int) -> Iterator[Stack]:
     run_dir = Path(tmp_path_factory.mktemp("stack"))
-    config = StackConfig(
-        run_dir=run_dir,
-        nats_port=free_port(),
-        redis_port=free_port(),
-        gateway_port=free_port(),
+    config = StackConfig.isolated(
+        run_dir,
         llm_port=local_llm_port,
-        extra_env={**llm_env(local_llm_port), "DECKHANDS_RUNTIME_MIN_IDLE": "1"},
+        extra_env={**llm_env(local_llm_port), "DECKHANDS_POOL_MIN_IDLE": "1"},
     )
     stack = Stack(config)
     try:
