@@ -336,8 +336,20 @@ class DockerSandboxes:
             pass
         except APIError as exc:
             if exc.status_code == 409 and "already in progress" in str(exc):
+                # Someone else is removing it: return only once it is gone, so "removed"
+                # means removed (a shutdown must not leave it behind).
+                self._wait_gone_sync(container_id)
                 return
             raise
+
+    def _wait_gone_sync(self, container_id: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self._api().inspect_container(container_id)
+            except NotFound:
+                return
+            time.sleep(0.1)
 
     async def remove(self, container_id: str) -> None:
         try:

@@ -129,6 +129,12 @@ class WarmPool:
             await sandbox.client.close()
         self._busy.clear()
         await self.docker.drain(self.settings.start_timeout_s)
+        # A creation nobody awaits here (a caller that gave up) may still be finishing:
+        # let every in-flight start end before the final sweep, so none is left behind.
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        while self.docker.pending_names and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        await self.docker.drain(self.settings.start_timeout_s)
         await self._sweep_unbound(keep=task_sandboxes)
         self._publish_gauges()
 
