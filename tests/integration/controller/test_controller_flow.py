@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,108 +104,122 @@ async def _wait_state(store: TaskStateStore, task_id: str, state: AgentState) ->
     raise AssertionError(f"task {task_id} never reached {state}: {loaded}")
 
 
-async def test_one_task_through_the_loop_with_redelivery(system: CommonSettings) -> None:
+@dataclass
+class Harness:
+    """One fresh task, with the test standing in for its reasoner and runtime."""
+
+    task_id: str
+    store: TaskStateStore
+    nc: nats.aio.client.Client
+    js: JetStreamContext
+    reasoner: Peer
+    runtime: Peer
+
+
+@pytest.fixture
+async def harness(system: CommonSettings) -> AsyncIterator[Harness]:
     task_id = uuid.uuid4().hex
     redis = Redis.from_url(system.redis_url)
-    store = TaskStateStore(redis)
     nc = await nats.connect(system.nats_url)
     js = nc.jetstream()
-    reasoner = await Peer.create(js, Service.REASONER, task_id)
-    runtime = await Peer.create(js, Service.RUNTIME, task_id)
     try:
-        assert await store.create(TaskState(task_id=task_id, task="list files", max_iterations=5))
-        await _answer(js, MessageAction(task_id=task_id, source="USER", content="list files"))
-
-        step = StepRequest.model_validate(await reasoner.receive())
-        assert step.iteration == 1
-        action = CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="ls -la")
-        await _answer(js, action)
-
-        execute = ExecuteAction.model_validate(await runtime.receive())
-        assert execute.action.id == action.id
-        output = CmdOutputObservation(
-            task_id=task_id,
-            source="ENVIRONMENT",
-            cause=action.id,
-            command="ls -la",
-            content="total 0",
-            exit_code=0,
-            cwd="/workspace",
+        yield Harness(
+            task_id,
+            TaskStateStore(redis),
+            nc,
+            js,
+            await Peer.create(js, Service.REASONER, task_id),
+            await Peer.create(js, Service.RUNTIME, task_id),
         )
-        await _answer(js, output)
-        step2 = StepRequest.model_validate(await reasoner.receive())
-        assert step2.iteration == 2
-
-        # The same observation delivered again (a fresh Nats-Msg-Id, so JetStream keeps it):
-        # the controller must recognise it and not run a third step.
-        before = await store.load(task_id)
-        await _answer(js, output, msg_id=uuid.uuid4().hex)
-        assert await reasoner.nothing_within(1.0)
-        after = await store.load(task_id)
-        assert before is not None and after is not None
-        assert (after.version, after.last_seq) == (before.version, before.last_seq)
-
-        finish = AgentFinishAction(
-            task_id=task_id, source="AGENT", cause=step2.id, final_message="listed"
-        )
-        await _answer(js, finish)
-        done = await _wait_state(store, task_id, AgentState.FINISHED)
-        assert done.result is not None and done.result.final_message == "listed"
-        assert done.iteration == 2
-        assert ReleaseSandbox.model_validate(await runtime.receive()).task_id == task_id
-
-        for _ in range(50):
-            reply = HistoryReply.model_validate_json(
-                (
-                    await nc.request(
-                        HISTORY_SUBJECT,
-                        HistoryRequest(task_id=task_id).model_dump_json().encode(),
-                        timeout=5,
-                    )
-                ).data
-            )
-            if reply.last_seq == done.last_seq:
-                break
-            await asyncio.sleep(0.05)
-        kinds = [e["kind"] for e in reply.events]
-        assert [e["seq"] for e in reply.events] == list(range(1, done.last_seq + 1))
-        assert kinds == [
-            "message",
-            "agent_state_changed",
-            "run",
-            "security_verdict",
-            "run_output",
-            "finish",
-            "agent_state_changed",
-        ]
     finally:
         await nc.close()
         await redis.aclose()
 
 
-async def test_denied_action_is_fed_back_and_the_task_goes_on(system: CommonSettings) -> None:
-    task_id = uuid.uuid4().hex
-    redis = Redis.from_url(system.redis_url)
-    store = TaskStateStore(redis)
-    nc = await nats.connect(system.nats_url)
-    js = nc.jetstream()
-    reasoner = await Peer.create(js, Service.REASONER, task_id)
-    runtime = await Peer.create(js, Service.RUNTIME, task_id)
-    try:
-        assert await store.create(TaskState(task_id=task_id, task="x", max_iterations=5))
-        await _answer(js, MessageAction(task_id=task_id, source="USER", content="x"))
-        step = StepRequest.model_validate(await reasoner.receive())
-        await _answer(
-            js, CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="rm -rf /")
+async def test_one_task_through_the_loop_with_redelivery(harness: Harness) -> None:
+    task_id, store, nc, js = harness.task_id, harness.store, harness.nc, harness.js
+    reasoner, runtime = harness.reasoner, harness.runtime
+    assert await store.create(TaskState(task_id=task_id, task="list files", max_iterations=5))
+    await _answer(js, MessageAction(task_id=task_id, source="USER", content="list files"))
+
+    step = StepRequest.model_validate(await reasoner.receive())
+    assert step.iteration == 1
+    action = CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="ls -la")
+    await _answer(js, action)
+
+    execute = ExecuteAction.model_validate(await runtime.receive())
+    assert execute.action.id == action.id
+    output = CmdOutputObservation(
+        task_id=task_id,
+        source="ENVIRONMENT",
+        cause=action.id,
+        command="ls -la",
+        content="total 0",
+        exit_code=0,
+        cwd="/workspace",
+    )
+    await _answer(js, output)
+    step2 = StepRequest.model_validate(await reasoner.receive())
+    assert step2.iteration == 2
+
+    # The same observation delivered again (a fresh Nats-Msg-Id, so JetStream keeps it):
+    # the controller must recognise it and not run a third step.
+    before = await store.load(task_id)
+    await _answer(js, output, msg_id=uuid.uuid4().hex)
+    assert await reasoner.nothing_within(1.0)
+    after = await store.load(task_id)
+    assert before is not None and after is not None
+    assert (after.version, after.last_seq) == (before.version, before.last_seq)
+
+    finish = AgentFinishAction(
+        task_id=task_id, source="AGENT", cause=step2.id, final_message="listed"
+    )
+    await _answer(js, finish)
+    done = await _wait_state(store, task_id, AgentState.FINISHED)
+    assert done.result is not None and done.result.final_message == "listed"
+    assert done.iteration == 2
+    assert ReleaseSandbox.model_validate(await runtime.receive()).task_id == task_id
+
+    for _ in range(50):
+        reply = HistoryReply.model_validate_json(
+            (
+                await nc.request(
+                    HISTORY_SUBJECT,
+                    HistoryRequest(task_id=task_id).model_dump_json().encode(),
+                    timeout=5,
+                )
+            ).data
         )
-        step2 = StepRequest.model_validate(await reasoner.receive())
-        assert step2.iteration == 2
-        assert await runtime.nothing_within(0.5)
-        state = await store.load(task_id)
-        assert state is not None and state.agent_state is AgentState.RUNNING
-    finally:
-        await nc.close()
-        await redis.aclose()
+        if reply.last_seq == done.last_seq:
+            break
+        await asyncio.sleep(0.05)
+    kinds = [e["kind"] for e in reply.events]
+    assert [e["seq"] for e in reply.events] == list(range(1, done.last_seq + 1))
+    assert kinds == [
+        "message",
+        "agent_state_changed",
+        "run",
+        "security_verdict",
+        "run_output",
+        "finish",
+        "agent_state_changed",
+    ]
+
+
+async def test_denied_action_is_fed_back_and_the_task_goes_on(harness: Harness) -> None:
+    task_id, store, js = harness.task_id, harness.store, harness.js
+    reasoner, runtime = harness.reasoner, harness.runtime
+    assert await store.create(TaskState(task_id=task_id, task="x", max_iterations=5))
+    await _answer(js, MessageAction(task_id=task_id, source="USER", content="x"))
+    step = StepRequest.model_validate(await reasoner.receive())
+    await _answer(
+        js, CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="rm -rf /")
+    )
+    step2 = StepRequest.model_validate(await reasoner.receive())
+    assert step2.iteration == 2
+    assert await runtime.nothing_within(0.5)
+    state = await store.load(task_id)
+    assert state is not None and state.agent_state is AgentState.RUNNING
 
 
 async def test_unknown_task_and_garbage_are_dead_lettered(system: CommonSettings) -> None:
