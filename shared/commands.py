@@ -48,6 +48,10 @@ class ExecuteAction(_Command):
 
     kind: Literal["execute_action"] = "execute_action"
     action: RunnableAction
+    network_egress: bool = Field(
+        default=False,
+        description="The task opted in to network egress: its sandbox joins a network.",
+    )
 
 
 class ReleaseSandbox(_Command):

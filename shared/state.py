@@ -78,6 +78,9 @@ class TaskState(BaseModel):
 
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
+    network_egress: bool = Field(
+        default=False, description="The task's sandbox may reach the network (none by default)."
+    )
     recent: list[str] = Field(
         default_factory=list, description="Signatures since the last user message (stuck check)."
     )

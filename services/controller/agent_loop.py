@@ -24,6 +24,7 @@ from shared.events import (
     EventSource,
     MessageAction,
     RiskLevel,
+    RunnableAction,
     SecurityVerdictObservation,
     UserRejectObservation,
     Verdict,
@@ -171,7 +172,7 @@ def _user_confirms(turn: Turn, event: ChangeAgentStateAction) -> None:
     if event.agent_state is AgentState.USER_CONFIRMED:
         turn.change_state(AgentState.RUNNING, "action confirmed", cause=event.id)
         turn.update(awaiting=Awaiting.RUNTIME, awaiting_id=action.id)
-        turn.send(Service.RUNTIME, ExecuteAction(task_id=action.task_id, action=action))
+        turn.send(Service.RUNTIME, _execute(turn.state, action))
         return
     _remember(
         turn,
@@ -256,6 +257,7 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
             initial_max_iterations=limit,
             confirmation_mode=parent.confirmation_mode,
             confirmation_threshold=parent.confirmation_threshold,
+            network_egress=parent.network_egress,
             parent_task_id=parent.task_id,
             parent_action_id=action.id,
         )
@@ -278,6 +280,12 @@ def _needs_confirmation(state: TaskState, risk: RiskLevel) -> bool:
     if risk is RiskLevel.UNKNOWN:
         return True
     return _RISK_ORDER[risk] >= _RISK_ORDER.get(state.confirmation_threshold, 2)
+
+
+def _execute(state: TaskState, action: RunnableAction) -> ExecuteAction:
+    return ExecuteAction(
+        task_id=action.task_id, action=action, network_egress=state.network_egress
+    )
 
 
 def _from_security(turn: Turn, event: EventBase) -> None:
@@ -312,7 +320,7 @@ def _from_security(turn: Turn, event: EventBase) -> None:
         turn.update(awaiting=Awaiting.CONFIRMATION)
     else:
         turn.update(awaiting=Awaiting.RUNTIME)
-        turn.send(Service.RUNTIME, ExecuteAction(task_id=event.task_id, action=action))
+        turn.send(Service.RUNTIME, _execute(turn.state, action))
 
 
 def _observed(turn: Turn, event: EventBase) -> None:

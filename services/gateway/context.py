@@ -47,6 +47,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
             max_budget_usd=settings.default_max_budget_usd,
             confirmation_mode=settings.default_confirmation_mode,
             confirmation_threshold=settings.default_confirmation_threshold,
+            network_egress_allowed=settings.allow_network_egress,
         ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
     )

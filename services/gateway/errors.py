@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 __all__ = [
+    "EgressForbidden",
     "GatewayError",
     "IdempotencyConflict",
     "PublishFailed",
@@ -39,6 +40,12 @@ class TaskNotFound(GatewayError):
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} not found")
         self.task_id = task_id
+
+
+class EgressForbidden(GatewayError):
+    """The task asked for network egress, which the operator disallowed."""
+
+    status_code = 403
 
 
 class IdempotencyConflict(GatewayError):

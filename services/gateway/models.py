@@ -53,6 +53,11 @@ class CreateTaskRequest(_Request):
     confirmation_threshold: RiskLevel | None = Field(
         default=None, description="Lowest risk that needs confirmation; the server default."
     )
+    network_egress: bool = Field(
+        default=False,
+        description="Give the task's sandbox network access (it has none by default). The "
+        "server refuses it with 403 when its operator disallows egress.",
+    )
     trajectory: list[dict[str, Any]] | None = Field(
         default=None,
         description="Replay: the events of an earlier task (GET .../trajectory, its `events` or "
@@ -179,6 +184,7 @@ class TaskView(BaseModel):
     result: TaskResultView | None = Field(description="Present once the task has finished.")
     confirmation_mode: bool
     confirmation_threshold: RiskLevel
+    network_egress: bool = Field(description="Whether the task's sandbox has network access.")
     awaiting: Awaiting = Field(description="Which answer the task is waiting for.")
     pending_action: dict[str, Any] | None = Field(
         description="The runnable action under review, running, or awaiting confirmation "
@@ -205,6 +211,7 @@ class TaskView(BaseModel):
             result=_result(state),
             confirmation_mode=state.confirmation_mode,
             confirmation_threshold=state.confirmation_threshold,
+            network_egress=state.network_egress,
             awaiting=state.awaiting,
             pending_action=None if pending is None else pending.model_dump(mode="json"),
             parent_task_id=state.parent_task_id,

@@ -26,6 +26,11 @@ class GatewaySettings(CommonSettings):
     default_confirmation_threshold: RiskLevel = Field(
         default=RiskLevel.HIGH, description="Lowest risk that needs approval in that mode."
     )
+    allow_network_egress: bool = Field(
+        default=True,
+        description="Whether a task may ask for a sandbox with network access "
+        "(`network_egress`); false refuses such tasks with 403. Same variable as the runtime's.",
+    )
     history_timeout_s: float = Field(
         default=5.0, gt=0, description="How long to wait for the storage service's answer."
     )

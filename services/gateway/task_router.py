@@ -45,7 +45,11 @@ IdempotencyKey = Annotated[
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TaskCreated,
-    responses={**_UNAVAILABLE, 422: {"description": "Invalid body, or a reused key"}},
+    responses={
+        **_UNAVAILABLE,
+        403: {"description": "Network egress asked for, but this server disallows it"},
+        422: {"description": "Invalid body, or a reused key"},
+    },
     summary="Create a task and start its agent",
 )
 async def create_task(
@@ -60,6 +64,7 @@ async def create_task(
         max_budget_usd=body.max_budget_usd,
         confirmation_mode=body.confirmation_mode,
         confirmation_threshold=body.confirmation_threshold,
+        network_egress=body.network_egress,
         trajectory=body.trajectory,
     )
     created = await tasks.create(new, idempotency_key)

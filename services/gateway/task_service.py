@@ -27,7 +27,13 @@ from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import save_trajectory
 
-from .errors import IdempotencyConflict, PublishFailed, StorageUnavailable, TaskNotFound
+from .errors import (
+    EgressForbidden,
+    IdempotencyConflict,
+    PublishFailed,
+    StorageUnavailable,
+    TaskNotFound,
+)
 
 __all__ = [
     "CreatedTask",
@@ -69,6 +75,7 @@ class NewTask:
     max_budget_usd: float | None = None
     confirmation_mode: bool | None = None
     confirmation_threshold: RiskLevel | None = None
+    network_egress: bool = False
     trajectory: list[dict[str, Any]] | None = None
 
 
@@ -78,6 +85,7 @@ class TaskDefaults:
     max_budget_usd: float | None = None
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
+    network_egress_allowed: bool = True
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,11 @@ class TaskService:
           deduplicated, and it is published again only while the task is still LOADING,
           i.e. before the controller has taken it.
         """
+        if new.network_egress and not self.defaults.network_egress_allowed:
+            raise EgressForbidden(
+                "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
+                "create the task without it"
+            )
         candidate = new_id()
         try:
             task_id = (
@@ -187,6 +200,7 @@ class TaskService:
             if new.confirmation_mode is None
             else new.confirmation_mode,
             confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
+            network_egress=new.network_egress,
         )
         if new.trajectory is not None:
             # Saved before the State exists, so the task's first step already sees it.

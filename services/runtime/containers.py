@@ -30,9 +30,11 @@ from .settings import RuntimeSettings
 
 __all__ = [
     "IDLE_PREFIX",
+    "LABEL_NETWORK",
     "LABEL_POOL",
     "LABEL_REPLICA",
     "LABEL_ROLE",
+    "NO_NETWORK",
     "ROLE_SANDBOX",
     "TASK_PREFIX",
     "ContainerInfo",
@@ -51,6 +53,8 @@ ROLE_SANDBOX = "sandbox"
 LABEL_POOL = "deckhands.pool"
 LABEL_REPLICA = "deckhands.replica"
 LABEL_IMAGE = "deckhands.image"
+LABEL_NETWORK = "deckhands.network"
+NO_NETWORK = "none"
 IDLE_PREFIX = "deckhands-idle-"
 TASK_PREFIX = "deckhands-task-"
 _NAME_SAFE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
@@ -76,6 +80,7 @@ class Sandbox:
     client: ExecutorClient
     created_at: float = field(default_factory=time.monotonic)
     task_id: str | None = None
+    network: str = NO_NETWORK
 
     @property
     def short_id(self) -> str:
@@ -180,15 +185,22 @@ class DockerSandboxes:
 
     # -- creation
 
-    def labels(self) -> dict[str, str]:
+    @property
+    def pool_network(self) -> str:
+        """The network of warm sandboxes: none, unless egress is on for the whole runtime."""
+        s = self.settings
+        return s.sandbox_network_name if s.sandbox_network else NO_NETWORK
+
+    def labels(self, network: str) -> dict[str, str]:
         return {
             LABEL_ROLE: ROLE_SANDBOX,
             LABEL_POOL: self.settings.pool_name,
             LABEL_REPLICA: self.replica_id,
             LABEL_IMAGE: self.settings.sandbox_image,
+            LABEL_NETWORK: network,
         }
 
-    def host_config(self) -> dict[str, Any]:
+    def host_config(self, network: str | None = None) -> dict[str, Any]:
         """The hardening every sandbox gets; see README's runtime section."""
         s = self.settings
         workspace: Mount
@@ -205,7 +217,7 @@ class DockerSandboxes:
                 labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
             )
         return {
-            "network_mode": s.sandbox_network_name if s.sandbox_network else "none",
+            "network_mode": network or self.pool_network,
             "read_only": True,
             "mounts": [workspace],
             "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},mode=1777"},
@@ -223,23 +235,28 @@ class DockerSandboxes:
             "restart_policy": {"Name": "no"},
         }
 
-    async def create(self) -> Sandbox:
-        """Create, start and attach a fresh sandbox; it is ready once its executor answers."""
+    async def create(self, network: str | None = None) -> Sandbox:
+        """Create, start and attach a fresh sandbox; it is ready once its executor answers.
+
+        `network` is a Docker network for a task that opted in to egress; by default the
+        pool's (none).
+        """
         name = IDLE_PREFIX + secrets.token_hex(6)
+        network = network or self.pool_network
 
         def _create() -> str:
             api = self._api()
             config = api.create_container_config(
                 self.settings.sandbox_image,
                 None,
-                labels=self.labels(),
+                labels=self.labels(network),
                 stdin_open=True,  # the executor's request channel
                 tty=False,
                 user="1000:1000",
                 working_dir="/workspace",
                 hostname="sandbox",
                 environment={"DECKHANDS_WORKSPACE": "/workspace"},
-                host_config=api.create_host_config(**self.host_config()),
+                host_config=api.create_host_config(**self.host_config(network)),
             )
             # docker-py sets StdinOnce with stdin_open, which would close the executor's stdin
             # when the first client detaches; a restarted runtime must be able to re-attach.
@@ -265,7 +282,9 @@ class DockerSandboxes:
             except docker.errors.DockerException as exc:
                 raise SandboxStartError(f"cannot create a sandbox: {exc}") from exc
             try:
-                return await self.attach(cid, name, timeout_s=self.settings.start_timeout_s)
+                sandbox = await self.attach(cid, name, timeout_s=self.settings.start_timeout_s)
+                sandbox.network = network
+                return sandbox
             except BaseException:
                 await self.remove(cid)
                 raise

@@ -186,8 +186,19 @@ class RuntimeService:
         action = command.action
         kind = action.kind
         started = time.monotonic()
+        network = None
+        if command.network_egress:
+            if not self.settings.allow_network_egress:
+                ACTIONS.labels(kind, "egress_forbidden").inc()
+                return error_observation(
+                    action,
+                    "This task asked for network access, but this runtime does not allow it "
+                    "(DECKHANDS_ALLOW_NETWORK_EGRESS=false). The action was not run.",
+                    "egress_forbidden",
+                )
+            network = self.settings.sandbox_network_name
         try:
-            sandbox = await self.tasks.get(command.task_id)
+            sandbox = await self.tasks.get(command.task_id, network)
         except WorkspaceLost as exc:
             ACTIONS.labels(kind, "sandbox_lost").inc()
             return error_observation(

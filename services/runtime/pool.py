@@ -7,6 +7,9 @@
   removed and the next is tried. When none is idle, the caller's own sandbox is started on
   demand (a miss) and the pool refills in the background; at `pool_max_total` it waits.
 - A sandbox handed out is never taken back: `discard` destroys it, and the pool replaces it.
+- Warm sandboxes have no network. A task that opted in to egress gets a sandbox started for it
+  on its network (a cold start: keeping warm networked sandboxes would give every pooled
+  container a network it might never need).
 """
 
 from __future__ import annotations
@@ -149,8 +152,12 @@ class WarmPool:
 
     # -- acquisition
 
-    async def acquire(self) -> Sandbox:
-        """A ready sandbox, used by nobody before; it now counts as busy."""
+    async def acquire(self, network: str | None = None) -> Sandbox:
+        """A ready sandbox, used by nobody before; it now counts as busy.
+
+        With a `network` other than the pool's, the sandbox is started for the caller.
+        """
+        dedicated = network is not None and network != self.docker.pool_network
         started = time.monotonic()
         deadline = started + self.settings.acquire_timeout_s
         self._acquired_at.append(started)
@@ -158,13 +165,14 @@ class WarmPool:
         self._waiting += 1
         try:
             while True:
-                sandbox = await self._take_idle()
+                sandbox = None if dedicated else await self._take_idle()
                 if sandbox is not None:
                     POOL_HITS.inc()
                     break
                 if self.total < self.settings.pool_max_total:
-                    POOL_MISSES.inc()
-                    sandbox = await self._create(for_caller=True)
+                    if not dedicated:
+                        POOL_MISSES.inc()
+                    sandbox = await self._create(for_caller=True, network=network)
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -198,12 +206,12 @@ class WarmPool:
             self._spawn(self._destroy(sandbox, "unhealthy"))
         return None
 
-    async def _create(self, *, for_caller: bool) -> Sandbox:
+    async def _create(self, *, for_caller: bool, network: str | None = None) -> Sandbox:
         self._creating += 1
         self._publish_gauges()
         started = time.monotonic()
         try:
-            sandbox = await self.docker.create()
+            sandbox = await self.docker.create(network)
         finally:
             self._creating -= 1
         elapsed = time.monotonic() - started
@@ -221,7 +229,9 @@ class WarmPool:
     def put_back(self, sandbox: Sandbox) -> None:
         """Return a sandbox that was acquired but never used (its task went elsewhere)."""
         self._busy.pop(sandbox.container_id, None)
-        if self._closed:
+        if sandbox.network != self.docker.pool_network:  # made for one task's egress
+            self._spawn(self._destroy(sandbox, "unused"))
+        elif self._closed:
             self._spawn(self._destroy(sandbox, "shutdown"))
         else:
             self._idle.appendleft(sandbox)

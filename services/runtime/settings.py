@@ -86,11 +86,18 @@ class RuntimeSettings(CommonSettings):
     )
     sandbox_network: bool = Field(
         default=False,
-        description="Opt in to egress: sandboxes join sandbox_network_name instead of having "
-        "no network at all.",
+        description="Egress for every sandbox: all join sandbox_network_name instead of having "
+        "no network at all. Leave it off and let tasks opt in with `network_egress`.",
     )
     sandbox_network_name: str = Field(
-        default="bridge", description="Docker network used when sandbox_network is true."
+        default="bridge",
+        description="Docker network that sandboxes with egress join (a task's opt-in, or "
+        "sandbox_network); 'host' is refused.",
+    )
+    allow_network_egress: bool = Field(
+        default=True,
+        description="Whether a task that opted in (`network_egress`) gets a sandbox with "
+        "network; false runs its actions nowhere and tells the agent why.",
     )
     docker_runtime: str | None = Field(
         default=None, description="OCI runtime, e.g. 'runsc' for gVisor; empty uses the default."
@@ -141,6 +148,16 @@ class RuntimeSettings(CommonSettings):
     def _workspace_kind(cls, value: str) -> str:
         if value not in {"volume", "tmpfs"}:
             raise ValueError(f"unknown workspace kind {value!r}; use volume or tmpfs")
+        return value
+
+    @field_validator("sandbox_network_name")
+    @classmethod
+    def _not_host(cls, value: str) -> str:
+        if value in {"host", "none"} or value.startswith("container:"):
+            raise ValueError(
+                f"sandbox_network_name {value!r} is not allowed: use a bridge or user-defined "
+                "network ('host' would share the host's network stack)"
+            )
         return value
 
     @field_validator("docker_runtime")

@@ -15,6 +15,8 @@ import time
 
 from .bindings import TaskBindings
 from .containers import (
+    LABEL_NETWORK,
+    NO_NETWORK,
     ContainerInfo,
     DockerSandboxes,
     Sandbox,
@@ -57,9 +59,11 @@ class TaskSandboxes:
     def tasks(self) -> dict[str, Sandbox]:
         return dict(self._local)
 
-    async def get(self, task_id: str) -> Sandbox:
+    async def get(self, task_id: str, network: str | None = None) -> Sandbox:
         """The task's sandbox, acquiring and binding one on its first action.
 
+        `network` names the network of a task that opted in to egress; the sandbox is chosen
+        on the first action, so it holds for the task's whole life.
         Raises WorkspaceLost when the task had a sandbox that no longer works.
         """
         async with self._lock(task_id):
@@ -76,10 +80,10 @@ class TaskSandboxes:
             bound = await self.bindings.get(task_id)
             if bound is not None:
                 return await self._attach_bound(task_id, bound)
-            return await self._bind_fresh(task_id)
+            return await self._bind_fresh(task_id, network)
 
-    async def _bind_fresh(self, task_id: str) -> Sandbox:
-        sandbox = await self.pool.acquire()
+    async def _bind_fresh(self, task_id: str, network: str | None) -> Sandbox:
+        sandbox = await self.pool.acquire(network)
         winner = await self.bindings.bind(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.
@@ -116,6 +120,7 @@ class TaskSandboxes:
                 reason = str(exc)
             else:
                 sandbox.task_id = task_id
+                sandbox.network = info.labels.get(LABEL_NETWORK, NO_NETWORK)
                 self._local[task_id] = sandbox
                 self.pool.adopt(sandbox)
                 await self._touch(task_id, force=True)

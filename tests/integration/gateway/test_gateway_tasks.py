@@ -103,6 +103,17 @@ async def test_limits_and_confirmation_mode_are_set_per_task(
     assert task["max_budget_usd"] is None
     assert (task["confirmation_mode"], task["confirmation_threshold"]) == (False, "HIGH")
     assert (task["awaiting"], task["pending_action"], task["sub_tasks"]) == ("nothing", None, [])
+    assert task["network_egress"] is False
+
+
+async def test_network_egress_is_opt_in_per_task(http: httpx.AsyncClient, redis: Redis) -> None:
+    created = (await http.post("/v1/tasks", json={"task": "x", "network_egress": True})).json()
+    state = await TaskStateStore(redis).load(created["id"])
+    assert state is not None and state.network_egress
+    task = (await http.get(f"/v1/tasks/{created['id']}")).json()
+    assert task["network_egress"] is True
+    resp = await http.post("/v1/tasks", json={"task": "x", "network_egress": "sometimes"})
+    assert resp.status_code == 422 and "network_egress" in resp.json()["message"]
 
 
 async def test_task_shows_its_pending_action_and_sub_tasks(

@@ -100,18 +100,25 @@ class Runtime:
 class Controller:
     """Reads one task's observations from the controller's work queue."""
 
-    def __init__(self, js: JetStreamContext, task_id: str, sub: Any) -> None:
+    def __init__(
+        self, js: JetStreamContext, task_id: str, sub: Any, network_egress: bool = False
+    ) -> None:
         self.js, self.task_id, self.sub = js, task_id, sub
+        self.network_egress = network_egress
 
     @classmethod
-    async def for_task(cls, js: JetStreamContext, task_id: str) -> Controller:
+    async def for_task(
+        cls, js: JetStreamContext, task_id: str, network_egress: bool = False
+    ) -> Controller:
         sub = await js.pull_subscribe(
             work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
         )
-        return cls(js, task_id, sub)
+        return cls(js, task_id, sub, network_egress)
 
     async def send(self, action: RunnableAction) -> ExecuteAction:
-        order = ExecuteAction(task_id=self.task_id, action=action)
+        order = ExecuteAction(
+            task_id=self.task_id, action=action, network_egress=self.network_egress
+        )
         await self.js.publish(
             work_subject(Service.RUNTIME, self.task_id), order.model_dump_json().encode(),
             headers={"Nats-Msg-Id": order.id},

@@ -7,6 +7,7 @@ the controller would, with a plain nats-py consumer filtered on the task.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -227,3 +228,69 @@ async def test_warm_pool_hands_out_ready_sandboxes_and_refills(runtime: Runtime)
     await eventually(refilled)
     assert sandbox.container_id not in {s.container_id for s in pool._idle}
     await pool.discard(sandbox.container_id, "test")
+
+
+async def test_network_egress_is_opt_in_per_task(
+    runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient
+) -> None:
+    """A task that opted in reaches a server on the host; a task that did not has no network.
+    The host's end of Docker's bridge stands in for the internet, which this machine lacks."""
+    bridge = docker_client.networks.get(runtime.settings.sandbox_network_name)
+    ipam = bridge.attrs["IPAM"]["Config"][0]
+    # Docker leaves Gateway out when it is the subnet's first address.
+    gateway_ip = ipam.get("Gateway") or str(ipaddress.ip_network(ipam["Subnet"])[1])
+
+    async def greet(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello-from-outside")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(greet, "0.0.0.0", 0)
+    port = server.sockets[0].getsockname()[1]
+    dial = (
+        "import socket\n"
+        "try:\n"
+        f"    print(socket.create_connection(({gateway_ip!r}, {port}), 5).recv(64).decode())\n"
+        "except OSError as exc:\n"
+        "    print('no route:', exc)\n"
+    )
+    online, offline = uuid.uuid4().hex, uuid.uuid4().hex
+    ctl_on = await Controller.for_task(js, online, network_egress=True)
+    ctl_off = await Controller.for_task(js, offline)
+    try:
+        async def warm() -> bool:
+            return runtime.service.pool.idle >= 1
+
+        await eventually(warm, timeout=60)
+        warm_before = {c.id for c in docker_client.containers.list(
+            filters={"label": f"{LABEL_POOL}={runtime.settings.pool_name}",
+                     "name": "deckhands-idle-"})}
+        reached = await ctl_on.run(RunPythonAction(task_id=online, source=EventSource.AGENT,
+                                                   code=dial))
+        assert isinstance(reached, PythonOutputObservation)
+        assert "hello-from-outside" in reached.content, reached.content
+        blocked = await ctl_off.run(RunPythonAction(task_id=offline, source=EventSource.AGENT,
+                                                    code=dial))
+        assert isinstance(blocked, PythonOutputObservation)
+        assert "no route" in blocked.content and "hello" not in blocked.content
+
+        await runtime.service.tasks.renamed(online)
+        container = docker_client.containers.get(task_container_name(online))
+        assert container.labels["deckhands.network"] == bridge.name
+        assert container.attrs["HostConfig"]["NetworkMode"] == bridge.name
+        # The rest of the hardening holds for a networked sandbox too.
+        assert container.attrs["HostConfig"]["CapDrop"] == ["ALL"]
+        assert container.attrs["HostConfig"]["ReadonlyRootfs"] is True
+        # Started for this task: no warm (offline) sandbox was given a network.
+        assert warm_before and container.id not in warm_before
+    finally:
+        server.close()
+        await ctl_on.release()
+        await ctl_off.release()
+
+    async def gone() -> bool:
+        return not docker_client.containers.list(
+            all=True, filters={"name": task_container_name(online)}
+        )
+
+    await eventually(gone)

@@ -248,3 +248,25 @@ def test_a_sub_task_that_asks_a_question_hands_it_to_the_parent() -> None:
     assert report[0].agent_state is AgentState.AWAITING_USER_INPUT
     parent = _apply(turn.state, report[0])
     assert isinstance(parent.sent[-1][1], StepRequest)
+
+
+def test_network_egress_travels_with_each_execute_order_and_to_sub_tasks() -> None:
+    state, step = _started(network_egress=True)
+    action = CmdRunAction(task_id=TASK, source="AGENT", cause=step.id, command="curl x")
+    state = _apply(state, action).state
+    verdict = SecurityVerdictObservation(
+        task_id=TASK, source="ENVIRONMENT", cause=action.id, verdict=Verdict.ALLOW,
+        risk=RiskLevel.LOW,
+    )
+    service, execute = _apply(state, verdict).sent[-1]
+    assert service is Service.RUNTIME and isinstance(execute, ExecuteAction)
+    assert execute.network_egress
+
+    state, step = _started(network_egress=True)
+    delegate = AgentDelegateAction(task_id=TASK, source="AGENT", cause=step.id, task="sub")
+    assert _apply(state, delegate).new_tasks[0].network_egress
+
+    state, step = _started()
+    state = _apply(state, action.model_copy(update={"cause": step.id})).state
+    _, execute = _apply(state, verdict).sent[-1]
+    assert isinstance(execute, ExecuteAction) and not execute.network_egress

@@ -10,7 +10,7 @@ import pytest
 from faststream.nats import NatsBroker
 from redis.asyncio import Redis
 
-from services.gateway.errors import PublishFailed, TaskNotFound
+from services.gateway.errors import EgressForbidden, PublishFailed, TaskNotFound
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
 from services.gateway.task_service import (
@@ -118,3 +118,17 @@ async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
     finally:
         await broker.stop()
+
+
+async def test_network_egress_is_refused_when_the_server_disallows_it(
+    redis: Redis, broker: NatsBroker
+) -> None:
+    strict = TaskService(
+        TaskStateStore(redis), broker,
+        defaults=TaskDefaults(network_egress_allowed=False), idempotency_ttl_s=60,
+    )
+    with pytest.raises(EgressForbidden, match="DECKHANDS_ALLOW_NETWORK_EGRESS") as refused:
+        await strict.create(NewTask("fetch a page", network_egress=True))
+    assert refused.value.status_code == 403
+    created = await strict.create(NewTask("offline work"))  # no egress asked: fine
+    assert not created.state.network_egress

@@ -9,9 +9,12 @@ from pydantic import ValidationError
 
 from services.runtime.actions import observation_id
 from services.runtime.containers import DockerSandboxes, task_container_name
+from services.runtime.handlers import RuntimeService
 from services.runtime.main import build_app
 from services.runtime.pool import WarmPool
 from services.runtime.settings import RuntimeSettings
+from shared.commands import ExecuteAction
+from shared.events import CmdRunAction, ErrorObservation, EventBase, EventSource
 
 
 def test_settings_defaults_and_validation() -> None:
@@ -98,3 +101,25 @@ def test_build_app_does_no_io() -> None:
     )
     subjects = [sub.subject.broker_address for sub in app.broker.subscribers]  # type: ignore[union-attr]
     assert subjects == ["deckhands.work.runtime.*"]
+
+
+async def test_egress_is_refused_when_the_runtime_disallows_it() -> None:
+    published: list[EventBase] = []
+
+    async def publish(event: EventBase) -> None:
+        published.append(event)
+
+    service = RuntimeService(RuntimeSettings(allow_network_egress=False), publish)
+    action = CmdRunAction(task_id="t", source=EventSource.AGENT, command="curl example.com")
+    observation = await service._run(
+        ExecuteAction(task_id="t", action=action, network_egress=True), last_try=False
+    )
+    assert isinstance(observation, ErrorObservation)
+    assert observation.error_code == "egress_forbidden" and observation.cause == action.id
+    assert "DECKHANDS_ALLOW_NETWORK_EGRESS" in observation.content
+
+
+def test_a_sandbox_network_that_shares_the_host_is_refused() -> None:
+    for bad in ("host", "none", "container:abc"):
+        with pytest.raises(ValidationError, match="not allowed"):
+            RuntimeSettings(sandbox_network_name=bad)
