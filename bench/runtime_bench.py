@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import json
 import os
 import statistics
@@ -355,6 +356,8 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
     })
     app, service = build_runtime(rt_settings)
     await app.start()
+    # FastStream logs a line per message (its logger is set up by start), drowning the figures.
+    logging.getLogger("faststream.access.nats").setLevel(logging.WARNING)
     nc = await nats.connect(common.nats_url)
     js = nc.jetstream()
     try:
