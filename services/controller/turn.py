@@ -10,6 +10,7 @@ from typing import Any
 
 from shared.commands import ExecuteAction, ReleaseSandbox, ReviewAction, StepRequest
 from shared.events import (
+    SANDBOX_ENDING_STATES,
     AgentDelegateObservation,
     AgentState,
     AgentStateChangedObservation,
@@ -28,7 +29,7 @@ Command = StepRequest | ReviewAction | ExecuteAction | ReleaseSandbox
 Message = Command | EventBase
 
 # States after which the task's sandbox is destroyed. ERROR keeps it: a user message can resume.
-RELEASE_SANDBOX_STATES = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED})
+RELEASE_SANDBOX_STATES = SANDBOX_ENDING_STATES
 
 
 class IllegalTransition(Exception):

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from shared.commands import ExecuteAction, ReleaseSandbox
 from shared.delivery import PermanentError
-from shared.events import TERMINAL_STATES, EventAdapter, EventBase
+from shared.events import SANDBOX_ENDING_STATES, EventAdapter, EventBase
 from shared.state_store import TaskStateStore
 
 from .actions import RuntimeObservation, error_observation, run_action
@@ -140,7 +140,7 @@ class RuntimeService:
             state = await self._states.load(task_id)
         except Exception:
             return False
-        return state is not None and state.agent_state not in TERMINAL_STATES
+        return state is not None and state.agent_state not in SANDBOX_ENDING_STATES
 
     async def _task_is_over(self, task_id: str) -> bool:
         if self._states is None:
@@ -149,7 +149,7 @@ class RuntimeService:
             state = await self._states.load(task_id)
         except Exception:  # an unreadable state is not proof that the task ended
             return False
-        return state is not None and state.agent_state in TERMINAL_STATES
+        return state is not None and state.agent_state in SANDBOX_ENDING_STATES
 
     # -- work orders
 

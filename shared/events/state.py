@@ -2,7 +2,13 @@
 
 from enum import StrEnum
 
-__all__ = ["LEGAL_TRANSITIONS", "TERMINAL_STATES", "AgentState", "can_transition"]
+__all__ = [
+    "LEGAL_TRANSITIONS",
+    "SANDBOX_ENDING_STATES",
+    "TERMINAL_STATES",
+    "AgentState",
+    "can_transition",
+]
 
 
 class AgentState(StrEnum):
@@ -23,6 +29,10 @@ class AgentState(StrEnum):
 TERMINAL_STATES = frozenset(
     {AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED, AgentState.ERROR}
 )
+
+# After these a task never runs another action, so its sandbox is destroyed. ERROR is terminal
+# for a run but not for the task: a user message resumes it, with its workspace.
+SANDBOX_ENDING_STATES = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED})
 
 
 # Which states a task may move to from each state; anything else is refused.

@@ -123,6 +123,14 @@ async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
         assert report.rebound == 1
         assert await service.bindings.get(task_id) == sandbox.container_id
 
+        # ERROR ends a run, not the task: a user message resumes it with its workspace.
+        state = await store.load(task_id)
+        assert state is not None
+        await store.save(state.model_copy(update={"agent_state": AgentState.ERROR}))
+        report = await service.reconcile()
+        assert report.removed == 0 and report.unbound == 0
+        assert await service.bindings.get(task_id) == sandbox.container_id
+
         state = await store.load(task_id)
         assert state is not None
         await store.save(state.model_copy(update={"agent_state": AgentState.FINISHED}))
