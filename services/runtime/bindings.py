@@ -76,6 +76,22 @@ class TaskBindings:
                 found[key[start:]] = value
         return found
 
+    # -- sandboxes stopped while their task waits (their binding stays)
+
+    def _stopped_key(self, container_id: str) -> str:
+        return f"{self.prefix}:stopped:{container_id}"
+
+    async def mark_stopped(self, container_id: str, at: float) -> None:
+        await self.redis.set(self._stopped_key(container_id), repr(at), ex=self.ttl_s)
+
+    async def stopped_at(self, container_id: str) -> float | None:
+        """Unix time we stopped this sandbox on purpose, or None if we did not."""
+        value = _text(await self.redis.get(self._stopped_key(container_id)))
+        return float(value) if value is not None else None
+
+    async def clear_stopped(self, container_id: str) -> None:
+        await self.redis.delete(self._stopped_key(container_id))
+
     # -- replicas
 
     async def heartbeat(self, replica_id: str, ttl_s: int) -> None:

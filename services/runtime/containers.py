@@ -81,6 +81,8 @@ class Sandbox:
     created_at: float = field(default_factory=time.monotonic)
     task_id: str | None = None
     network: str = NO_NETWORK
+    # Told to the agent with its next command's output (e.g. the sandbox was restarted).
+    notice: str | None = None
 
     @property
     def short_id(self) -> str:
@@ -347,6 +349,13 @@ class DockerSandboxes:
                 api.rename(container_id, name)
 
         await self._call(_rename)
+
+    async def stop(self, container_id: str, timeout_s: int = 5) -> None:
+        """Stop the container (SIGTERM, then SIGKILL after `timeout_s`); its volume stays."""
+        await self._call(lambda: self._api().stop(container_id, timeout=timeout_s))
+
+    async def start(self, container_id: str) -> None:
+        await self._call(lambda: self._api().start(container_id))
 
     def _remove_sync(self, container_id: str) -> None:
         try:

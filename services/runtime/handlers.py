@@ -24,12 +24,19 @@ from redis.asyncio import Redis
 
 from shared.commands import ExecuteAction, ReleaseSandbox
 from shared.delivery import PermanentError
-from shared.events import SANDBOX_ENDING_STATES, EventAdapter, EventBase
+from shared.events import (
+    SANDBOX_ENDING_STATES,
+    AgentState,
+    CmdOutputObservation,
+    EventAdapter,
+    EventBase,
+    PythonOutputObservation,
+)
 from shared.state_store import TaskStateStore
 
 from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
-from .containers import DockerSandboxes, SandboxStartError
+from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
 from .metrics import ACTION_SECONDS, ACTIONS
 from .pool import PoolExhausted, WarmPool
@@ -47,11 +54,25 @@ Progress = Callable[[], Awaitable[None]]
 _CLAIM_TTL_S = 15
 _CLAIM_REFRESH_S = 5.0
 _HEARTBEAT_TTL_S = 30
+_WAITING_FOR_USER = frozenset({
+    AgentState.AWAITING_USER_INPUT, AgentState.AWAITING_USER_CONFIRMATION, AgentState.PAUSED,
+    AgentState.ERROR,
+})
 
 
 def _replica_id() -> str:
     configured = os.environ.get("DECKHANDS_RUNTIME_REPLICA_ID")
     return configured or f"{socket.gethostname()}-{secrets.token_hex(4)}"
+
+
+def _with_notice(sandbox: Sandbox, observation: RuntimeObservation) -> RuntimeObservation:
+    """Put a pending notice before a command's or cell's output (never into file contents)."""
+    if sandbox.notice is None or not isinstance(
+        observation, CmdOutputObservation | PythonOutputObservation
+    ):
+        return observation
+    notice, sandbox.notice = sandbox.notice, None
+    return observation.model_copy(update={"content": f"{notice}\n{observation.content}"})
 
 
 class RuntimeService:
@@ -100,7 +121,7 @@ class RuntimeService:
         await self._bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
         self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
         await self.reconcile()
-        self.pool.periodic = lambda: reconcile_quietly(self.reconcile)
+        self.pool.periodic = self._upkeep
         self.pool.start()
         log.info("runtime %s started (pool %s, image %s)", self.replica_id,
                  self.settings.pool_name, self.settings.sandbox_image)
@@ -126,6 +147,26 @@ class RuntimeService:
                 await self.bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
+
+    async def _upkeep(self) -> None:
+        await reconcile_quietly(self.reconcile)
+        try:
+            await self.stop_idle_sandboxes()
+        except Exception:
+            log.exception("stopping idle sandboxes failed")
+
+    async def stop_idle_sandboxes(self) -> int:
+        """Stop the sandboxes of tasks that wait for the user and ran nothing for a while."""
+        idle_s = self.settings.sandbox_idle_stop_s
+        if idle_s is None or self.settings.sandbox_workspace == "tmpfs" or self._states is None:
+            return 0
+        stopped = 0
+        for task_id in self.tasks.idle_since(idle_s):
+            state = await self._states.load(task_id)
+            # Only while the task waits for a person: then no action can be on its way.
+            if state is not None and state.agent_state in _WAITING_FOR_USER:
+                stopped += await self.tasks.stop_idle(task_id, idle_s)
+        return stopped
 
     async def reconcile(self) -> ReconcileReport:
         return await reconcile(
@@ -220,6 +261,7 @@ class RuntimeService:
             return self._interrupted(action)
         try:
             observation = await run_action(sandbox, action, self.settings)
+            observation = _with_notice(sandbox, observation)
         except (SandboxLost, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
                 log.error("task %s: sandbox %s stopped answering", command.task_id,

@@ -14,8 +14,10 @@ __all__ = [
     "POOL_MISSES",
     "POOL_TARGET_IDLE",
     "SANDBOXES",
+    "SANDBOXES_IDLE_STOPPED",
     "SANDBOXES_LOST",
     "SANDBOXES_REMOVED",
+    "SANDBOXES_RESTARTED",
 ]
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -48,6 +50,14 @@ SANDBOXES_LOST = Counter(
 )
 SANDBOXES_REMOVED = Counter(
     "deckhands_runtime_sandboxes_removed_total", "Sandbox containers removed", ["reason"]
+)
+SANDBOXES_IDLE_STOPPED = Counter(
+    "deckhands_runtime_sandboxes_idle_stopped_total",
+    "Task sandboxes stopped while their task waited for the user",
+)
+SANDBOXES_RESTARTED = Counter(
+    "deckhands_runtime_sandboxes_restarted_total",
+    "Stopped task sandboxes started again for their task's next action",
 )
 ACTIONS = Counter(
     "deckhands_runtime_actions_total", "Actions executed", ["kind", "outcome"]

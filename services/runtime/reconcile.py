@@ -2,8 +2,9 @@
 
 Run at start-up and periodically. For each container labelled as this pool's sandbox:
 - tracked by this replica (idle, busy, or being created): keep;
-- bound to a task in Redis: removed if it stopped or its task is over (the task's next action
-  then reports the lost workspace), adopted if its creator is gone, else left to its owner;
+- bound to a task in Redis: removed if its task is over, or if it stopped without being
+  stopped on purpose while its task waited (the task's next action then reports the lost
+  workspace); adopted if its creator is gone, else left to its owner;
 - named for a task but not bound (Redis lost the binding): bound again if the task is live;
 - otherwise a warm sandbox. Removed if its creator is this replica (a leak), a replica that
   no longer sends heartbeats, or if it has not been running long after its creation; left
@@ -87,6 +88,8 @@ async def reconcile(
                 await remove(info.id, "task_over")
                 await bindings.unbind(task_id, info.id)
                 report.unbound += 1
+            elif not info.running and await bindings.stopped_at(info.id) is not None:
+                report.kept += 1  # stopped while its task waits; its next action starts it
             elif not info.running:
                 await remove(info.id, "dead")  # the binding stays: the task hears it was lost
             elif tasks.local(task_id) is None and not await creator_alive(creator):

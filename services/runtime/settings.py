@@ -130,6 +130,14 @@ class RuntimeSettings(CommonSettings):
         default=86_400, ge=60,
         description="How long an executed action's observation is kept to answer redeliveries.",
     )
+    sandbox_idle_stop_s: float | None = Field(
+        default=600.0, gt=0,
+        description="A task sandbox whose task waits for the user (input, confirmation, "
+        "paused, or ERROR awaiting a resume) and that ran no action for this long is stopped to "
+        "free its memory and CPU. Its /workspace is kept; it starts again on the task's next "
+        "action, with a new shell and Python session. Unset keeps such sandboxes running; "
+        "never applies with sandbox_workspace=tmpfs (the files would be lost).",
+    )
     binding_ttl_s: int = Field(
         default=7 * 86_400, ge=60,
         description="Task-to-sandbox bindings in Redis expire after this long without use.",

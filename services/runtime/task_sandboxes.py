@@ -5,6 +5,10 @@ renames the container `deckhands-task-<task>`. Later actions find it in this rep
 through the binding (another replica, or before a restart, attached to it: we attach too). A
 bound sandbox that is gone means the task's workspace is lost: the caller reports it, the binding
 is dropped, and the task's next action gets a fresh sandbox.
+
+A sandbox whose task waits for the user may be stopped (`stop_idle`): it keeps its binding and
+its /workspace volume, and a marker in Redis says it was stopped on purpose. The task's next
+action starts it again, and the agent is told that its shell and Python session are new.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+
+import docker
 
 from .bindings import TaskBindings
 from .containers import (
@@ -23,7 +29,7 @@ from .containers import (
     SandboxStartError,
     task_container_name,
 )
-from .metrics import SANDBOXES_LOST
+from .metrics import SANDBOXES_IDLE_STOPPED, SANDBOXES_LOST, SANDBOXES_RESTARTED
 from .pool import WarmPool
 
 __all__ = ["TaskSandboxes", "WorkspaceLost", "describe_loss"]
@@ -44,6 +50,7 @@ class TaskSandboxes:
         self.bindings = bindings
         self._local: dict[str, Sandbox] = {}
         self._touched: dict[str, float] = {}
+        self._used: dict[str, float] = {}  # task -> when it last asked for its sandbox
         self._locks: dict[str, asyncio.Lock] = {}
         self._renames: dict[str, asyncio.Task[None]] = {}
 
@@ -67,6 +74,7 @@ class TaskSandboxes:
         Raises WorkspaceLost when the task had a sandbox that no longer works.
         """
         async with self._lock(task_id):
+            self._used[task_id] = time.monotonic()
             sandbox = self._local.get(task_id)
             if sandbox is not None and not sandbox.lost:
                 await self._touch(task_id)
@@ -113,9 +121,16 @@ class TaskSandboxes:
 
     async def _attach_bound(self, task_id: str, container_id: str) -> Sandbox:
         info = await self.docker.inspect(container_id)
+        stopped_at = None
+        if info is not None and not info.running:
+            stopped_at = await self.bindings.stopped_at(container_id)
+            if stopped_at is not None:
+                info = await self._restart(container_id)
         if info is not None and info.running:
             try:
-                sandbox = await self.docker.attach(container_id, info.name)
+                sandbox = await self.docker.attach(
+                    container_id, info.name, timeout_s=self.docker.settings.start_timeout_s
+                )
             except SandboxStartError as exc:
                 reason = str(exc)
             else:
@@ -124,13 +139,55 @@ class TaskSandboxes:
                 self._local[task_id] = sandbox
                 self.pool.adopt(sandbox)
                 await self._touch(task_id, force=True)
-                log.info("task %s: adopted sandbox %s", task_id, sandbox.short_id)
+                if stopped_at is not None:
+                    await self.bindings.clear_stopped(container_id)
+                    sandbox.notice = _restarted_notice(time.time() - stopped_at)
+                    SANDBOXES_RESTARTED.inc()
+                    log.info("task %s: started stopped sandbox %s again", task_id,
+                             sandbox.short_id)
+                else:
+                    log.info("task %s: adopted sandbox %s", task_id, sandbox.short_id)
                 return sandbox
         else:
             reason = describe_loss(info, None)
         SANDBOXES_LOST.labels("bound").inc()
         await self._drop(task_id, container_id, "lost")
         raise WorkspaceLost(reason)
+
+    async def _restart(self, container_id: str) -> ContainerInfo | None:
+        try:
+            await self.docker.start(container_id)
+        except docker.errors.DockerException as exc:
+            log.warning("could not start stopped sandbox %s: %s", container_id[:12], exc)
+        return await self.docker.inspect(container_id)
+
+    def idle_since(self, idle_s: float) -> list[str]:
+        """Tasks of this replica whose sandbox has not been asked for in `idle_s` seconds."""
+        cutoff = time.monotonic() - idle_s
+        return [t for t in self._local if self._used.get(t, 0.0) < cutoff]
+
+    async def stop_idle(self, task_id: str, idle_s: float) -> bool:
+        """Stop the task's sandbox if it is still idle; it keeps its binding and files."""
+        async with self._lock(task_id):
+            sandbox = self._local.get(task_id)
+            if sandbox is None or sandbox.lost:
+                return False
+            if self._used.get(task_id, 0.0) >= time.monotonic() - idle_s:
+                return False  # asked for while we were deciding
+            # Marked first: a crash before the stop leaves a running sandbox that is simply
+            # attached again; the other order could leave a stopped one that looks dead.
+            await self.bindings.mark_stopped(sandbox.container_id, time.time())
+            self._local.pop(task_id, None)
+            self.pool.forget(sandbox.container_id)
+            await sandbox.client.close()
+            try:
+                await self.docker.stop(sandbox.container_id)
+            except docker.errors.DockerException as exc:
+                log.warning("could not stop idle sandbox %s: %s", sandbox.short_id, exc)
+                return False
+            SANDBOXES_IDLE_STOPPED.inc()
+            log.info("task %s: stopped idle sandbox %s (files kept)", task_id, sandbox.short_id)
+            return True
 
     async def lost(self, task_id: str, sandbox: Sandbox) -> str:
         """The sandbox died during an action: forget it and say why."""
@@ -164,7 +221,9 @@ class TaskSandboxes:
                 ids.add(named.id)
             for cid in ids:
                 await self._drop(task_id, cid, "released")
+                await self.bindings.clear_stopped(cid)
         self._locks.pop(task_id, None)
+        self._used.pop(task_id, None)
         return bool(ids)
 
     def adopt(self, task_id: str, sandbox: Sandbox) -> None:
@@ -191,6 +250,16 @@ class TaskSandboxes:
 
     async def _why(self, container_id: str, lost_reason: str | None) -> str:
         return describe_loss(await self.docker.inspect(container_id), lost_reason)
+
+
+def _restarted_notice(stopped_for_s: float) -> str:
+    minutes = max(1, round(stopped_for_s / 60))
+    return (
+        f"[The sandbox was stopped while the task waited ({minutes} min) and has started again: "
+        "the files in /workspace are as they were, but the shell and the Python session are "
+        "new (working directory, environment variables, background processes and Python "
+        "variables were reset).]"
+    )
 
 
 def describe_loss(info: ContainerInfo | None, lost_reason: str | None) -> str:

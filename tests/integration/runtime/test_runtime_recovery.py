@@ -6,6 +6,7 @@ runtime's durable consumer must not be shared with another module's runtime.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -26,6 +27,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
 
 from services.runtime.containers import LABEL_REPLICA, DockerSandboxes, task_container_name
 from services.runtime.handlers import RuntimeService
+from shared.commands import ExecuteAction
 from shared.events import AgentState, CmdOutputObservation, EventBase
 from shared.settings import CommonSettings
 from shared.state import TaskState
@@ -138,6 +140,60 @@ async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
         assert report.removed == 1 and report.unbound == 1
         assert await service.bindings.get(task_id) is None
         assert sandbox.container_id not in {c.id for c in pool_containers(docker_client, pool)}
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
+
+
+async def test_a_waiting_tasks_idle_sandbox_is_stopped_and_started_again_with_its_files(
+    settings: CommonSettings, sandbox_image: str, docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    pool = f"test-idle-{uuid.uuid4().hex[:6]}"
+    # Upkeep runs rarely here: the test calls stop_idle_sandboxes itself.
+    config = make_settings(settings, sandbox_image, pool, sandbox_idle_stop_s=0.5,
+                           pool_health_interval_s=600.0)
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    store = TaskStateStore(redis)
+    waiting, running = uuid.uuid4().hex, uuid.uuid4().hex
+
+    async def run(task_id: str, command: str) -> CmdOutputObservation:
+        order = ExecuteAction(task_id=task_id, action=cmd(task_id, command))
+        observation = await service._run(order, last_try=True)
+        assert isinstance(observation, CmdOutputObservation), observation
+        return observation
+
+    try:
+        for task_id, agent_state in ((waiting, AgentState.AWAITING_USER_INPUT),
+                                     (running, AgentState.RUNNING)):
+            assert await store.create(TaskState(task_id=task_id, task="t", max_iterations=3,
+                                                agent_state=agent_state))
+            await run(task_id, "echo kept > notes.txt; export MOOD=happy; cd /tmp")
+        container_id = (await service.tasks.get(waiting)).container_id
+        await asyncio.sleep(0.7)
+
+        assert await service.stop_idle_sandboxes() == 1  # the RUNNING task keeps its sandbox
+        assert docker_client.api.inspect_container(container_id)["State"]["Running"] is False
+        assert await service.bindings.get(waiting) == container_id
+        report = await service.reconcile()  # a stopped-on-purpose sandbox is not "dead"
+        assert report.removed == 0
+
+        woken = await run(waiting, "cat /workspace/notes.txt; echo mood=$MOOD; pwd")
+        assert "sandbox was stopped while the task waited" in woken.content
+        assert "shell and the Python session are new" in woken.content
+        assert "kept" in woken.content and "mood=\n" in woken.content + "\n"
+        assert woken.cwd == "/workspace"  # a new shell
+        assert docker_client.api.inspect_container(container_id)["State"]["Running"] is True
+        again = await run(waiting, "cat /workspace/notes.txt")
+        assert again.content.strip() == "kept"  # the notice is told once
+        assert await service.bindings.stopped_at(container_id) is None
+
+        await service.tasks.release(waiting)
+        await service.tasks.release(running)
+        left = pool_containers(docker_client, pool)
+        assert container_id not in {c.id for c in left}
+        assert all(c.name.startswith("deckhands-idle-") for c in left)  # warm ones only
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
