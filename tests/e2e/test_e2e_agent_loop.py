@@ -78,6 +78,19 @@ def test_repeating_the_same_command_ends_in_error_naming_the_pattern(http: httpx
     assert len(runs) == 4
 
 
+def test_only_a_task_that_opted_in_gets_a_network(http: httpx.Client) -> None:
+    online = _create(http, task="network: list the interfaces", network_egress=True)
+    offline = _create(http, task="network: list the interfaces")
+    seen = {}
+    for task_id in (online, offline):
+        view = _wait(http, task_id, "FINISHED", "ERROR")
+        assert view["state"] == "FINISHED", view
+        [output] = [e for e in _events(http, task_id) if e["kind"] == "run_output"]
+        seen[task_id] = output["content"].split()
+    assert "eth0" in seen[online] and "lo" in seen[online]
+    assert seen[offline] == ["lo"]  # network_mode none: loopback only
+
+
 def test_over_budget_stops_and_a_user_message_raises_the_limit(http: httpx.Client) -> None:
     task_id = _create(http, task="budget: think it over", max_budget_usd=0.0001)
     view = _wait(http, task_id, "ERROR")
