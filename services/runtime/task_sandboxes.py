@@ -229,6 +229,7 @@ class TaskSandboxes:
     def adopt(self, task_id: str, sandbox: Sandbox) -> None:
         """Take over a running task sandbox found by reconciliation."""
         sandbox.task_id = task_id
+        self._used.setdefault(task_id, time.monotonic())  # idle time counts from adoption
         self._local[task_id] = sandbox
         self.pool.adopt(sandbox)
 
