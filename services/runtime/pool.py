@@ -160,9 +160,12 @@ class WarmPool:
         dedicated = network is not None and network != self.docker.pool_network
         started = time.monotonic()
         deadline = started + self.settings.acquire_timeout_s
-        self._acquired_at.append(started)
+        # Demand for warm sandboxes: a dedicated one never comes from the pool.
+        demand = 0 if dedicated else 1
+        if demand:
+            self._acquired_at.append(started)
         self._wake.set()
-        self._waiting += 1
+        self._waiting += demand
         try:
             while True:
                 sandbox = None if dedicated else await self._take_idle()
@@ -186,7 +189,7 @@ class WarmPool:
                         async with asyncio.timeout(min(remaining, 1.0)):
                             await self._changed.wait()
         finally:
-            self._waiting -= 1
+            self._waiting -= demand
         ACQUISITIONS.inc()
         ACQUIRE_SECONDS.observe(time.monotonic() - started)
         self._wake.set()
