@@ -22,14 +22,11 @@ from shared.events import (
 from shared.state import Outgoing, TaskState
 from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
 
-__all__ = ["RELEASE_SANDBOX_STATES", "IllegalTransition", "Turn"]
+__all__ = ["IllegalTransition", "Turn"]
 
 Command = StepRequest | ReviewAction | ExecuteAction | ReleaseSandbox
 # What a turn may send: a work order, or an event into some task's controller inbox.
 Message = Command | EventBase
-
-# States after which the task's sandbox is destroyed. ERROR keeps it: a user message can resume.
-RELEASE_SANDBOX_STATES = SANDBOX_ENDING_STATES
 
 
 class IllegalTransition(Exception):
@@ -75,9 +72,9 @@ class Turn:
                 reason=reason,
             )
         )
-        finished = target in RELEASE_SANDBOX_STATES or target is AgentState.ERROR
+        finished = target in SANDBOX_ENDING_STATES or target is AgentState.ERROR
         self.update(agent_state=target, reason=reason, finished_at=utc_now() if finished else None)
-        if target in RELEASE_SANDBOX_STATES:
+        if target in SANDBOX_ENDING_STATES:
             self.send(
                 Service.RUNTIME, ReleaseSandbox(task_id=self.state.task_id, reason=target.value)
             )
