@@ -60,6 +60,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         tasks,
         heartbeat_s=settings.sse_heartbeat_s,
         gap_retry_s=settings.sse_gap_retry_s,
+        catch_up_s=settings.history_timeout_s,
     )
     readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
     return GatewayContext(settings, broker, redis, tasks, events, readiness)

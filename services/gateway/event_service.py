@@ -233,12 +233,14 @@ class EventService:
         *,
         heartbeat_s: float,
         gap_retry_s: float,
+        catch_up_s: float = 5.0,
     ) -> None:
         self.broker = broker
         self.history = history
         self.tasks = tasks
         self.heartbeat_s = heartbeat_s
         self.gap_retry_s = gap_retry_s
+        self.catch_up_s = catch_up_s
         self._open: set[EventStream] = set()
 
     async def page(self, task_id: str, after: int, limit: int) -> EventPage:
@@ -254,8 +256,17 @@ class EventService:
         )
 
     async def trajectory(self, task_id: str) -> Trajectory:
+        """Every event up to the State's last seq: storage consumes the log on its own, so
+        right after a task ends it may still be storing the last events; wait for them."""
         state = await self.tasks.get(task_id)
         events = [event async for event in self.history.all_after(task_id)]
+        deadline = time.monotonic() + self.catch_up_s
+        while time.monotonic() < deadline:
+            stored = (event_seq(events[-1]) or 0) if events else 0
+            if stored >= state.last_seq:
+                break
+            await asyncio.sleep(self.gap_retry_s)
+            events += [event async for event in self.history.all_after(task_id, stored)]
         return Trajectory(task_id=task_id, task=state.task, events=events)
 
     async def open_stream(

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from gateway_doubles import SseFrame, SseReader, StorageDouble
 from nats.aio.client import Client as NatsClient
+from redis.asyncio import Redis
 
 from shared.events import (
     AgentFinishAction,
@@ -25,6 +26,7 @@ from shared.events import (
     EventSource,
     MessageAction,
 )
+from shared.state_store import TaskStateStore
 from shared.subjects import EVENTS_STREAM, event_subject
 
 STREAM_TIMEOUT = httpx.Timeout(10, read=10)
@@ -109,6 +111,28 @@ async def test_trajectory_is_the_whole_log(http: httpx.AsyncClient, storage: Sto
     body = (await http.get(f"/v1/tasks/{task_id}/trajectory")).json()
     assert body["task"] == "x"
     assert [e["seq"] for e in body["events"]] == list(range(1, 1204))
+
+
+async def test_trajectory_waits_for_events_storage_has_not_stored_yet(
+    http: httpx.AsyncClient, storage: StorageDouble, redis: Redis
+) -> None:
+    """Right after a task ends, storage may still be writing its last events: the export
+    waits for everything up to the State's last seq instead of returning a shorter log."""
+    task_id = await new_task(http)
+    store = TaskStateStore(redis)
+    state = await store.load(task_id)
+    assert state is not None
+    await store.save(state.model_copy(update={"last_seq": 5}))
+    storage.add(*make_events(task_id, 1, 3))
+
+    async def store_the_rest() -> None:
+        await asyncio.sleep(0.8)
+        storage.add(*make_events(task_id, 4, 5))
+
+    late = asyncio.create_task(store_the_rest())
+    body = (await http.get(f"/v1/tasks/{task_id}/trajectory")).json()
+    await late
+    assert [e["seq"] for e in body["events"]] == [1, 2, 3, 4, 5]
 
 
 async def test_events_are_503_when_storage_does_not_answer(
