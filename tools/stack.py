@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import httpx
 from .local_llm import LocalLLMError
 from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
 
-__all__ = ["Stack", "StackConfig", "main"]
+__all__ = ["Stack", "StackConfig", "main", "running"]
 
 SERVICES = ("storage", "controller", "security", "runtime", "reasoner", "gateway")
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,6 +272,24 @@ def _remove_sandboxes(pool_name: str) -> None:
     ).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+@contextmanager
+def running(config: StackConfig) -> Iterator[Stack]:
+    """A stack that is up inside the block and down after it. When it fails to start, the
+    tail of each process's log is printed: that is where the reason is."""
+    stack = Stack(config)
+    try:
+        stack.up()
+    except Exception:
+        for log in sorted(stack.logs.glob("*.log")):
+            print(f"==== {log.name}\n{log.read_text(errors='replace')[-3000:]}")
+        stack.down()
+        raise
+    try:
+        yield stack
+    finally:
+        stack.down()
 
 
 def main() -> None:

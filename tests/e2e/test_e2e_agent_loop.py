@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tools.run_task import run_task
-from tools.stack import Stack, StackConfig
+from tools.stack import Stack, StackConfig, running
 
 pytestmark = pytest.mark.docker
 
@@ -35,12 +35,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "DECKHANDS_ACK_WAIT_S": "5",
         },
     )
-    stack = Stack(config)
-    try:
-        stack.up()
+    with running(config) as stack:
         yield stack
-    finally:
-        stack.down()
 
 
 @pytest.fixture

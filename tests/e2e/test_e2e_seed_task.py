@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tools.run_task import SEED_TASK, run_task
-from tools.stack import Stack, StackConfig
+from tools.stack import Stack, StackConfig, running
 
 pytestmark = pytest.mark.docker
 
@@ -24,16 +24,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         run_dir,
         extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"},
     )
-    stack = Stack(config)
-    try:
-        stack.up()
-    except Exception:
-        for log in sorted((run_dir / "logs").glob("*.log")):
-            print(f"==== {log.name}\n{log.read_text()[-3000:]}")
-        stack.down()
-        raise
-    yield stack
-    stack.down()
+    with running(config) as stack:
+        yield stack
 
 
 def test_seed_task_prints_the_squares_from_a_sandbox(stack: Stack) -> None:

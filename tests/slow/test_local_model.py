@@ -20,7 +20,7 @@ from tools.local_llm import LocalLLMConfig, llm_env, start_server, wait_until_se
 from tools.local_llm.model import model_ready
 from tools.procs import free_port
 from tools.run_task import SEED_TASK, run_task
-from tools.stack import Stack, StackConfig
+from tools.stack import Stack, StackConfig, running
 
 CONFIG = LocalLLMConfig.from_env()
 
@@ -69,16 +69,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, local_llm_port: int) -> Iter
         llm_port=local_llm_port,
         extra_env={**llm_env(local_llm_port), "DECKHANDS_POOL_MIN_IDLE": "1"},
     )
-    stack = Stack(config)
-    try:
-        stack.up()
-    except Exception:
-        for log in sorted((run_dir / "logs").glob("*.log")):
-            print(f"==== {log.name}\n{log.read_text()[-3000:]}")
-        stack.down()
-        raise
-    yield stack
-    stack.down()
+    with running(config) as stack:
+        yield stack
 
 
 def test_local_model_solves_the_seed_task(stack: Stack) -> None:
