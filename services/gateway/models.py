@@ -145,6 +145,20 @@ def _result(state: TaskState) -> TaskResultView | None:
     return TaskResultView(final_message=state.result.final_message, outputs=state.result.outputs)
 
 
+def _summary(state: TaskState) -> dict[str, Any]:
+    """The fields a task and a sub-task view share."""
+    return {
+        "id": state.task_id,
+        "task": state.task,
+        "state": state.agent_state,
+        "reason": state.reason,
+        "iterations": state.iteration,
+        "max_iterations": state.max_iterations,
+        "usage": _usage(state),
+        "result": _result(state),
+    }
+
+
 class SubTaskView(BaseModel):
     id: str
     task: str
@@ -157,16 +171,7 @@ class SubTaskView(BaseModel):
 
     @classmethod
     def from_state(cls, state: TaskState) -> SubTaskView:
-        return cls(
-            id=state.task_id,
-            task=state.task,
-            state=state.agent_state,
-            reason=state.reason,
-            iterations=state.iteration,
-            max_iterations=state.max_iterations,
-            usage=_usage(state),
-            result=_result(state),
-        )
+        return cls(**_summary(state))
 
 
 class TaskView(BaseModel):
@@ -197,18 +202,11 @@ class TaskView(BaseModel):
     def from_state(cls, state: TaskState, sub_tasks: list[TaskState] | None = None) -> TaskView:
         pending = state.pending_action
         return cls(
-            id=state.task_id,
-            task=state.task,
-            state=state.agent_state,
-            reason=state.reason,
-            iterations=state.iteration,
-            max_iterations=state.max_iterations,
+            **_summary(state),
             max_budget_usd=state.max_budget_usd,
             created_at=state.created_at,
             updated_at=state.updated_at,
             finished_at=state.finished_at,
-            usage=_usage(state),
-            result=_result(state),
             confirmation_mode=state.confirmation_mode,
             confirmation_threshold=state.confirmation_threshold,
             network_egress=state.network_egress,
