@@ -83,8 +83,11 @@ class WarmPool:
     def total(self) -> int:
         return self.idle + self.busy + self.creating
 
-    def known_ids(self) -> set[str]:
-        return {s.container_id for s in self._idle} | set(self._busy)
+    def knows(self, container_id: str) -> bool:
+        """Whether this pool holds the container (idle or handed out)."""
+        return container_id in self._busy or any(
+            s.container_id == container_id for s in self._idle
+        )
 
     def target_idle(self) -> int:
         """Idle sandboxes to keep: the floor, plus the demand expected during one cold start."""

@@ -62,7 +62,6 @@ async def reconcile(
     containers = await docker.list(everything=True)
     bound = await bindings.all()
     task_of = {cid: task for task, cid in bound.items()}
-    known = pool.known_ids()
     alive_cache: dict[str, bool] = {}
 
     async def creator_alive(replica: str) -> bool:
@@ -78,7 +77,9 @@ async def reconcile(
         report.removed += 1
 
     for info in containers:
-        if info.id in known or info.name in docker.pending_names:
+        # Asked now, not from a snapshot taken before the awaits above: a sandbox whose start
+        # finished meanwhile is the pool's, not an orphan.
+        if pool.knows(info.id) or info.name in docker.pending_names:
             report.kept += 1
             continue
         task_id = task_of.get(info.id)
