@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from faststream import AckPolicy
@@ -15,11 +16,34 @@ from .delivery import DeliveryGuard
 from .settings import CommonSettings
 from .subjects import EVENTS_STREAM, WORK_STREAM, Service
 
-__all__ = ["EVENTS", "WORK", "build_broker", "durable_subscription"]
+__all__ = ["EVENTS", "WORK", "IdleFetchFilter", "build_broker", "durable_subscription"]
 
 # Streams are declared by `ensure_streams`; subscribers only name them.
 EVENTS = JStream(EVENTS_STREAM, declare=False)
 WORK = JStream(WORK_STREAM, declare=False)
+
+_FETCH_BATCH = 32
+_MAX_ACK_PENDING = 20_000
+
+# FastStream logs through this logger (which propagates to ours, redaction included).
+BROKER_LOG = logging.getLogger("deckhands.broker")
+
+
+class IdleFetchFilter(logging.Filter):
+    """Drops FastStream's 'raised an exception, retrying' record for an idle pull consumer.
+
+    nats-py ends a fetch that found no message with a bare `asyncio.TimeoutError` in one of its
+    paths, which FastStream's fetch loop does not suppress (it expects nats' own subclass): its
+    supervisor restarts the loop, and logs an ERROR with a traceback. Nothing failed.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        idle = type(exc) is TimeoutError and "raised an exception" in str(record.msg)
+        return not idle
+
+
+BROKER_LOG.addFilter(IdleFetchFilter())
 
 
 def build_broker(
@@ -40,6 +64,9 @@ def build_broker(
             NatsPrometheusMiddleware(registry=REGISTRY, app_name=f"deckhands-{service.value}"),
         ],
         max_reconnect_attempts=-1,
+        logger=BROKER_LOG,
+        # A line per message received and processed: DEBUG, not what an operator reads.
+        log_level=logging.DEBUG,
     )
 
 
@@ -50,11 +77,17 @@ def durable_subscription(
     return {
         "stream": stream,
         "durable": durable,
-        "pull_sub": PullSub(batch_size=max(1, workers), timeout=1.0),
+        # Small fetches: a replica takes what it can start now and leaves the rest to others.
+        "pull_sub": PullSub(batch_size=max(1, min(workers, _FETCH_BATCH)), timeout=1.0),
         "max_workers": workers,
         "ack_policy": AckPolicy.MANUAL,
         # The guard bounds deliveries itself; the server must never drop a message silently.
         "config": ConsumerConfig(
-            durable_name=durable, ack_wait=settings.ack_wait_s, max_deliver=-1
+            durable_name=durable,
+            ack_wait=settings.ack_wait_s,
+            max_deliver=-1,
+            # Hundreds of tasks' orders may be in flight at once (long commands, LLM calls,
+            # orders waiting for a sandbox): the server's default of 1000 would stall them all.
+            max_ack_pending=_MAX_ACK_PENDING,
         ),
     }

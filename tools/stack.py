@@ -255,7 +255,9 @@ def _terminate_all(pids: list[int], grace_s: float = 15.0) -> None:
 
 
 def _remove_sandboxes(pool_name: str) -> None:
-    """`make down` leaves no container behind, even if the runtime was killed."""
+    """`make down` leaves no container and no workspace volume behind, even if the runtime was
+    killed: `-v` removes each container's anonymous /workspace volume with it, and the prune
+    takes the volumes of containers removed without it (a crash between the two)."""
     ids = subprocess.run(
         [
             "docker",
@@ -269,9 +271,27 @@ def _remove_sandboxes(pool_name: str) -> None:
         capture_output=True,
         text=True,
         check=False,
+        timeout=60,
     ).stdout.split()
     if ids:
-        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+        subprocess.run(
+            ["docker", "rm", "-f", "-v", *ids], capture_output=True, check=False, timeout=300
+        )
+    subprocess.run(
+        [
+            "docker",
+            "volume",
+            "prune",
+            "-f",
+            "--filter",
+            "label=deckhands.role=sandbox",
+            "--filter",
+            f"label=deckhands.pool={pool_name}",
+        ],
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
 
 
 @contextmanager

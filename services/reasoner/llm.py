@@ -26,6 +26,7 @@ from .metrics import (
     LLM_CALLS,
     LLM_COMPLETION_TOKENS,
     LLM_COST,
+    LLM_IN_FLIGHT,
     LLM_LATENCY,
     LLM_PROMPT_TOKENS,
     LLM_RATE_LIMIT_WAIT,
@@ -117,6 +118,9 @@ class LLMClient:
         self.settings = settings
         self.model = settings.llm_model
         self._native: bool | None = None
+        # What is scarce is the provider's concurrency, not the steps waiting on it: a step
+        # holds one of these only while its request is on the wire, never while it backs off.
+        self._in_flight = asyncio.Semaphore(settings.llm_max_concurrency)
 
     def _decide_native(self) -> bool:
         choice = self.settings.llm_native_tool_calling
@@ -210,7 +214,12 @@ class LLMClient:
         while True:
             started = time.perf_counter()
             try:
-                response = await litellm.acompletion(**self._request(messages, native))
+                async with self._in_flight:
+                    LLM_IN_FLIGHT.inc()
+                    try:
+                        response = await litellm.acompletion(**self._request(messages, native))
+                    finally:
+                        LLM_IN_FLIGHT.dec()
             except Exception as exc:
                 LLM_CALLS.labels(self.model, type(exc).__name__).inc()
                 kind = _kind(litellm, exc)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "LLM_CALLS",
     "LLM_COMPLETION_TOKENS",
     "LLM_COST",
+    "LLM_IN_FLIGHT",
     "LLM_LATENCY",
     "LLM_PROMPT_TOKENS",
     "LLM_RATE_LIMIT_WAIT",
@@ -26,6 +27,10 @@ LLM_COST = Counter(
     "deckhands_llm_cost_usd_total",
     "LLM cost in USD, by litellm's cost map (0 when unknown)",
     ["model"],
+)
+LLM_IN_FLIGHT = Gauge(
+    "deckhands_llm_requests_in_flight",
+    "LLM requests on the wire now (at most DECKHANDS_LLM_MAX_CONCURRENCY per replica)",
 )
 LLM_LATENCY = Histogram(
     "deckhands_llm_latency_seconds",

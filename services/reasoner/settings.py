@@ -76,7 +76,16 @@ class ReasonerSettings(CommonSettings):
         default=None, ge=0, description="USD per completion token; see llm_input_cost_per_token."
     )
 
-    workers: int = Field(default=4, ge=1, description="Step requests handled concurrently.")
+    workers: int = Field(
+        default=512, ge=1,
+        description="Step requests one replica handles at once. A step mostly waits (storage, the "
+        "LLM), so this is high; what is scarce is bounded by llm_max_concurrency.",
+    )
+    llm_max_concurrency: int = Field(
+        default=256, ge=1,
+        description="LLM requests one replica has in flight at once (the provider's concurrency "
+        "limit); a step beyond it waits for a free one without holding anything else.",
+    )
     history_wait_s: float = Field(
         default=3.0, ge=0, description="How long to wait for storage to catch up with a step."
     )

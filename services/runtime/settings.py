@@ -124,7 +124,10 @@ class RuntimeSettings(CommonSettings):
         description="Characters of output kept per action; the middle of longer output is cut.",
     )
     workers: int = Field(
-        default=8, ge=1, description="Actions one replica runs concurrently (different tasks)."
+        default=512, ge=1,
+        description="Work orders one replica handles at once (different tasks). A running "
+        "command only waits on its sandbox, so this is high; Docker calls are bounded by "
+        "docker_threads and sandboxes by pool_max_total.",
     )
     dedup_ttl_s: int = Field(
         default=86_400, ge=60,

@@ -13,4 +13,4 @@ class SecuritySettings(CommonSettings):
     workspace_root: str = Field(
         default="/workspace", description="Files may only be written under this sandbox path."
     )
-    workers: int = Field(default=4, ge=1, description="Reviews handled concurrently.")
+    workers: int = Field(default=64, ge=1, description="Reviews handled concurrently.")

@@ -586,6 +586,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # Hundreds of agents call at once in load tests: the default backlog of 5 drops them.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], responder: _Responder) -> None:
         super().__init__(address, _Handler)

@@ -20,7 +20,7 @@ from shared.events import CmdRunAction, ErrorObservation, EventBase, EventSource
 def test_settings_defaults_and_validation() -> None:
     s = RuntimeSettings()
     assert s.sandbox_image == "deckhands/sandbox:latest"
-    assert (s.pool_min_idle, s.workers, s.output_limit) == (2, 8, 30_000)
+    assert (s.pool_min_idle, s.workers, s.output_limit) == (2, 512, 30_000)
     assert s.sandbox_network is False
     with pytest.raises(ValidationError, match="size"):
         RuntimeSettings(sandbox_memory="lots")

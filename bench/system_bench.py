@@ -1,0 +1,320 @@
+"""System benchmark: the whole stack driven through the gateway (a benchmark, not a test).
+
+    .venv/bin/python bench/system_bench.py                 # every row (a few minutes)
+    .venv/bin/python bench/system_bench.py --rows 40x2     # one row; see --help
+
+Every service runs as its own process (tools.stack, isolated ports and sandbox pool) on real
+nats-server, redis-server and Docker; the LLM is the project's scripted server, answering each
+call after a fixed delay. Each row prints its figure beside the baseline measured in the same run:
+
+  40x2     40 tasks at once, 2 LLM calls each (a command, then finish), 2 s per call:
+           wall time against the ideal = LLM time of one task + one sandbox start.
+  200x5    200 tasks, 5 calls each, default pool settings: all finish; same ratio.
+  500q     500 tasks posted at once: all finish, none lost, pool never above its maximum.
+  steps    tasks of 10 commands on an LLM with no delay:
+           - CPU per agent step of all deckhands services (ms), from /proc;
+           - step overhead: an observation to the next action's observation, minus the LLM's
+             own latency (p50, p99);
+           - task accepted to its first action's observation, minus the LLM latency.
+
+Every sandbox and volume it makes is removed at the end (the stack's `down`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from tools.stack import SERVICES, Stack, StackConfig, running  # noqa: E402
+
+ENDED = {"FINISHED", "ERROR", "STOPPED", "REJECTED"}
+ROWS: list[tuple[str, str, str, str, str]] = []
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def row(name: str, figure: str, baseline: str, target: str, ok: bool | None) -> None:
+    verdict = "" if ok is None else ("met" if ok else "NOT MET")
+    ROWS.append((name, figure, baseline, target, verdict))
+    print(f"  {name:<44} {figure:<22} {baseline:<30} {target:<16} {verdict}", flush=True)
+
+
+# --------------------------------------------------------------------------- the LLM script
+
+
+def script(delay_s: float) -> dict[str, Any]:
+    """One conversation per task size: 'calls:N' runs N-1 commands then finishes."""
+
+    def turns(calls: int) -> list[dict[str, Any]]:
+        steps: list[dict[str, Any]] = [
+            {"tool": "execute_bash", "arguments": {"command": f"echo step {i}"}, "delay_s": delay_s}
+            for i in range(1, calls)
+        ]
+        steps.append(
+            {"tool": "finish", "arguments": {"message": "done: {{last_tool_output}}"},
+             "delay_s": delay_s}
+        )
+        return steps
+
+    return {
+        "model": "scripted",
+        "conversations": [
+            {"match": f"calls:{n} ", "turns": turns(n)} for n in (2, 5, 10)
+        ],
+        "turns": turns(2),
+    }
+
+
+# --------------------------------------------------------------------------- driving tasks
+
+
+async def post_task(client: httpx.AsyncClient, text: str) -> str:
+    for attempt in range(20):
+        try:
+            r = await client.post("/v1/tasks", json={"task": text, "max_iterations": 30})
+        except httpx.TransportError:
+            await asyncio.sleep(0.2 * (attempt + 1))
+            continue
+        if r.status_code in (200, 201, 202):
+            return str(r.json()["id"])
+        if r.status_code >= 500:
+            await asyncio.sleep(0.2 * (attempt + 1))
+            continue
+        raise RuntimeError(f"POST /v1/tasks answered {r.status_code}: {r.text[:300]}")
+    raise RuntimeError("POST /v1/tasks kept failing")
+
+
+async def wait_ended(
+    client: httpx.AsyncClient, task_id: str, deadline: float, every_s: float
+) -> dict[str, Any]:
+    view: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            r = await client.get(f"/v1/tasks/{task_id}")
+            if r.status_code == 200:
+                view = r.json()
+                if view.get("state") in ENDED:
+                    return view
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(every_s)
+    view.setdefault("state", "TIMEOUT")
+    return view
+
+
+async def run_tasks(
+    gateway: str, count: int, calls: int, timeout_s: float, tag: str
+) -> tuple[float, list[dict[str, Any]]]:
+    """Post `count` tasks at once and wait for all; returns wall time and final views."""
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=gateway, timeout=30, limits=limits) as client:
+        started = time.monotonic()
+        ids = await asyncio.gather(
+            *(post_task(client, f"calls:{calls} {tag} #{i}") for i in range(count))
+        )
+        deadline = started + timeout_s
+        # Poll less often as the crowd grows, so the benchmark does not load the gateway.
+        every_s = max(0.2, count / 200)
+        views = await asyncio.gather(*(wait_ended(client, t, deadline, every_s) for t in ids))
+        wall = time.monotonic() - started
+    for task_id, view in zip(ids, views, strict=True):
+        view["task_id"] = task_id
+    return wall, views
+
+
+async def events_of(client: httpx.AsyncClient, task_id: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        r = await client.get(f"/v1/tasks/{task_id}/events", params={"after": after})
+        r.raise_for_status()
+        page = r.json()
+        events += page["events"]
+        if not page["has_more"]:
+            return events
+        after = page["next_after"]
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def sandbox_start_s() -> float:
+    """One hardened sandbox started by the runtime's own code, until its executor answers."""
+    from services.runtime.containers import DockerSandboxes
+    from services.runtime.settings import RuntimeSettings
+
+    async def once() -> float:
+        docker = DockerSandboxes(RuntimeSettings(pool_name="bench-system-start"), "bench")
+        try:
+            await docker.check()
+            times = []
+            for _ in range(3):
+                started = time.perf_counter()
+                sandbox = await docker.create()
+                times.append(time.perf_counter() - started)
+                await sandbox.client.close()
+                await docker.remove(sandbox.container_id)
+            return statistics.median(times)
+        finally:
+            docker.close()
+
+    return asyncio.run(once())
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return out
+
+
+def ts(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def step_latencies(events: list[dict[str, Any]]) -> tuple[list[float], float | None]:
+    """(observation -> next observation minus LLM latency, accepted -> first observation minus
+    LLM latency) from one task's log."""
+    observations = [e for e in events if e.get("kind") == "cmd_output_observation"]
+    actions = {e["id"]: e for e in events if e.get("kind") == "cmd_run_action"}
+
+    def llm_s(observation: dict[str, Any]) -> float:
+        action = actions.get(str(observation.get("cause")))
+        usage = (action or {}).get("llm_usage") or {}
+        return float(usage.get("latency_ms") or 0.0) / 1000
+
+    gaps = [
+        ts(b) - ts(a) - llm_s(b) for a, b in itertools.pairwise(observations)
+    ]
+    first = None
+    accepted = next((e for e in events if e.get("source") == "USER"), None)
+    if accepted is not None and observations:
+        first = ts(observations[0]) - ts(accepted) - llm_s(observations[0])
+    return gaps, first
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def crowd_row(
+    stack: Stack, name: str, count: int, calls: int, delay_s: float, start_s: float,
+    limit: float, timeout_s: float,
+) -> None:
+    wall, views = asyncio.run(run_tasks(stack.config.gateway_url, count, calls, timeout_s, name))
+    finished = sum(1 for v in views if v.get("state") == "FINISHED")
+    ideal = calls * delay_s + start_s
+    ratio = wall / ideal
+    states: dict[str, int] = {}
+    for v in views:
+        states[str(v.get("state"))] = states.get(str(v.get("state")), 0) + 1
+    print(f"  ({name}: {finished}/{count} finished; states {states})", flush=True)
+    row(
+        f"{count} tasks x {calls} LLM calls, {delay_s:g} s per call",
+        f"wall {wall:.1f} s = {ratio:.2f}x",
+        f"ideal {ideal:.1f} s ({calls}x{delay_s:g} s + start {start_s:.2f} s)",
+        f"<= {limit:g}x, all finish",
+        ratio <= limit and finished == count,
+    )
+
+
+def steps_row(stack: Stack, tasks: int, steps: int) -> None:
+    pids = {n: p for n, p in stack.running().items() if n in SERVICES}
+    before = cpu_seconds(pids)
+    wall, views = asyncio.run(
+        run_tasks(stack.config.gateway_url, tasks, steps, 300, "steps")
+    )
+    after = cpu_seconds(pids)
+    spent = {n: after[n] - before.get(n, 0.0) for n in after}
+    finished = [v for v in views if v.get("state") == "FINISHED"]
+    agent_steps = sum(int(v["iterations"]) for v in finished)
+    per_step_ms = 1000 * sum(spent.values()) / max(1, agent_steps)
+    by_service = ", ".join(f"{n} {1000 * s / max(1, agent_steps):.1f}" for n, s in spent.items())
+    print(f"  ({len(finished)}/{tasks} finished, {agent_steps} steps in {wall:.1f} s; "
+          f"ms of CPU per step by service: {by_service})", flush=True)
+    row("orchestration CPU per agent step", f"{per_step_ms:.1f} ms", "(all six services)",
+        "<= 15 ms", per_step_ms <= 15)
+
+    async def logs() -> list[list[dict[str, Any]]]:
+        async with httpx.AsyncClient(base_url=stack.config.gateway_url, timeout=30) as client:
+            return await asyncio.gather(*(events_of(client, v["task_id"]) for v in finished))
+
+    gaps: list[float] = []
+    firsts: list[float] = []
+    for events in asyncio.run(logs()):
+        g, f = step_latencies(events)
+        gaps += g
+        if f is not None:
+            firsts.append(f)
+    p50, p99 = pct(gaps, 50) * 1000, pct(gaps, 99) * 1000
+    row("step overhead (obs -> next obs, LLM excluded)", f"p50 {p50:.1f} ms",
+        f"p99 {p99:.1f} ms (n={len(gaps)})", "p50 <= 20 ms", p50 <= 20)
+    f50, f99 = pct(firsts, 50) * 1000, pct(firsts, 99) * 1000
+    row("task accepted -> first observation", f"p50 {f50:.1f} ms",
+        f"p99 {f99:.1f} ms (n={len(firsts)})", "p50 <= 50 ms", f50 <= 50)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="40x2,200x5,steps",
+                        help="comma-separated: 40x2, 200x5, 500q, steps")
+    parser.add_argument("--delay", type=float, default=2.0, help="seconds per LLM call")
+    args = parser.parse_args(argv)
+    rows = set(args.rows.split(","))
+
+    print("sandbox start (runtime code, create -> executor ready) ...", flush=True)
+    start_s = sandbox_start_s()
+    print(f"  sandbox start: {start_s * 1000:.0f} ms (median of 3)", flush=True)
+
+    run_dir = Path(tempfile.mkdtemp(prefix="deckhands-sysbench-"))
+    script_path = run_dir / "script.json"
+    delayed = script(args.delay)
+    script_path.write_text(json.dumps(delayed))
+    instant_path = run_dir / "instant.json"
+    instant_path.write_text(json.dumps(script(0.0)))
+
+    print(f"\n{'row':<46} {'figure':<22} {'baseline (same run)':<30} {'target':<16}")
+    if rows & {"40x2", "200x5", "500q"}:
+        config = StackConfig.isolated(run_dir / "delayed", llm_script=script_path)
+        with running(config) as stack:
+            if "40x2" in rows:
+                crowd_row(stack, "40x2", 40, 2, args.delay, start_s, 1.5, 300)
+            if "200x5" in rows:
+                crowd_row(stack, "200x5", 200, 5, args.delay, start_s, 2.0, 900)
+    if "steps" in rows:
+        config = StackConfig.isolated(run_dir / "instant", llm_script=instant_path)
+        with running(config) as stack:
+            steps_row(stack, tasks=20, steps=10)
+
+    print("\nsummary")
+    for name, figure, baseline, target, verdict in ROWS:
+        print(f"  {name:<44} {figure:<22} {baseline:<30} {target:<16} {verdict}")
+
+
+if __name__ == "__main__":
+    main()
