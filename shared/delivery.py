@@ -9,8 +9,11 @@ AckPolicy.MANUAL and this middleware decides instead:
 - any other failure: nack with exponential backoff, and dead-letter once the message has
   been delivered `max_deliveries` times.
 
-A dead-lettered message keeps its original bytes; headers say where it came from and why.
-The service keeps running in every case.
+A dead-lettered message keeps its original bytes (the first 256 KiB of a larger one, so the
+copy always fits the server's max_payload); headers say where it came from and why. When the
+message was a work order for a task, the task's controller is told (an AnswerMissingObservation
+with why=dead_lettered, naming the order it waits for), so the task ends in ERROR with the
+reason instead of waiting for ever. The service keeps running in every case.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter
 from pydantic import ValidationError
 
+from .events import AnswerMissingObservation, EventSource
+from .publishing import publish_event_to
 from .subjects import DLQ_STREAM, Service, dlq_subject
 
-__all__ = ["DeliveryGuard", "PermanentError", "backoff_delay"]
+__all__ = ["DeliveryGuard", "PermanentError", "backoff_delay", "missing_answer_notice"]
 
 log = logging.getLogger("deckhands.delivery")
 
@@ -44,6 +49,46 @@ class PermanentError(Exception):
 
 def backoff_delay(delivered: int, first_s: float, max_s: float) -> float:
     return min(max_s, first_s * (2 ** max(0, delivered - 1)))
+
+
+_DLQ_BODY_MAX = 256 * 1024
+_WORK_PREFIX = "deckhands.work."
+_AWAITS = {"reasoner": "agent", "security": "security", "runtime": "runtime"}
+
+
+def missing_answer_notice(
+    subject: str, data: bytes, reason: str
+) -> AnswerMissingObservation | None:
+    """What to tell a task's controller about its dead-lettered work order, if anything."""
+    parts = subject.split(".")
+    if len(parts) != 4 or not subject.startswith(_WORK_PREFIX):
+        return None
+    service, task_id = parts[2], parts[3]
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    if service == "reasoner":
+        awaited = body.get("id")
+    elif service == "controller":
+        # An answer the controller itself could not apply; never a notice about a notice.
+        awaited = None if body.get("kind") == "answer_missing" else body.get("cause")
+    else:
+        action = body.get("action")
+        awaited = action.get("id") if isinstance(action, dict) else None
+    if not isinstance(awaited, str) or not awaited:
+        return None
+    return AnswerMissingObservation(
+        id=f"dlq-{service}-{awaited}",
+        task_id=task_id,
+        source=EventSource.SYSTEM,
+        cause=awaited,
+        why="dead_lettered",
+        awaiting=_AWAITS.get(service, service),
+        detail=f"the {service} service dead-lettered it: {reason}"[:2000],
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -114,9 +159,16 @@ class _GuardMiddleware(BaseMiddleware):
             "Deckhands-Dlq-Service": self.guard.service.value,
         }
         broker = self.context.get("broker")
+        body = raw.data
+        if len(body) > _DLQ_BODY_MAX:
+            headers["Deckhands-Dlq-Truncated-From"] = str(len(body))
+            body = body[:_DLQ_BODY_MAX]
         await broker.publish(
-            raw.data, dlq_subject(self.guard.service), headers=headers, stream=DLQ_STREAM
+            body, dlq_subject(self.guard.service), headers=headers, stream=DLQ_STREAM
         )
+        notice = missing_answer_notice(raw.subject, raw.data, reason)
+        if notice is not None:
+            await publish_event_to(broker, Service.CONTROLLER, notice)
         log.error("%s: dead-lettered %s: %s", self.guard.service, raw.subject, reason)
         DEAD_LETTERED.labels(self.guard.service.value).inc()
         # The copy is safe in the DLQ stream; only now is the original let go.

@@ -94,6 +94,12 @@ class TaskState(BaseModel):
     awaiting_id: str | None = Field(
         default=None, description="Id of the step request or action whose answer is awaited."
     )
+    awaiting_deadline: datetime | None = Field(
+        default=None, description="When the awaited answer is overdue (agent, security, runtime)."
+    )
+    awaiting_attempt: int = Field(
+        default=0, ge=0, description="Times the awaited answer was asked for again."
+    )
     pending_action: RunnableAction | None = Field(
         default=None, description="The runnable action under review or running."
     )

@@ -8,10 +8,26 @@ from .state import TaskState
 
 __all__ = ["StateConflict", "TaskStateStore"]
 
+# The deadline index is written with the State it indexes, so neither can exist without the other.
 _CAS = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if (current == false and ARGV[1] == '0') or current == ARGV[1] then
   redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3])
+  if ARGV[4] == '' then
+    redis.call('ZREM', KEYS[2], ARGV[5])
+  else
+    redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  end
+  return 1
+end
+return 0
+"""
+
+# Bumps an overdue entry forward unless a save moved it meanwhile (then that save's value wins).
+_POSTPONE = """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
   return 1
 end
 return 0
@@ -27,6 +43,8 @@ class TaskStateStore:
         self.redis = redis
         self.prefix = prefix
         self._cas = redis.register_script(_CAS)
+        self._postpone = redis.register_script(_POSTPONE)
+        self.deadlines_key = f"{prefix}:deadlines"
 
     def _key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
@@ -38,13 +56,34 @@ class TaskStateStore:
     async def save(self, state: TaskState) -> TaskState:
         """Write `state` as the next version of the one it was loaded as."""
         saved = state.model_copy(update={"version": state.version + 1})
+        deadline = saved.awaiting_deadline
         ok = await self._cas(
-            keys=[self._key(state.task_id)],
-            args=[str(state.version), str(saved.version), saved.model_dump_json()],
+            keys=[self._key(state.task_id), self.deadlines_key],
+            args=[
+                str(state.version),
+                str(saved.version),
+                saved.model_dump_json(),
+                "" if deadline is None else repr(deadline.timestamp()),
+                state.task_id,
+            ],
         )
         if not ok:
             raise StateConflict(f"task {state.task_id}: version {state.version} is stale")
         return saved
+
+    async def overdue(self, now: float, limit: int = 200) -> list[tuple[str, float]]:
+        """Tasks whose awaited answer was due before `now`, with their deadlines."""
+        rows: list[tuple[bytes | str, float]] = await self.redis.zrangebyscore(
+            self.deadlines_key, "-inf", now, start=0, num=limit, withscores=True
+        )  # type: ignore[assignment]
+        return [(k.decode() if isinstance(k, bytes) else k, float(s)) for k, s in rows]
+
+    async def postpone(self, task_id: str, deadline: float, until: float) -> bool:
+        """Move an overdue entry to `until`, unless a save changed it since it was read."""
+        moved = await self._postpone(
+            keys=[self.deadlines_key], args=[task_id, repr(deadline), repr(until)]
+        )
+        return bool(moved)
 
     async def create(self, state: TaskState) -> bool:
         """Save a brand-new task; False if the id exists."""

@@ -18,6 +18,7 @@ from shared.events import (
     AgentDelegateObservation,
     AgentFinishAction,
     AgentState,
+    AnswerMissingObservation,
     ChangeAgentStateAction,
     ErrorObservation,
     EventBase,
@@ -46,6 +47,11 @@ STALE = Counter(
     ["kind"],
 )
 STEPS = Counter("deckhands_controller_steps_total", "Step requests sent to the reasoner")
+RE_REQUESTS = Counter(
+    "deckhands_controller_re_requests_total",
+    "Orders sent again because their answer was overdue",
+    ["awaiting"],
+)
 STUCK = Counter("deckhands_controller_stuck_total", "Tasks ended by the stuck detector")
 _RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
 _SUB_TASK_NS = uuid.UUID("0b6f3c1e-8a4d-4c5e-9f2a-7d1e3b5c9a80")
@@ -64,6 +70,8 @@ def apply(turn: Turn, event: EventBase) -> None:
         # A late answer (the task was stopped meanwhile) or a duplicate: not part of the log.
         STALE.labels(getattr(event, "kind", "?")).inc()
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
+    elif isinstance(event, AnswerMissingObservation):
+        _answer_missing(turn, event)
     elif awaiting is Awaiting.AGENT and _is_rate_limit_notice(event):
         _rate_limited(turn, event)
     elif awaiting is Awaiting.AGENT:
@@ -331,6 +339,50 @@ def _observed(turn: Turn, event: EventBase) -> None:
         )
     turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
     _next_step(turn)
+
+
+# --- answers that do not come --------------------------------------------------------------
+
+_ANSWERED_BY = {
+    Awaiting.AGENT: "the reasoner (the agent's next step)",
+    Awaiting.SECURITY: "the security monitor (the review of the action)",
+    Awaiting.RUNTIME: "the runtime (the action's result)",
+}
+
+
+def _answer_missing(turn: Turn, event: AnswerMissingObservation) -> None:
+    """An overdue answer is asked for again, up to `turn.answer_retries` times; after that, or
+    when the order was dead-lettered, the task ends in ERROR naming what did not answer."""
+    s = turn.state
+    who = _ANSWERED_BY.get(s.awaiting)
+    if who is None:
+        STALE.labels(event.kind).inc()
+        return
+    if event.why == "overdue" and s.awaiting_attempt < turn.answer_retries:
+        _ask_again(turn)
+        return
+    if event.why == "overdue":
+        reason = f"no answer from {who} after {s.awaiting_attempt + 1} requests"
+    else:
+        reason = f"{who} gave up on this task's order: {event.detail}"
+    turn.update(pending_action=None)
+    _fail(turn, reason[:1000])
+
+
+def _ask_again(turn: Turn) -> None:
+    """The same request once more. A step gets a new id (a late answer to the old one is then
+    stale); an action keeps its id, so the runtime never runs it twice."""
+    s = turn.state
+    turn.update(awaiting_attempt=s.awaiting_attempt + 1)
+    if s.awaiting is Awaiting.AGENT:
+        step = StepRequest(task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration)
+        turn.update(awaiting_id=step.id)
+        turn.send(Service.REASONER, step)
+    elif s.pending_action is not None and s.awaiting is Awaiting.SECURITY:
+        turn.send(Service.SECURITY, ReviewAction(task_id=s.task_id, action=s.pending_action))
+    elif s.pending_action is not None and s.awaiting is Awaiting.RUNTIME:
+        turn.send(Service.RUNTIME, _execute(s, s.pending_action))
+    RE_REQUESTS.labels(s.awaiting.value).inc()
 
 
 # --- the next step -------------------------------------------------------------------------

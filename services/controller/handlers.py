@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 
 from faststream.nats import NatsBroker
 from prometheus_client import Counter, Histogram
 
 from shared.delivery import PermanentError
-from shared.events import Event, utc_now
-from shared.publishing import publish_json
+from shared.events import AnswerMissingObservation, Event, EventSource, utc_now
+from shared.publishing import publish_event_to, publish_json
 from shared.state import Outgoing
 from shared.state_store import StateConflict, TaskStateStore
+from shared.subjects import Service
 
 from .agent_loop import apply
+from .deadlines import AnswerDeadlines
 from .turn import Turn
 
 __all__ = ["ControllerHandlers"]
@@ -27,11 +31,27 @@ REPLAYED = Counter(
 TURN_SECONDS = Histogram("deckhands_controller_turn_seconds", "Time to apply one input event")
 
 
+OVERDUE = Counter(
+    "deckhands_controller_overdue_answers_total", "Awaited answers found past their deadline"
+)
+# An overdue notice not yet applied (the controller busy or down) is looked at again after this.
+_OVERDUE_RECHECK_S = 30.0
+
+
 class ControllerHandlers:
-    def __init__(self, broker: NatsBroker, store: TaskStateStore, cas_attempts: int) -> None:
+    def __init__(
+        self,
+        broker: NatsBroker,
+        store: TaskStateStore,
+        cas_attempts: int,
+        deadlines: AnswerDeadlines | None = None,
+        answer_retries: int = 2,
+    ) -> None:
         self.broker = broker
         self.store = store
         self.cas_attempts = cas_attempts
+        self.deadlines = deadlines or AnswerDeadlines(900.0, 120.0, 900.0)
+        self.answer_retries = answer_retries
 
     async def on_input(self, event: Event) -> None:
         with TURN_SECONDS.time():
@@ -51,8 +71,9 @@ class ControllerHandlers:
                 # Nats-Msg-Id of each message makes a second copy a no-op in JetStream).
                 REPLAYED.inc()
                 return state.outboxes.get(event.id, [])
-            turn = Turn(state)
+            turn = Turn(state, answer_retries=self.answer_retries)
             apply(turn, event)
+            turn.update(**self.deadlines.rearm(state, turn.state, event, utc_now()))
             for sub_task in turn.new_tasks:
                 # Before the parent's save: a sub-task must exist before its first input.
                 await self.store.create(sub_task)
@@ -67,3 +88,42 @@ class ControllerHandlers:
         raise RuntimeError(
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
         )
+
+    async def sweep_overdue(self) -> int:
+        """Tell each task whose awaited answer is overdue; any replica may do it, and the
+        notice's id (the awaited id and attempt) makes a second replica's copy a no-op."""
+        now = time.time()
+        sent = 0
+        for task_id, deadline in await self.store.overdue(now):
+            state = await self.store.load(task_id)
+            due = state.awaiting_deadline if state is not None else None
+            if state is None or due is None or state.awaiting_id is None:
+                continue  # ended meanwhile: its next save clears the entry
+            if due.timestamp() > now:
+                continue
+            notice = AnswerMissingObservation(
+                id=f"overdue-{state.awaiting_id}-{state.awaiting_attempt}",
+                task_id=task_id,
+                source=EventSource.SYSTEM,
+                cause=state.awaiting_id,
+                why="overdue",
+                awaiting=state.awaiting.value,
+                attempt=state.awaiting_attempt,
+                detail=f"no answer by {due.isoformat()} (request {state.awaiting_attempt + 1})",
+            )
+            await publish_event_to(self.broker, Service.CONTROLLER, notice)
+            await self.store.postpone(task_id, deadline, now + _OVERDUE_RECHECK_S)
+            OVERDUE.inc()
+            sent += 1
+        return sent
+
+    async def watch_deadlines(self, every_s: float) -> None:
+        """The sweeper loop, for the life of the process."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.sweep_overdue()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis or NATS away for a moment: the next round retries
+                log.warning("looking for overdue answers failed: %s", exc)

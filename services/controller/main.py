@@ -8,11 +8,13 @@ from faststream import FastStream
 from redis.asyncio import Redis
 
 from shared.broker import WORK, build_broker, durable_subscription
+from shared.events import AnswerMissingObservation
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
+from .deadlines import AnswerDeadlines
 from .handlers import ControllerHandlers
 from .settings import ControllerSettings
 
@@ -23,7 +25,13 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
     settings = settings or ControllerSettings()
     broker = build_broker(settings, Service.CONTROLLER, setup_tracing(settings, "controller"))
     redis = Redis.from_url(settings.redis_url)
-    handlers = ControllerHandlers(broker, TaskStateStore(redis), settings.cas_attempts)
+    handlers = ControllerHandlers(
+        broker,
+        TaskStateStore(redis),
+        settings.cas_attempts,
+        AnswerDeadlines.from_settings(settings),
+        settings.answer_retries,
+    )
     broker.subscriber(
         work_subject(Service.CONTROLLER),
         title="controller.inbox",
@@ -31,13 +39,34 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         **durable_subscription(settings, WORK, "controller", workers=settings.workers),
     )(handlers.on_input)
 
+    broker.publisher(
+        work_subject(Service.CONTROLLER, "*"),
+        stream=WORK,
+        title="controller.overdue",
+        description="An AnswerMissingObservation (why=overdue) into the task's own inbox when an "
+        "awaited answer passed its deadline: the controller asks again, then ends the task in "
+        "ERROR naming what did not answer.",
+        schema=AnswerMissingObservation,
+    )
+
     app = FastStream(broker)
+    sweeper: list[asyncio.Task[None]] = []
 
     @app.on_startup
     async def _start() -> None:
         setup_metrics(settings)
         await redis.ping()
         await ensure_streams(settings)
+
+    @app.after_startup
+    async def _watch() -> None:
+        sweeper.append(asyncio.create_task(handlers.watch_deadlines(settings.deadline_poll_s)))
+
+    @app.on_shutdown
+    async def _unwatch() -> None:
+        for task in sweeper:
+            task.cancel()
+        await asyncio.gather(*sweeper, return_exceptions=True)
 
     @app.after_shutdown
     async def _stop() -> None:

@@ -10,7 +10,27 @@ __all__ = ["ControllerSettings"]
 
 
 class ControllerSettings(CommonSettings):
-    workers: int = Field(default=8, ge=1, description="Events handled concurrently.")
+    workers: int = Field(
+        default=64, ge=1,
+        description="Events handled concurrently (each is a few Redis and NATS round trips).",
+    )
     cas_attempts: int = Field(
         default=20, ge=1, description="Reload-and-retry rounds when another replica wrote first."
+    )
+    # How long the controller waits for each answer before asking again; after
+    # `answer_retries` more tries without an answer the task ends in ERROR naming the service.
+    agent_answer_deadline_s: float = Field(
+        default=900.0, gt=0,
+        description="A step: storage, the LLM with its retries; a rate-limit notice restarts it.",
+    )
+    security_answer_deadline_s: float = Field(default=120.0, gt=0, description="A review.")
+    runtime_answer_deadline_s: float = Field(
+        default=900.0, gt=0,
+        description="An action, beyond its own timeout: waiting for a sandbox and starting it.",
+    )
+    answer_retries: int = Field(
+        default=2, ge=0, description="Times an overdue answer is asked for again before ERROR."
+    )
+    deadline_poll_s: float = Field(
+        default=2.0, gt=0, description="How often a replica looks for overdue answers."
     )

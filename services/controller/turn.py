@@ -36,8 +36,9 @@ class IllegalTransition(Exception):
 
 
 class Turn:
-    def __init__(self, state: TaskState) -> None:
+    def __init__(self, state: TaskState, answer_retries: int = 2) -> None:
         self.state = state
+        self.answer_retries = answer_retries
         self.logged: list[EventBase] = []
         self.sent: list[tuple[Service, Message]] = []
         self.new_tasks: list[TaskState] = []

@@ -179,7 +179,9 @@ class StepHandler:
                 # Redelivering cannot help any more: let the agent (and the user) see why.
                 return llm_error_event(step, str(exc))
             raise
-        return event_for_reply(step, reply, native=native)
+        return event_for_reply(
+            step, reply, native=native, max_action_bytes=s.max_action_bytes
+        )
 
     async def _condense(
         self, step: StepRequest, view: PromptView, events: list[Any], native: bool, *, force: bool

@@ -193,8 +193,37 @@ def _bad_reply(step: StepRequest, problem: str, usage: LLMUsage | None) -> Error
     )
 
 
-def event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> ReasonerEvent:
-    """The one event that answers `step`, given what the model replied. Never raises."""
+# NATS refuses a message over its max_payload (1 MiB by default), and an action travels inside
+# larger messages (the log entry, the review, the order to the runtime, the State's outbox).
+DEFAULT_MAX_ACTION_BYTES = 256 * 1024
+
+
+def event_for_reply(
+    step: StepRequest,
+    reply: LLMReply,
+    *,
+    native: bool,
+    max_action_bytes: int = DEFAULT_MAX_ACTION_BYTES,
+) -> ReasonerEvent:
+    """The one event that answers `step`, given what the model replied. Never raises.
+
+    An action too large to carry becomes an ErrorObservation the agent sees, so it can try a
+    smaller one; the task goes on."""
+    event = _event_for_reply(step, reply, native=native)
+    size = len(event.model_dump_json().encode())
+    if size <= max_action_bytes:
+        return event
+    return _bad_reply(
+        step,
+        f"your {getattr(event, 'kind', 'reply')} action is {size:,} bytes once encoded, over "
+        f"the limit of {max_action_bytes:,} bytes, so it was not run. Split the work: write a "
+        "large file in several parts (create, then append with further edits), or generate it "
+        "with a short script.",
+        reply.usage,
+    )
+
+
+def _event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> ReasonerEvent:
     content = (reply.content or "").strip()
     event_id = step_event_id(step)
     try:

@@ -81,6 +81,12 @@ class ReasonerSettings(CommonSettings):
         description="Step requests one replica handles at once. A step mostly waits (storage, the "
         "LLM), so this is high; what is scarce is bounded by llm_max_concurrency.",
     )
+    max_action_bytes: int = Field(
+        default=256 * 1024, ge=4096, le=512 * 1024,
+        description="Largest action (encoded JSON) the agent may send; a larger one is answered "
+        "with an ErrorObservation asking for smaller steps. Below NATS' max_payload with room "
+        "for the messages that carry it.",
+    )
     llm_max_concurrency: int = Field(
         default=256, ge=1,
         description="LLM requests one replica has in flight at once (the provider's concurrency "

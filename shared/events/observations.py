@@ -14,6 +14,7 @@ from .state import AgentState
 __all__ = [
     "AgentDelegateObservation",
     "AgentStateChangedObservation",
+    "AnswerMissingObservation",
     "CmdOutputObservation",
     "ErrorObservation",
     "FileEditObservation",
@@ -116,3 +117,19 @@ class AgentDelegateObservation(EventBase):
     agent_state: AgentState
     content: str = ""
     outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class AnswerMissingObservation(EventBase):
+    """The answer a task waits for (`cause`: the step request or action id) is not coming.
+
+    Sent to the controller, never to the agent: by the controller's deadline sweeper when the
+    answer is overdue (`why="overdue"`: the controller asks again, then gives up), or by the
+    service that dead-lettered the order (`why="dead_lettered"`: the task ends in ERROR with
+    the reason). The controller logs only the state change it causes.
+    """
+
+    kind: Literal["answer_missing"] = "answer_missing"
+    why: Literal["overdue", "dead_lettered"]
+    awaiting: str = Field(description="Which service's answer: agent, security or runtime.")
+    attempt: int = Field(default=0, ge=0, description="Re-requests already made.")
+    detail: str = Field(default="", max_length=2000, description="What the sender knows.")

@@ -22,6 +22,7 @@ from .actions import (
 from .observations import (
     AgentDelegateObservation,
     AgentStateChangedObservation,
+    AnswerMissingObservation,
     CmdOutputObservation,
     ErrorObservation,
     FileEditObservation,
@@ -62,7 +63,8 @@ Event = Annotated[
     | AgentStateChangedObservation
     | SecurityVerdictObservation
     | UserRejectObservation
-    | AgentDelegateObservation,
+    | AgentDelegateObservation
+    | AnswerMissingObservation,
     Field(discriminator="kind"),
 ]
 
@@ -100,4 +102,5 @@ OBSERVATION_TYPES = (
     SecurityVerdictObservation,
     UserRejectObservation,
     AgentDelegateObservation,
+    AnswerMissingObservation,
 )
