@@ -134,7 +134,7 @@ async def run_tasks(
         )
         deadline = started + timeout_s
         # Poll less often as the crowd grows, so the benchmark does not load the gateway.
-        every_s = max(0.2, count / 200)
+        every_s = max(1.0, count / 100)
         views = await asyncio.gather(*(wait_ended(client, t, deadline, every_s) for t in ids))
         wall = time.monotonic() - started
     for task_id, view in zip(ids, views, strict=True):
@@ -200,8 +200,8 @@ def ts(event: dict[str, Any]) -> float:
 def step_latencies(events: list[dict[str, Any]]) -> tuple[list[float], float | None]:
     """(observation -> next observation minus LLM latency, accepted -> first observation minus
     LLM latency) from one task's log."""
-    observations = [e for e in events if e.get("kind") == "cmd_output_observation"]
-    actions = {e["id"]: e for e in events if e.get("kind") == "cmd_run_action"}
+    observations = [e for e in events if e.get("kind") == "run_output"]
+    actions = {e["id"]: e for e in events if e.get("kind") == "run"}
 
     def llm_s(observation: dict[str, Any]) -> float:
         action = actions.get(str(observation.get("cause")))
