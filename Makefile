@@ -62,6 +62,7 @@ schemas: deps
 
 bench: setup
 	$(PY) bench/runtime_bench.py
+	$(PY) bench/system_bench.py
 
 clean: down
 	rm -rf .run
