@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.events import EventBase, EventSource
+from shared.events import ChangeAgentStateAction, EventBase, EventSource
 from shared.state import Awaiting, TaskState
 
 from .settings import ControllerSettings
@@ -52,8 +52,8 @@ class AnswerDeadlines:
         waiting_for = (after.awaiting, after.awaiting_id, after.awaiting_attempt)
         changed = waiting_for != (before.awaiting, before.awaiting_id, before.awaiting_attempt)
         alive = (
-            event.source is EventSource.SYSTEM
-            and getattr(event, "kind", None) == "change_agent_state"
+            isinstance(event, ChangeAgentStateAction)
+            and event.source is EventSource.SYSTEM
             and event.cause is not None
             and event.cause == after.awaiting_id
         )
