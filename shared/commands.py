@@ -67,8 +67,14 @@ class HistoryRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task_id: str
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=2**63 - 1)
     limit: int = Field(default=1000, ge=1, le=10000)
+    max_bytes: int = Field(
+        default=512 * 1024,
+        ge=1024,
+        description="About how many bytes of events the reply may carry (at least one event "
+        "is always sent); storage also keeps every reply below NATS' max_payload.",
+    )
 
 
 class HistoryReply(BaseModel):
@@ -76,4 +82,7 @@ class HistoryReply(BaseModel):
 
     task_id: str
     events: list[dict[str, object]]
-    last_seq: int = Field(description="Highest seq stored for the task, 0 if none.")
+    last_seq: int = Field(
+        description="Highest seq stored for the task, 0 if none; when the events stop before a "
+        "seq that is still being stored, the seq before it (so a reader knows to ask again later)."
+    )

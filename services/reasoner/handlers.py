@@ -26,7 +26,7 @@ from shared.subjects import Service
 from shared.trajectory import TrajectoryError, load_trajectory
 
 from .condenser import Condensation, TokenCounter, plan_condensation, summary_lines
-from .history import fetch_history
+from .history import HistoryCache
 from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
 from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
 from .prompt import NoTaskError, PromptView, prompt_view
@@ -99,6 +99,14 @@ class StepHandler:
         self.llm = llm
         self.redis = redis  # set at start-up; None: no trajectories to replay
         self.tokens = TokenCounter(settings.llm_model)
+        self.history = HistoryCache(
+            broker,
+            max_bytes=settings.history_cache_bytes,
+            page_size=settings.history_page_size,
+            page_bytes=settings.history_page_bytes,
+            request_timeout_s=settings.history_request_timeout_s,
+            wait_s=settings.history_wait_s,
+        )
 
     async def on_step(self, step: StepRequest, msg: NatsMessage) -> None:
         raw = _jetstream_msg(msg)
@@ -143,14 +151,7 @@ class StepHandler:
     ) -> ReasonerEvent:
         s = self.settings
         trajectory = await self._trajectory(step.task_id)
-        events = await fetch_history(
-            self.broker,
-            step.task_id,
-            step.after_seq,
-            wait_s=s.history_wait_s,
-            request_timeout_s=s.history_request_timeout_s,
-            page_size=s.history_page_size,
-        )
+        events = await self.history.fetch(step.task_id, step.after_seq)
         if trajectory is not None:
             replayed = replayed_action(step, trajectory, events)
             if replayed is not None:

@@ -97,6 +97,16 @@ class ReasonerSettings(CommonSettings):
     )
     history_request_timeout_s: float = Field(default=2.0, gt=0)
     history_page_size: int = Field(default=1000, ge=1, le=10000)
+    history_page_bytes: int = Field(
+        default=512 * 1024, ge=1024,
+        description="About how many bytes of events one history reply carries; a longer history "
+        "arrives in several pages (storage keeps each below NATS' max_payload).",
+    )
+    history_cache_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=0,
+        description="Task history one replica keeps between steps, so a step reads only the "
+        "events since the last one; least recently stepped tasks are dropped first.",
+    )
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
     )

@@ -15,10 +15,14 @@ __all__ = ["StorageHandlers"]
 STORED = Counter("deckhands_storage_events_stored_total", "Events persisted", ["kind"])
 DUPLICATES = Counter("deckhands_storage_duplicates_total", "Redelivered events already stored")
 
+# Room in a reply for its envelope (task id, last seq, the JSON list) and its headers.
+_REPLY_ENVELOPE_BYTES = 16 * 1024
+
 
 class StorageHandlers:
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: EventLog, max_reply_bytes: int) -> None:
         self.log = log
+        self.max_reply_bytes = max_reply_bytes
 
     async def on_event(self, event: Event) -> None:
         if event.seq is None:
@@ -32,5 +36,6 @@ class StorageHandlers:
             DUPLICATES.inc()
 
     async def on_history(self, request: HistoryRequest) -> HistoryReply:
-        events, last_seq = await self.log.read(request.task_id, request.after, request.limit)
-        return HistoryReply(task_id=request.task_id, events=events, last_seq=last_seq)
+        budget = min(request.max_bytes, self.max_reply_bytes - _REPLY_ENVELOPE_BYTES)
+        page = await self.log.read(request.task_id, request.after, request.limit, budget)
+        return HistoryReply(task_id=request.task_id, events=page.events, last_seq=page.last_seq)

@@ -22,13 +22,14 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
     settings = settings or StorageSettings()
     broker = build_broker(settings, Service.STORAGE, setup_tracing(settings, "storage"))
     log = EventLog(settings.data_dir / f"{settings.replica}.sqlite3")
-    handlers = StorageHandlers(log)
+    # NATS' default max_payload until the server's own is known (after connecting).
+    handlers = StorageHandlers(log, max_reply_bytes=1024 * 1024)
 
     broker.subscriber(
         event_subject("*"),
         title="storage.events",
         description="Persists every logged event of every task.",
-        **durable_subscription(settings, EVENTS, settings.replica),
+        **durable_subscription(settings, EVENTS, settings.replica, workers=settings.workers),
     )(handlers.on_event)
     broker.subscriber(
         HISTORY_SUBJECT,
@@ -44,6 +45,10 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
         setup_metrics(settings)
         await log.open()
         await ensure_streams(settings)
+
+    @app.after_startup
+    async def _learn_max_payload() -> None:
+        handlers.max_reply_bytes = broker.connection.max_payload
 
     @app.after_shutdown
     async def _stop() -> None:

@@ -20,3 +20,8 @@ class StorageSettings(CommonSettings):
         pattern=r"^[A-Za-z0-9_-]+$",
         description="Each replica keeps a full copy under its own durable consumer name.",
     )
+    workers: int = Field(
+        default=256,
+        ge=1,
+        description="Events stored concurrently; their rows share a commit (one fsync per group).",
+    )
