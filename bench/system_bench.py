@@ -11,8 +11,9 @@ call after a fixed delay. Each row prints its figure beside the baseline measure
            wall time against the ideal = LLM time of one task + one sandbox start.
   200x5    200 tasks, 5 calls each, default pool settings: all finish; same ratio.
   500q     500 tasks posted at once: all finish, none lost, pool never above its maximum.
-  steps    tasks of 10 commands on an LLM with no delay:
-           - CPU per agent step of all deckhands services (ms), from /proc;
+  steps    tasks of 10 commands on an LLM with no delay, after a warm-up task:
+           - CPU per agent step of all deckhands services (ms), from /proc, 20 tasks at once;
+           then 5 tasks one after another for the latencies:
            - step overhead: an observation to the next action's observation, minus the LLM's
              own latency (p50, p99);
            - task accepted to its first action's observation, minus the LLM latency.
@@ -242,7 +243,11 @@ def crowd_row(
     )
 
 
-def steps_row(stack: Stack, tasks: int, steps: int) -> None:
+def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
+    """CPU per step with `tasks` running at once; latencies with `one_by_one` tasks run one after
+    another (a latency is what one task sees, not a queue behind other tasks)."""
+    # Warm-up, not measured: the first LLM call imports litellm's providers, the pool fills.
+    asyncio.run(run_tasks(stack.config.gateway_url, 2, 2, 120, "warm-up"))
     pids = {n: p for n, p in stack.running().items() if n in SERVICES}
     before = cpu_seconds(pids)
     wall, views = asyncio.run(
@@ -254,14 +259,19 @@ def steps_row(stack: Stack, tasks: int, steps: int) -> None:
     agent_steps = sum(int(v["iterations"]) for v in finished)
     per_step_ms = 1000 * sum(spent.values()) / max(1, agent_steps)
     by_service = ", ".join(f"{n} {1000 * s / max(1, agent_steps):.1f}" for n, s in spent.items())
-    print(f"  ({len(finished)}/{tasks} finished, {agent_steps} steps in {wall:.1f} s; "
+    print(f"  ({len(finished)}/{tasks} finished at once, {agent_steps} steps in {wall:.1f} s; "
           f"ms of CPU per step by service: {by_service})", flush=True)
     row("orchestration CPU per agent step", f"{per_step_ms:.1f} ms", "(all six services)",
         "<= 15 ms", per_step_ms <= 15)
 
+    alone: list[dict[str, Any]] = []
+    for i in range(one_by_one):
+        _, done = asyncio.run(run_tasks(stack.config.gateway_url, 1, steps, 120, f"alone {i}"))
+        alone += [v for v in done if v.get("state") == "FINISHED"]
+
     async def logs() -> list[list[dict[str, Any]]]:
         async with httpx.AsyncClient(base_url=stack.config.gateway_url, timeout=30) as client:
-            return await asyncio.gather(*(events_of(client, v["task_id"]) for v in finished))
+            return await asyncio.gather(*(events_of(client, v["task_id"]) for v in alone))
 
     gaps: list[float] = []
     firsts: list[float] = []
@@ -270,6 +280,8 @@ def steps_row(stack: Stack, tasks: int, steps: int) -> None:
         gaps += g
         if f is not None:
             firsts.append(f)
+    print(f"  ({len(alone)}/{one_by_one} tasks of {steps} steps run one after another)",
+          flush=True)
     p50, p99 = pct(gaps, 50) * 1000, pct(gaps, 99) * 1000
     row("step overhead (obs -> next obs, LLM excluded)", f"p50 {p50:.1f} ms",
         f"p99 {p99:.1f} ms (n={len(gaps)})", "p50 <= 20 ms", p50 <= 20)
@@ -309,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     if "steps" in rows:
         config = StackConfig.isolated(run_dir / "instant", llm_script=instant_path)
         with running(config) as stack:
-            steps_row(stack, tasks=20, steps=10)
+            steps_row(stack, tasks=20, steps=10, one_by_one=5)
 
     print("\nsummary")
     for name, figure, baseline, target, verdict in ROWS:

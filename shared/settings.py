@@ -17,6 +17,13 @@ class CommonSettings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     metrics_port: int = Field(default=0, ge=0, le=65535, description="0 disables /metrics.")
     log_level: str = "INFO"
+    pool_name: str = Field(
+        default="default",
+        pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$",
+        description="The sandbox pool: label value (deckhands.pool) that scopes which containers "
+        "the runtime owns, and the name of its seats and queue in Redis; replicas sharing a "
+        "Docker engine and Redis use the same name.",
+    )
 
     max_deliveries: int = Field(
         default=5, ge=1, description="Deliveries of one message before it is dead-lettered."

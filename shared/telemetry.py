@@ -9,6 +9,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from prometheus_client import REGISTRY, start_http_server
 
 from .settings import CommonSettings
@@ -56,9 +57,17 @@ def _exporter(settings: CommonSettings) -> SpanExporter | None:
 
 
 def setup_tracing(settings: CommonSettings, service: str) -> TracerProvider:
-    """A provider is always installed so trace context propagates even when nothing exports."""
-    provider = TracerProvider(resource=Resource.create({"service.name": f"deckhands-{service}"}))
+    """A provider is always installed so trace context propagates even when nothing exports.
+
+    With no exporter nothing is recorded (spans are not sampled): the trace id still travels
+    from the HTTP request through every message, for logs and for a caller's own traces, but no
+    span is built on every message only to be thrown away.
+    """
     exporter = _exporter(settings)
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": f"deckhands-{service}"}),
+        sampler=None if exporter is not None else ALWAYS_OFF,
+    )
     if exporter is not None:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)

@@ -26,6 +26,7 @@ from shared.events import (
     MessageAction,
     RiskLevel,
     RunnableAction,
+    SandboxQueuedObservation,
     SecurityVerdictObservation,
     UserRejectObservation,
     Verdict,
@@ -47,6 +48,9 @@ STALE = Counter(
     ["kind"],
 )
 STEPS = Counter("deckhands_controller_steps_total", "Step requests sent to the reasoner")
+QUEUED = Counter(
+    "deckhands_controller_actions_queued_total", "Actions that waited for a sandbox seat"
+)
 RE_REQUESTS = Counter(
     "deckhands_controller_re_requests_total",
     "Orders sent again because their answer was overdue",
@@ -72,6 +76,8 @@ def apply(turn: Turn, event: EventBase) -> None:
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
     elif isinstance(event, AnswerMissingObservation):
         _answer_missing(turn, event)
+    elif isinstance(event, SandboxQueuedObservation):
+        _queued(turn, event)
     elif awaiting is Awaiting.AGENT and _is_rate_limit_notice(event):
         _rate_limited(turn, event)
     elif awaiting is Awaiting.AGENT:
@@ -339,6 +345,18 @@ def _observed(turn: Turn, event: EventBase) -> None:
         )
     turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
     _next_step(turn)
+
+
+# --- waiting for a sandbox ----------------------------------------------------------------
+
+
+def _queued(turn: Turn, event: SandboxQueuedObservation) -> None:
+    """The action waits for a seat: logged for the user; the runtime runs it once seated."""
+    if turn.state.awaiting is not Awaiting.RUNTIME:
+        STALE.labels(event.kind).inc()
+        return
+    turn.log(event)
+    QUEUED.inc()
 
 
 # --- answers that do not come --------------------------------------------------------------

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.events import ChangeAgentStateAction, EventBase, EventSource
+from shared.events import (
+    ChangeAgentStateAction,
+    EventBase,
+    EventSource,
+    SandboxQueuedObservation,
+)
 from shared.state import Awaiting, TaskState
 
 from .settings import ControllerSettings
@@ -24,6 +29,7 @@ class AnswerDeadlines:
     agent_s: float
     security_s: float
     runtime_s: float
+    queue_s: float = 3600.0
 
     @classmethod
     def from_settings(cls, settings: ControllerSettings) -> AnswerDeadlines:
@@ -31,6 +37,7 @@ class AnswerDeadlines:
             settings.agent_answer_deadline_s,
             settings.security_answer_deadline_s,
             settings.runtime_answer_deadline_s,
+            settings.sandbox_queue_deadline_s,
         )
 
     def wait_s(self, state: TaskState) -> float | None:
@@ -57,6 +64,13 @@ class AnswerDeadlines:
             and event.cause is not None
             and event.cause == after.awaiting_id
         )
+        queued = (
+            isinstance(event, SandboxQueuedObservation)
+            and after.awaiting is Awaiting.RUNTIME
+            and event.cause == after.awaiting_id
+        )
+        if queued:  # the runtime has the action and runs it once a seat frees
+            return {"awaiting_deadline": now + timedelta(seconds=self.queue_s)}
         if not changed and not alive:
             return {}
         updates: dict[str, Any] = {}

@@ -28,6 +28,11 @@ class ControllerSettings(CommonSettings):
         default=900.0, gt=0,
         description="An action, beyond its own timeout: waiting for a sandbox and starting it.",
     )
+    sandbox_queue_deadline_s: float = Field(
+        default=3600.0, gt=0,
+        description="An action queued for a sandbox (every seat taken) waits this long for a "
+        "seat before it counts as unanswered (asked again, then ERROR).",
+    )
     answer_retries: int = Field(
         default=2, ge=0, description="Times an overdue answer is asked for again before ERROR."
     )

@@ -50,6 +50,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
             network_egress_allowed=settings.allow_network_egress,
         ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
+        pool_name=settings.pool_name,
     )
     history = HistoryClient(
         broker, timeout_s=settings.history_timeout_s, page_size=settings.history_page_size

@@ -197,11 +197,22 @@ class TaskView(BaseModel):
     )
     parent_task_id: str | None
     sub_tasks: list[SubTaskView] = Field(description="Tasks this one delegated, oldest first.")
+    queue_position: int | None = Field(
+        default=None,
+        description="While the task's action waits for a sandbox (every seat of the pool is "
+        "taken): its place in the first-come-first-served queue, 1 being next.",
+    )
 
     @classmethod
-    def from_state(cls, state: TaskState, sub_tasks: list[TaskState] | None = None) -> TaskView:
+    def from_state(
+        cls,
+        state: TaskState,
+        sub_tasks: list[TaskState] | None = None,
+        queue_position: int | None = None,
+    ) -> TaskView:
         pending = state.pending_action
         return cls(
+            queue_position=queue_position,
             **_summary(state),
             max_budget_usd=state.max_budget_usd,
             created_at=state.created_at,

@@ -77,7 +77,7 @@ async def create_task(
 @router.get("/{task_id}", response_model=TaskView, responses=_NOT_FOUND, summary="A task's state")
 async def get_task(task_id: str, tasks: TaskServiceDep) -> TaskView:
     state, sub_tasks = await tasks.get_with_sub_tasks(task_id)
-    return TaskView.from_state(state, sub_tasks)
+    return TaskView.from_state(state, sub_tasks, await tasks.queue_position(state))
 
 
 def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:

@@ -12,6 +12,7 @@ from faststream.nats import NatsBroker
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
+from shared.admission import queue_position
 from shared.events import (
     AgentState,
     ChangeAgentStateAction,
@@ -22,7 +23,7 @@ from shared.events import (
     new_id,
 )
 from shared.publishing import publish_event_to
-from shared.state import TaskState
+from shared.state import Awaiting, TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import save_trajectory
@@ -102,11 +103,19 @@ class TaskService:
         *,
         defaults: TaskDefaults,
         idempotency_ttl_s: int,
+        pool_name: str = "default",
     ) -> None:
         self.store = store
         self.broker = broker
         self.defaults = defaults
         self.idempotency_ttl_s = idempotency_ttl_s
+        self.pool_name = pool_name
+
+    async def queue_position(self, state: TaskState) -> int | None:
+        """The task's place in the queue for a sandbox, when its action waits for one."""
+        if state.awaiting is not Awaiting.RUNTIME:
+            return None
+        return await queue_position(self.store.redis, self.pool_name, state.task_id)
 
     async def get(self, task_id: str) -> TaskState:
         if not valid_task_id(task_id):

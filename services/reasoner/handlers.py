@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -44,6 +45,9 @@ from .tools import TOOL_SPECS
 __all__ = ["StepHandler"]
 
 log = logging.getLogger("deckhands.reasoner")
+
+# Tasks one replica remembers to have no trajectory to replay (the recent ones are stepping).
+_TASKS_WITHOUT_TRAJECTORY_KEPT = 100_000
 
 
 def _jetstream_msg(message: Any) -> Msg | None:
@@ -99,6 +103,7 @@ class StepHandler:
         self.llm = llm
         self.redis = redis  # set at start-up; None: no trajectories to replay
         self.tokens = TokenCounter(settings.llm_model)
+        self._without_trajectory: OrderedDict[str, None] = OrderedDict()
         self.history = HistoryCache(
             broker,
             max_bytes=settings.history_cache_bytes,
@@ -134,13 +139,22 @@ class StepHandler:
     async def _trajectory(self, task_id: str) -> list[dict[str, Any]] | None:
         if self.redis is None:
             return None
+        if task_id in self._without_trajectory:
+            # Saved before the task's first step or never: a task without one is asked once.
+            self._without_trajectory.move_to_end(task_id)
+            return None
         try:
-            return await load_trajectory(self.redis, task_id)
+            trajectory = await load_trajectory(self.redis, task_id)
         except TrajectoryError as exc:
             # Only a hand-written key can be corrupt (the gateway checks what it saves): the
             # task goes on with the LLM rather than hang.
             log.error("task %s: unusable trajectory, using the LLM: %s", task_id, exc)
-            return None
+            trajectory = None
+        if trajectory is None:
+            self._without_trajectory[task_id] = None
+            if len(self._without_trajectory) > _TASKS_WITHOUT_TRAJECTORY_KEPT:
+                self._without_trajectory.popitem(last=False)
+        return trajectory
 
     async def answer(
         self,

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from redis.asyncio import Redis
 
+from shared.admission import SandboxSeats
 from shared.commands import ExecuteAction, ReleaseSandbox
 from shared.delivery import PermanentError
 from shared.events import (
@@ -30,15 +31,18 @@ from shared.events import (
     CmdOutputObservation,
     EventAdapter,
     EventBase,
+    EventSource,
     PythonOutputObservation,
+    SandboxQueuedObservation,
 )
+from shared.state import Awaiting
 from shared.state_store import TaskStateStore
 
 from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
-from .metrics import ACTION_SECONDS, ACTIONS
+from .metrics import ACTION_SECONDS, ACTIONS, SEATS
 from .pool import PoolExhausted, WarmPool
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
@@ -49,6 +53,7 @@ __all__ = ["Publish", "RuntimeService"]
 log = logging.getLogger("deckhands.runtime")
 
 Publish = Callable[[EventBase], Awaitable[None]]
+Resend = Callable[[ExecuteAction], Awaitable[None]]
 Progress = Callable[[], Awaitable[None]]
 
 _CLAIM_TTL_S = 15
@@ -75,10 +80,17 @@ def _with_notice(sandbox: Sandbox, observation: RuntimeObservation) -> RuntimeOb
     return observation.model_copy(update={"content": f"{notice}\n{observation.content}"})
 
 
+# How often each replica looks for free seats to give to queued tasks (a release also looks).
+_ADMIT_EVERY_S = 1.0
+
+
 class RuntimeService:
-    def __init__(self, settings: RuntimeSettings, publish: Publish) -> None:
+    def __init__(
+        self, settings: RuntimeSettings, publish: Publish, resend: Resend | None = None
+    ) -> None:
         self.settings = settings
         self.publish = publish
+        self.resend = resend  # sends a queued task's order again once it has a seat
         self.replica_id = _replica_id()
         self.docker = DockerSandboxes(settings, self.replica_id)
         self.pool = WarmPool(settings, self.docker)
@@ -88,6 +100,8 @@ class RuntimeService:
         self._tasks: TaskSandboxes | None = None
         self._states: TaskStateStore | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._seats: SandboxSeats | None = None
+        self._admitter: asyncio.Task[None] | None = None
 
     # -- parts that exist once started
 
@@ -100,6 +114,11 @@ class RuntimeService:
     def ledger(self) -> ActionLedger:
         assert self._ledger is not None, "RuntimeService.start() was not called"
         return self._ledger
+
+    @property
+    def seats(self) -> SandboxSeats:
+        assert self._seats is not None, "RuntimeService.start() was not called"
+        return self._seats
 
     @property
     def tasks(self) -> TaskSandboxes:
@@ -118,9 +137,14 @@ class RuntimeService:
         self._ledger = ActionLedger(self._redis, self.settings.dedup_ttl_s)
         self._states = TaskStateStore(self._redis)
         self._tasks = TaskSandboxes(self.pool, self.docker, self._bindings)
+        self._seats = SandboxSeats(
+            self._redis, self.settings.pool_name, self.settings.max_sandboxes
+        )
         await self._bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
         self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
         await self.reconcile()
+        await self._hold_bound_seats()
+        self._admitter = asyncio.create_task(self._admit_forever(), name="runtime-admission")
         self.pool.periodic = self._upkeep
         self.pool.start()
         log.info("runtime %s started (pool %s, image %s)", self.replica_id,
@@ -128,10 +152,11 @@ class RuntimeService:
 
     async def stop(self) -> None:
         """Stop the pool and remove idle sandboxes; task sandboxes stay for adoption."""
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(BaseException):
-                await self._heartbeat
+        for background in (self._heartbeat, self._admitter):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(BaseException):
+                    await background
         await self.pool.stop()
         if self._bindings is not None:
             with contextlib.suppress(Exception):
@@ -154,19 +179,120 @@ class RuntimeService:
             await self.stop_idle_sandboxes()
         except Exception:
             log.exception("stopping idle sandboxes failed")
+        try:
+            await self.free_stale_seats()
+        except Exception:
+            log.exception("freeing the seats of ended tasks failed")
 
     async def stop_idle_sandboxes(self) -> int:
-        """Stop the sandboxes of tasks that wait for the user and ran nothing for a while."""
-        idle_s = self.settings.sandbox_idle_stop_s
-        if idle_s is None or self.settings.sandbox_workspace == "tmpfs" or self._states is None:
+        """Stop the sandboxes of tasks that wait (for a person, or, while others queue for a
+        seat, for a sub-task) and ran nothing for a while; their seats go to the queue."""
+        s = self.settings
+        if s.sandbox_workspace == "tmpfs" or self._states is None:
+            return 0
+        _, queued = await self.seats.counts()
+        idle_s = s.sandbox_idle_stop_s
+        if queued:
+            idle_s = min(idle_s or s.queue_preempt_after_s, s.queue_preempt_after_s)
+        if idle_s is None:
             return 0
         stopped = 0
         for task_id in self.tasks.idle_since(idle_s):
             state = await self._states.load(task_id)
-            # Only while the task waits for a person: then no action can be on its way.
-            if state is not None and state.agent_state in _WAITING_FOR_USER:
-                stopped += await self.tasks.stop_idle(task_id, idle_s)
+            if state is None:
+                continue
+            # Only while the task waits for a person (or a sub-task): then no action can be on
+            # its way.
+            waits = state.agent_state in _WAITING_FOR_USER or (
+                queued and state.awaiting is Awaiting.DELEGATE
+            )
+            if waits and await self.tasks.stop_idle(task_id, idle_s):
+                stopped += 1
+                await self.seats.release(task_id)
+        if stopped:
+            await self.admit_queued()
         return stopped
+
+    async def free_stale_seats(self) -> int:
+        """Seats of tasks that ended while their release was lost (a crash): free them."""
+        freed = 0
+        for task_id in await self.seats.seated():
+            if await self._task_is_over(task_id) or (
+                self._states is not None and await self._states.load(task_id) is None
+            ):
+                freed += int(await self.seats.release(task_id))
+        if freed:
+            log.info("freed %d seats of tasks that ended", freed)
+            await self.admit_queued()
+        return freed
+
+    # -- admission
+
+    async def _hold_bound_seats(self) -> None:
+        """Every running task sandbox holds a seat (after an upgrade, or a Redis that lost the
+        seats): new tasks are admitted only into what is left, even when that is nothing."""
+        for task_id, container_id in (await self.bindings.all()).items():
+            if await self.bindings.stopped_at(container_id) is None and not (
+                await self._task_is_over(task_id)
+            ):
+                await self.seats.hold(task_id)
+
+    async def _admit_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_ADMIT_EVERY_S)
+            try:
+                await self.admit_queued()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis or NATS away for a moment: the next round retries
+                log.warning("admitting queued tasks failed: %s", exc)
+
+    async def admit_queued(self) -> int:
+        """Give free seats to the head of the queue and send their orders again."""
+        orders = await self.seats.pump()
+        taken, queued = await self.seats.counts()
+        SEATS.labels("taken").set(taken)
+        SEATS.labels("queued").set(queued)
+        if self.resend is None:
+            return 0
+        for raw in orders:
+            try:
+                order = ExecuteAction.model_validate_json(raw)
+            except ValueError as exc:  # written by an older replica: nothing to send
+                log.error("dropping an unreadable queued order: %s", exc)
+                continue
+            await self.resend(order)
+            log.info("task %s: seated from the queue, its action is sent again", order.task_id)
+        return len(orders)
+
+    async def _seated(self, command: ExecuteAction) -> bool:
+        """Whether the task holds (or now takes) a seat; if not, its order waits in the queue
+        and the controller is told the task's place."""
+        task_id = command.task_id
+        local = self.tasks.local(task_id)
+        if local is not None and not local.lost:
+            return True
+        if await self.ledger.result(command.action.id) is not None:
+            return True  # ran already: its observation is only published again
+        bound = await self.bindings.get(task_id)
+        if bound is not None and await self.bindings.stopped_at(bound) is None:
+            await self.seats.hold(task_id)  # running (another replica's, or adopted)
+            return True
+        admission = await self.seats.admit(task_id, command.model_dump_json())
+        if admission.seated:
+            await self.seats.handled(task_id)
+            return True
+        log.info("task %s: every seat is taken, queued at position %d", task_id,
+                 admission.position)
+        await self.publish(SandboxQueuedObservation(
+            id=f"queued-{command.id}",
+            task_id=task_id,
+            source=EventSource.ENVIRONMENT,
+            cause=command.action.id,
+            position=admission.position,
+            max_sandboxes=self.seats.max_seats,
+        ))
+        return False
 
     async def reconcile(self) -> ReconcileReport:
         return await reconcile(
@@ -203,6 +329,8 @@ class RuntimeService:
             raise PermanentError(
                 f"action {action.id} belongs to task {action.task_id}, not {command.task_id}"
             )
+        if not await self._seated(command):
+            return  # it waits in Redis for a seat, holding nothing here
         state, recorded = await self.ledger.begin(action.id, self.replica_id, _CLAIM_TTL_S)
         if state == "claimed":
             try:
@@ -220,6 +348,8 @@ class RuntimeService:
 
     async def release(self, command: ReleaseSandbox) -> None:
         had = await self.tasks.release(command.task_id)
+        if await self.seats.release(command.task_id):
+            await self.admit_queued()
         log.info("task %s: sandbox %s (%s)", command.task_id,
                  "released" if had else "already gone", command.reason or "no reason given")
 

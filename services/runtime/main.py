@@ -18,10 +18,12 @@ from shared.events import (
     FileReadObservation,
     FileWriteObservation,
     PythonOutputObservation,
+    SandboxQueuedObservation,
+    new_id,
 )
-from shared.publishing import publish_event_to
+from shared.publishing import publish_event_to, publish_json
 from shared.streams import ensure_streams
-from shared.subjects import Service, work_subject
+from shared.subjects import WORK_STREAM, Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .handlers import RuntimeService
@@ -44,7 +46,14 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
     async def publish(event: EventBase) -> None:
         await publish_event_to(broker, Service.CONTROLLER, event)
 
-    service = RuntimeService(settings, publish)
+    async def resend(order: ExecuteAction) -> None:
+        # A new message id: the first copy was delivered (and acked) when the task queued.
+        await publish_json(
+            broker, work_subject(Service.RUNTIME, order.task_id), order.model_dump_json(),
+            f"{order.id}.seated.{new_id()}", WORK_STREAM,
+        )
+
+    service = RuntimeService(settings, publish, resend)
 
     @broker.subscriber(
         work_subject(Service.RUNTIME),
@@ -72,7 +81,15 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         | PythonOutputObservation
         | FileReadObservation
         | FileWriteObservation
-        | ErrorObservation,
+        | ErrorObservation
+        | SandboxQueuedObservation,
+    )
+    broker.publisher(
+        work_subject(Service.RUNTIME, "*"),
+        stream=WORK,
+        title="runtime.admitted",
+        description="A queued task's ExecuteAction, sent again once a seat freed for it.",
+        schema=ExecuteAction,
     )
 
     app = FastStream(broker)

@@ -18,6 +18,7 @@ __all__ = [
     "SANDBOXES_LOST",
     "SANDBOXES_REMOVED",
     "SANDBOXES_RESTARTED",
+    "SEATS",
 ]
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -65,4 +66,9 @@ ACTIONS = Counter(
 ACTION_SECONDS = Histogram(
     "deckhands_runtime_action_seconds", "Action round trip inside the runtime", ["kind"],
     buckets=_FAST,
+)
+SEATS = Gauge(
+    "deckhands_runtime_seats",
+    "Tasks holding a sandbox seat (taken) and tasks waiting for one (queued), whole pool",
+    ["state"],
 )

@@ -22,11 +22,11 @@ class RuntimeSettings(CommonSettings):
         default="deckhands/sandbox:latest",
         description="Sandbox image; build it with deploy/sandbox/build.sh.",
     )
-    pool_name: str = Field(
-        default="default",
-        pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$",
-        description="Label value (deckhands.pool) that scopes which containers this pool owns; "
-        "replicas sharing a Docker engine and Redis use the same name.",
+    max_sandboxes: int = Field(
+        default=100, ge=1,
+        description="Tasks holding a sandbox at once, across every runtime replica and restart "
+        "(seats in Redis). A task beyond it waits in a first-come-first-served queue, holding "
+        "nothing, until a task ends; warm idle sandboxes are on top (pool_max_idle per replica).",
     )
     pool_min_idle: int = Field(
         default=2, ge=0, description="Ready sandboxes kept waiting for new tasks."
@@ -132,6 +132,13 @@ class RuntimeSettings(CommonSettings):
     dedup_ttl_s: int = Field(
         default=86_400, ge=60,
         description="How long an executed action's observation is kept to answer redeliveries.",
+    )
+    queue_preempt_after_s: float = Field(
+        default=10.0, ge=0,
+        description="While tasks wait for a seat, a sandbox whose task waits for a person or "
+        "for a sub-task and ran nothing for this long is stopped (files kept) and its seat "
+        "given to the queue, so waiting tasks (and sub-tasks a parent waits for) can never be "
+        "shut out by tasks that are not running anything.",
     )
     sandbox_idle_stop_s: float | None = Field(
         default=600.0, gt=0,

@@ -22,6 +22,7 @@ __all__ = [
     "FileWriteObservation",
     "PythonOutputObservation",
     "RiskLevel",
+    "SandboxQueuedObservation",
     "SecurityVerdictObservation",
     "UserRejectObservation",
     "Verdict",
@@ -133,3 +134,16 @@ class AnswerMissingObservation(EventBase):
     awaiting: str = Field(description="Which service's answer: agent, security or runtime.")
     attempt: int = Field(default=0, ge=0, description="Re-requests already made.")
     detail: str = Field(default="", max_length=2000, description="What the sender knows.")
+
+
+class SandboxQueuedObservation(EventBase):
+    """The action (`cause`) waits for a sandbox: every seat of the pool is taken.
+
+    Sent by the runtime when it queues the task (first come, first served); the action runs as
+    soon as a seat frees, without being sent again. Logged, so the user sees the task's place;
+    `GET /v1/tasks/{id}` shows the live one. The controller then waits up to its queue deadline.
+    """
+
+    kind: Literal["sandbox_queued"] = "sandbox_queued"
+    position: int = Field(ge=1, description="Place in the queue when queued (1 = next).")
+    max_sandboxes: int = Field(ge=1, description="Seats of the pool (tasks holding a sandbox).")

@@ -29,6 +29,7 @@ from .observations import (
     FileReadObservation,
     FileWriteObservation,
     PythonOutputObservation,
+    SandboxQueuedObservation,
     SecurityVerdictObservation,
     UserRejectObservation,
 )
@@ -64,7 +65,8 @@ Event = Annotated[
     | SecurityVerdictObservation
     | UserRejectObservation
     | AgentDelegateObservation
-    | AnswerMissingObservation,
+    | AnswerMissingObservation
+    | SandboxQueuedObservation,
     Field(discriminator="kind"),
 ]
 
@@ -103,4 +105,5 @@ OBSERVATION_TYPES = (
     UserRejectObservation,
     AgentDelegateObservation,
     AnswerMissingObservation,
+    SandboxQueuedObservation,
 )

@@ -15,9 +15,11 @@ from shared.delivery import missing_answer_notice
 from shared.events import (
     AgentState,
     AnswerMissingObservation,
+    CmdOutputObservation,
     CmdRunAction,
     ErrorObservation,
     MessageAction,
+    SandboxQueuedObservation,
 )
 from shared.state import Awaiting, TaskState
 from shared.subjects import Service, work_subject
@@ -88,6 +90,35 @@ def test_an_overdue_action_is_sent_again_with_the_same_action_id() -> None:
     order = turn.sent[-1][1]
     assert isinstance(order, ExecuteAction) and order.action.id == action.id
     assert turn.state.awaiting_attempt == 1
+
+
+def test_an_action_queued_for_a_sandbox_is_logged_and_waits_the_queue_deadline() -> None:
+    turn = _started()
+    action = CmdRunAction(
+        task_id=TASK, source="AGENT", cause=turn.state.awaiting_id, command="ls"
+    )
+    turn = _step(Turn(turn.state), action)
+    state = turn.state.model_copy(
+        update={"awaiting": Awaiting.RUNTIME, "awaiting_id": action.id, "pending_action": action}
+    )
+    queued = SandboxQueuedObservation(
+        task_id=TASK, source="ENVIRONMENT", cause=action.id, position=3, max_sandboxes=20
+    )
+    turn = _step(Turn(state), queued)
+    assert [e.kind for e in turn.logged] == ["sandbox_queued"]
+    assert not turn.sent  # the runtime keeps the order and runs it once seated
+    assert turn.state.awaiting is Awaiting.RUNTIME and turn.state.awaiting_id == action.id
+    assert turn.state.awaiting_deadline == NOW + timedelta(seconds=DEADLINES.queue_s)
+    # The action's observation is still the answer.
+    done = CmdOutputObservation(
+        task_id=TASK, source="ENVIRONMENT", cause=action.id, command="ls", content="",
+        exit_code=0, cwd="/workspace",
+    )
+    turn = _step(Turn(turn.state), done)
+    assert turn.state.awaiting is Awaiting.AGENT
+    # A notice for an action no longer awaited is stale.
+    late = _step(Turn(turn.state), queued.model_copy(update={"id": "another"}))
+    assert late.state == turn.state and not late.logged
 
 
 def test_a_dead_lettered_order_ends_the_task_in_error_with_the_reason() -> None:
