@@ -243,6 +243,74 @@ def crowd_row(
     )
 
 
+class PoolWatch:
+    """Samples, in a thread, the pool's running task sandboxes, all its containers and the seats
+    taken, keeping the highest of each."""
+
+    def __init__(self, stack: Stack) -> None:
+        import threading
+
+        import docker
+        import redis
+
+        from shared.admission import seats_prefix
+
+        self.pool = stack.config.pool_name
+        self.seats_key = f"{seats_prefix(self.pool)}:seats"
+        self.docker = docker.from_env(timeout=60)
+        self.redis = redis.Redis(port=stack.config.redis_port)
+        self.most = {"task sandboxes": 0, "containers": 0, "seats": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                found = self.docker.api.containers(
+                    filters={"label": f"deckhands.pool={self.pool}", "status": "running"}
+                )
+                tasks = sum(
+                    1 for c in found if any(n.startswith("/deckhands-task-") for n in c["Names"])
+                )
+                seats = int(self.redis.hlen(self.seats_key))  # type: ignore[arg-type]
+            except Exception:  # a slow engine: the next sample
+                continue
+            for name, value in (("task sandboxes", tasks), ("containers", len(found)),
+                                ("seats", seats)):
+                self.most[name] = max(self.most[name], value)
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> PoolWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.docker.close()
+        self.redis.close()
+
+
+def queued_row(stack: Stack, count: int, calls: int, max_sandboxes: int, timeout_s: float) -> None:
+    with PoolWatch(stack) as watch:
+        wall, views = asyncio.run(
+            run_tasks(stack.config.gateway_url, count, calls, timeout_s, "queued")
+        )
+    finished = sum(1 for v in views if v.get("state") == "FINISHED")
+    most = watch.most
+    print(f"  (500q: {finished}/{count} finished in {wall:.1f} s; at most {most['seats']} seats, "
+          f"{most['task sandboxes']} running task sandboxes, {most['containers']} containers "
+          f"with the warm ones)", flush=True)
+    row(
+        f"{count} tasks queued at once ({calls} LLM calls each)",
+        f"{finished}/{count} finished, {wall:.0f} s",
+        f"seats <= {max_sandboxes}: most {most['task sandboxes']} running",
+        "all, <= max",
+        finished == count and most["task sandboxes"] <= max_sandboxes
+        and most["seats"] <= max_sandboxes,
+    )
+
+
 def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
     """CPU per step with `tasks` running at once; latencies with `one_by_one` tasks run one after
     another (a latency is what one task sees, not a queue behind other tasks)."""
@@ -293,7 +361,7 @@ def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default="40x2,200x5,steps",
+    parser.add_argument("--rows", default="40x2,200x5,500q,steps",
                         help="comma-separated: 40x2, 200x5, 500q, steps")
     parser.add_argument("--delay", type=float, default=2.0, help="seconds per LLM call")
     args = parser.parse_args(argv)
@@ -318,6 +386,10 @@ def main(argv: list[str] | None = None) -> None:
                 crowd_row(stack, "40x2", 40, 2, args.delay, start_s, 1.5, 300)
             if "200x5" in rows:
                 crowd_row(stack, "200x5", 200, 5, args.delay, start_s, 2.0, 900)
+            if "500q" in rows:
+                from services.runtime.settings import RuntimeSettings
+
+                queued_row(stack, 500, 2, RuntimeSettings().max_sandboxes, 1200)
     if "steps" in rows:
         config = StackConfig.isolated(run_dir / "instant", llm_script=instant_path)
         with running(config) as stack:

@@ -15,6 +15,7 @@ __all__ = [
     "ExecuteAction",
     "HistoryReply",
     "HistoryRequest",
+    "PrepareSandbox",
     "ReleaseSandbox",
     "ReviewAction",
     "StepRequest",
@@ -48,6 +49,18 @@ class ExecuteAction(_Command):
 
     kind: Literal["execute_action"] = "execute_action"
     action: RunnableAction
+    network_egress: bool = Field(
+        default=False,
+        description="The task opted in to network egress: its sandbox joins a network.",
+    )
+
+
+class PrepareSandbox(_Command):
+    """Controller → runtime, with a task's first step: get the task's sandbox ready (a seat, a
+    warm or new container bound to the task) while the agent thinks, so the first action does
+    not wait for a cold start. Best effort: the first action gets one anyway."""
+
+    kind: Literal["prepare_sandbox"] = "prepare_sandbox"
     network_egress: bool = Field(
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",

@@ -11,7 +11,7 @@ import uuid
 
 from prometheus_client import Counter
 
-from shared.commands import ExecuteAction, ReviewAction, StepRequest
+from shared.commands import ExecuteAction, PrepareSandbox, ReviewAction, StepRequest
 from shared.events import (
     RUNNABLE_ACTION_TYPES,
     AgentDelegateAction,
@@ -433,6 +433,12 @@ def _request_step(turn: Turn) -> None:
         task_id=state.task_id, after_seq=state.last_seq, iteration=state.iteration + 1
     )
     turn.update(iteration=step.iteration, awaiting=Awaiting.AGENT, awaiting_id=step.id)
+    if step.iteration == 1:
+        # The sandbox starts while the agent thinks about its first action.
+        turn.send(
+            Service.RUNTIME,
+            PrepareSandbox(task_id=state.task_id, network_egress=state.network_egress),
+        )
     turn.send(Service.REASONER, step)
     STEPS.inc()
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.commands import ExecuteAction, ReleaseSandbox, ReviewAction, StepRequest
+from shared.commands import (
+    ExecuteAction,
+    PrepareSandbox,
+    ReleaseSandbox,
+    ReviewAction,
+    StepRequest,
+)
 from shared.events import (
     SANDBOX_ENDING_STATES,
     AgentDelegateObservation,
@@ -24,7 +30,7 @@ from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, 
 
 __all__ = ["IllegalTransition", "Turn"]
 
-Command = StepRequest | ReviewAction | ExecuteAction | ReleaseSandbox
+Command = StepRequest | ReviewAction | ExecuteAction | PrepareSandbox | ReleaseSandbox
 # What a turn may send: a work order, or an event into some task's controller inbox.
 Message = Command | EventBase
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from redis.asyncio import Redis
 
 from shared.admission import SandboxSeats
-from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
 from shared.delivery import PermanentError
 from shared.events import (
     SANDBOX_ENDING_STATES,
@@ -42,7 +42,7 @@ from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
-from .metrics import ACTION_SECONDS, ACTIONS, SEATS
+from .metrics import ACTION_SECONDS, ACTIONS, PREPARED, SEATS
 from .pool import PoolExhausted, WarmPool
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
@@ -345,6 +345,29 @@ class RuntimeService:
         elif recorded is None:
             recorded = await self._result_of_duplicate(command, progress)
         await self.publish(EventAdapter.validate_json(recorded))
+
+    async def prepare(self, command: PrepareSandbox) -> None:
+        """Bind the task's sandbox ahead of its first action, if a seat is free now. Never an
+        error: the first action acquires (or queues for) a sandbox anyway."""
+        task_id = command.task_id
+        if self.tasks.local(task_id) is not None or await self.bindings.get(task_id) is not None:
+            return
+        if not await self._task_is_live(task_id):
+            return  # ended already (or unknown): its release may have come first
+        if command.network_egress and not self.settings.allow_network_egress:
+            return  # its action will be refused with the reason
+        if not (await self.seats.admit(task_id)).seated:
+            return  # it keeps its place in the queue; its first action waits there
+        network = self.settings.sandbox_network_name if command.network_egress else None
+        try:
+            await self.tasks.get(task_id, network)
+        except (SandboxStartError, PoolExhausted, WorkspaceLost) as exc:
+            log.info("task %s: sandbox not prepared ahead (%s); its first action will try",
+                     task_id, exc)
+            return
+        PREPARED.inc()
+        if not await self._task_is_live(task_id):
+            await self.release(ReleaseSandbox(task_id=task_id, reason="ended while preparing"))
 
     async def release(self, command: ReleaseSandbox) -> None:
         had = await self.tasks.release(command.task_id)

@@ -10,7 +10,7 @@ from faststream.nats.annotations import NatsMessage
 from pydantic import Field
 
 from shared.broker import WORK, build_broker, durable_subscription
-from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
 from shared.events import (
     CmdOutputObservation,
     ErrorObservation,
@@ -31,7 +31,9 @@ from .settings import RuntimeSettings
 
 __all__ = ["RuntimeWork", "build_app", "build_runtime", "main"]
 
-RuntimeWork = Annotated[ExecuteAction | ReleaseSandbox, Field(discriminator="kind")]
+RuntimeWork = Annotated[
+    ExecuteAction | PrepareSandbox | ReleaseSandbox, Field(discriminator="kind")
+]
 
 
 def build_app(settings: RuntimeSettings | None = None) -> FastStream:
@@ -58,13 +60,17 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
     @broker.subscriber(
         work_subject(Service.RUNTIME),
         title="runtime.work",
-        description="Approved actions to run in the task's sandbox (ExecuteAction) and "
-        "ReleaseSandbox when a task ends, one subject per task.",
+        description="Approved actions to run in the task's sandbox (ExecuteAction), "
+        "PrepareSandbox with a task's first step, and ReleaseSandbox when a task ends, one "
+        "subject per task.",
         **durable_subscription(settings, WORK, "runtime", workers=settings.workers),
     )
     async def on_work(body: RuntimeWork, msg: NatsMessage) -> None:
         if isinstance(body, ReleaseSandbox):
             await service.release(body)
+            return
+        if isinstance(body, PrepareSandbox):
+            await service.prepare(body)
             return
         delivered = msg.raw_message.metadata.num_delivered
         await service.execute(

@@ -13,6 +13,7 @@ __all__ = [
     "POOL_HITS",
     "POOL_MISSES",
     "POOL_TARGET_IDLE",
+    "PREPARED",
     "SANDBOXES",
     "SANDBOXES_IDLE_STOPPED",
     "SANDBOXES_LOST",
@@ -71,4 +72,8 @@ SEATS = Gauge(
     "deckhands_runtime_seats",
     "Tasks holding a sandbox seat (taken) and tasks waiting for one (queued), whole pool",
     ["state"],
+)
+PREPARED = Counter(
+    "deckhands_runtime_sandboxes_prepared_total",
+    "Task sandboxes bound ahead of the task's first action (while the agent thinks)",
 )

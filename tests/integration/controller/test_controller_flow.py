@@ -23,7 +23,14 @@ from services.security.main import build_app as build_security
 from services.security.settings import SecuritySettings
 from services.storage.main import build_app as build_storage
 from services.storage.settings import StorageSettings
-from shared.commands import ExecuteAction, HistoryReply, HistoryRequest, ReleaseSandbox, StepRequest
+from shared.commands import (
+    ExecuteAction,
+    HistoryReply,
+    HistoryRequest,
+    PrepareSandbox,
+    ReleaseSandbox,
+    StepRequest,
+)
 from shared.events import (
     AgentFinishAction,
     AgentState,
@@ -144,6 +151,9 @@ async def test_one_task_through_the_loop_with_redelivery(harness: Harness) -> No
 
     step = StepRequest.model_validate(await reasoner.receive())
     assert step.iteration == 1
+    # With the first step, the runtime is asked to get the task's sandbox ready.
+    prepare = PrepareSandbox.model_validate(await runtime.receive())
+    assert prepare.task_id == task_id and not prepare.network_egress
     action = CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="ls -la")
     await _answer(js, action)
 
@@ -217,7 +227,8 @@ async def test_denied_action_is_fed_back_and_the_task_goes_on(harness: Harness) 
     )
     step2 = StepRequest.model_validate(await reasoner.receive())
     assert step2.iteration == 2
-    assert await runtime.nothing_within(0.5)
+    assert (await runtime.receive())["kind"] == "prepare_sandbox"  # with the first step
+    assert await runtime.nothing_within(0.5)  # the denied action never reached it
     state = await store.load(task_id)
     assert state is not None and state.agent_state is AgentState.RUNNING
 

@@ -32,8 +32,9 @@ from services.runtime.containers import (
     task_container_name,
 )
 from services.runtime.settings import RuntimeSettings
-from shared.commands import ExecuteAction
+from shared.commands import ExecuteAction, PrepareSandbox
 from shared.events import (
+    AgentState,
     CmdOutputObservation,
     ErrorObservation,
     EventAdapter,
@@ -44,6 +45,9 @@ from shared.events import (
     RunPythonAction,
 )
 from shared.settings import CommonSettings
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
+from shared.subjects import Service, work_subject
 
 pytestmark = pytest.mark.docker
 
@@ -294,3 +298,49 @@ async def test_network_egress_is_opt_in_per_task(
         )
 
     await eventually(gone)
+
+
+async def test_a_prepared_sandbox_is_bound_before_the_first_action_and_used_by_it(
+    runtime: Runtime, js: JetStreamContext, redis: Redis,
+) -> None:
+    task_id = uuid.uuid4().hex
+    store = TaskStateStore(redis)
+    await store.create(
+        TaskState(task_id=task_id, task="x", max_iterations=5, agent_state=AgentState.RUNNING)
+    )
+    binding = f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}"
+    order = PrepareSandbox(task_id=task_id)
+    await js.publish(work_subject(Service.RUNTIME, task_id), order.model_dump_json().encode(),
+                     headers={"Nats-Msg-Id": order.id})
+
+    async def bound() -> bool:
+        return await redis.get(binding) is not None
+
+    await eventually(bound)
+    prepared = await redis.get(binding)
+    seats = await runtime.service.seats.seated()
+    assert task_id in seats  # the sandbox holds one of the pool's seats
+    ctl = await Controller.for_task(js, task_id)
+    first = await ctl.run(cmd(task_id, "echo ready"))
+    assert isinstance(first, CmdOutputObservation) and first.content.strip() == "ready"
+    assert await redis.get(binding) == prepared  # the first action used the prepared one
+
+    await ctl.release()
+
+    async def seat_freed() -> bool:
+        return task_id not in await runtime.service.seats.seated()
+
+    await eventually(seat_freed)
+
+
+async def test_no_sandbox_is_prepared_for_a_task_that_already_ended(
+    runtime: Runtime, redis: Redis,
+) -> None:
+    task_id = uuid.uuid4().hex
+    store = TaskStateStore(redis)
+    await store.create(
+        TaskState(task_id=task_id, task="x", max_iterations=5, agent_state=AgentState.STOPPED)
+    )
+    await runtime.service.prepare(PrepareSandbox(task_id=task_id))
+    assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
+    assert task_id not in await runtime.service.seats.seated()
