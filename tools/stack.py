@@ -129,7 +129,16 @@ class Stack:
         return proc
 
     def start_service(self, name: str) -> None:
-        self._spawn(name, [sys.executable, "-m", f"services.{name}"])
+        """Start (again) one of SERVICES, or "nats" or "redis" on their ports and data."""
+        c = self.config
+        if name == "nats":
+            self._record(name, start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
+        elif name == "redis":
+            self._record(
+                name, start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
+            )
+        else:
+            self._spawn(name, [sys.executable, "-m", f"services.{name}"])
 
     def kill_service(self, name: str) -> None:
         """SIGKILL, as a crash would: no clean-up, no acks."""
