@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .events import RunnableAction, new_id
 
 __all__ = [
+    "MAX_SEQ",
     "ExecuteAction",
     "HistoryReply",
     "HistoryRequest",
@@ -20,6 +21,10 @@ __all__ = [
     "ReviewAction",
     "StepRequest",
 ]
+
+
+# Seqs are SQLite INTEGERs (signed 64-bit); a cursor beyond is refused, not sent to storage.
+MAX_SEQ = 2**63 - 1
 
 
 class _Command(BaseModel):
@@ -80,7 +85,7 @@ class HistoryRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task_id: str
-    after: int = Field(default=0, ge=0, le=2**63 - 1)
+    after: int = Field(default=0, ge=0, le=MAX_SEQ)
     limit: int = Field(default=1000, ge=1, le=10000)
     max_bytes: int = Field(
         default=512 * 1024,
@@ -95,6 +100,11 @@ class HistoryReply(BaseModel):
 
     task_id: str
     events: list[dict[str, object]]
+    error: str | None = Field(
+        default=None,
+        description="Why storage could not serve the request (a malformed one, or its own "
+        "failure); events is then empty. Every request gets a reply.",
+    )
     last_seq: int = Field(
         description="Highest seq stored for the task, 0 if none; when the events stop before a "
         "seq that is still being stored, the seq before it (so a reader knows to ask again later)."

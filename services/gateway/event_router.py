@@ -7,6 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
+from shared.commands import MAX_SEQ
+
 from .context import EventServiceDep
 from .models import EventPage, Trajectory
 from .sse import SSE_HEADERS
@@ -30,7 +32,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def list_events(
     task_id: str,
     events: EventServiceDep,
-    after: Annotated[int, Query(ge=0, description="Return events with seq greater than this.")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_SEQ, description="Return events with seq greater than this.")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> EventPage:
     return await events.page(task_id, after, limit)
@@ -61,13 +65,16 @@ async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
 async def stream_events(
     task_id: str,
     events: EventServiceDep,
-    after: Annotated[int, Query(ge=0, description="Start after this seq.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Start after this seq.")] = 0,
     close_on_terminal: Annotated[
         bool, Query(description="End the stream after the task reaches a terminal state.")
     ] = False,
     last_event_id: Annotated[
         int | None,
-        Header(alias="Last-Event-ID", ge=0, description="Resume after this seq (wins over after)."),
+        Header(
+            alias="Last-Event-ID", ge=0, le=MAX_SEQ,
+            description="Resume after this seq (wins over after).",
+        ),
     ] = None,
 ) -> StreamingResponse:
     start = last_event_id if last_event_id is not None else after

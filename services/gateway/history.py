@@ -53,6 +53,8 @@ class HistoryClient:
             raise StorageBadReply(
                 f"the storage service sent an invalid history reply: {exc.error_count()} error(s)"
             ) from exc
+        if parsed.error is not None:
+            raise StorageUnavailable(f"the storage service could not serve it: {parsed.error}")
         if parsed.task_id != task_id:
             raise StorageBadReply(
                 f"the storage service answered for task {parsed.task_id!r}, not {task_id!r}"

@@ -163,6 +163,8 @@ class HistoryCache:
         except ValidationError as exc:
             # Not the caller's fault: storage answered something else (an error, a newer schema).
             raise HistoryNotReady(f"storage sent an unusable history reply: {exc}") from exc
+        if reply.error is not None:
+            raise HistoryNotReady(f"storage could not serve the history: {reply.error}")
         return reply, len(response.body)
 
 

@@ -34,6 +34,7 @@ from .metrics import (
 from .replies import LLMReply
 from .settings import ReasonerSettings
 from .tools import TOOL_SPECS, ToolCall
+from .warm_up import speaks_openai, warm_up
 
 __all__ = ["ContextWindowExceeded", "LLMCallError", "LLMClient", "RateLimitNotice", "retry_after_s"]
 
@@ -150,7 +151,8 @@ class LLMClient:
             return 0.0  # a model litellm has no price for (local servers): free as far as we know
 
     async def prepare(self) -> None:
-        """Import litellm and settle the tool-calling mode, at start-up rather than mid-step."""
+        """Import litellm, settle the tool-calling mode and warm the client up, at start-up
+        rather than during the first steps."""
         self._native = await asyncio.to_thread(self._decide_native)
         log.info(
             "LLM %s at %s, %s tool calling",
@@ -158,6 +160,9 @@ class LLMClient:
             self.settings.llm_api_base or "(provider)",
             "native" if self._native else "prompt-based",
         )
+        if speaks_openai(self.model, self.settings.llm_api_base):
+            spent = await warm_up(_litellm(), self._request([], self._native))
+            log.info("LLM client warmed up in %.1fs", spent)
 
     @property
     def native(self) -> bool:

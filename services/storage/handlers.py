@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
+from faststream.nats.annotations import NatsMessage
 from prometheus_client import Counter
+from pydantic import ValidationError
 
 from shared.commands import HistoryReply, HistoryRequest
 from shared.delivery import PermanentError
@@ -12,8 +17,13 @@ from .event_log import EventLog
 
 __all__ = ["StorageHandlers"]
 
+log = logging.getLogger("deckhands.storage")
+
 STORED = Counter("deckhands_storage_events_stored_total", "Events persisted", ["kind"])
 DUPLICATES = Counter("deckhands_storage_duplicates_total", "Redelivered events already stored")
+HISTORY_ERRORS = Counter(
+    "deckhands_storage_history_errors_total", "History requests answered with an error", ["why"]
+)
 
 # Room in a reply for its envelope (task id, last seq, the JSON list) and its headers.
 _REPLY_ENVELOPE_BYTES = 16 * 1024
@@ -35,7 +45,36 @@ class StorageHandlers:
         else:
             DUPLICATES.inc()
 
-    async def on_history(self, request: HistoryRequest) -> HistoryReply:
+    async def on_history(self, msg: NatsMessage) -> HistoryReply:
+        """Every request gets a reply: the page, or an error naming what was wrong. The raw
+        body is parsed here, so that a malformed request is answered rather than dropped."""
+        body = msg.body
+        try:
+            request = HistoryRequest.model_validate_json(body)
+        except ValidationError as exc:
+            HISTORY_ERRORS.labels("bad_request").inc()
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+            return HistoryReply(
+                task_id=_task_of(body), events=[], last_seq=0,
+                error=f"bad history request: {where}: {first.get('msg')}",
+            )
         budget = min(request.max_bytes, self.max_reply_bytes - _REPLY_ENVELOPE_BYTES)
-        page = await self.log.read(request.task_id, request.after, request.limit, budget)
+        try:
+            page = await self.log.read(request.task_id, request.after, request.limit, budget)
+        except Exception as exc:  # the disk or the database: the caller learns it at once
+            HISTORY_ERRORS.labels("storage").inc()
+            log.exception("history of task %s after %d failed", request.task_id, request.after)
+            return HistoryReply(
+                task_id=request.task_id, events=[], last_seq=0,
+                error=f"storage failed to read the history: {type(exc).__name__}",
+            )
         return HistoryReply(task_id=request.task_id, events=page.events, last_seq=page.last_seq)
+
+
+def _task_of(body: bytes) -> str:
+    try:
+        task_id = json.loads(body).get("task_id")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return ""
+    return task_id if isinstance(task_id, str) else ""
