@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from faststream import AckPolicy
@@ -16,7 +17,18 @@ from .delivery import DeliveryGuard
 from .settings import CommonSettings
 from .subjects import EVENTS_STREAM, WORK_STREAM, Service
 
-__all__ = ["EVENTS", "WORK", "IdleFetchFilter", "build_broker", "durable_subscription"]
+__all__ = [
+    "EVENTS",
+    "EXIT_BROKER_LOST",
+    "WORK",
+    "IdleFetchFilter",
+    "ServiceBroker",
+    "build_broker",
+    "durable_subscription",
+]
+
+# The exit status of a service whose NATS connection closed for good (sysexits' EX_SOFTWARE).
+EXIT_BROKER_LOST = 70
 
 # Streams are declared by `ensure_streams`; subscribers only name them.
 EVENTS = JStream(EVENTS_STREAM, declare=False)
@@ -46,16 +58,48 @@ class IdleFetchFilter(logging.Filter):
 BROKER_LOG.addFilter(IdleFetchFilter())
 
 
+class ServiceBroker(NatsBroker):
+    """A service's broker: a connection that closes while the service runs ends the process.
+
+    nats-py reconnects after a network loss, but some closes are final (the server refusing a
+    message over its max_payload ends the connection without a reconnect). A service that lived
+    on would answer its health checks and do nothing; exiting lets its supervisor (Kubernetes,
+    `make up`'s restart) start it again, and every unacknowledged message is redelivered.
+    """
+
+    stopping = False
+
+    async def stop(self, *args: Any, **kwargs: Any) -> None:
+        self.stopping = True  # our own close: not a loss
+        await super().stop(*args, **kwargs)
+
+    async def connection_closed(self) -> None:
+        if self.stopping:
+            return
+        BROKER_LOG.critical(
+            "the NATS connection is closed for good; exiting (status %d) so that the service "
+            "is started again", EXIT_BROKER_LOST,
+        )
+        logging.shutdown()
+        os._exit(EXIT_BROKER_LOST)
+
+
 def build_broker(
     settings: CommonSettings, service: Service, tracer_provider: TracerProvider | None = None
-) -> NatsBroker:
+) -> ServiceBroker:
     guard = DeliveryGuard(
         service,
         max_deliveries=settings.max_deliveries,
         backoff_s=settings.retry_backoff_s,
         backoff_max_s=settings.retry_backoff_max_s,
     )
-    return NatsBroker(
+    holder: list[ServiceBroker] = []
+
+    async def closed() -> None:
+        if holder:
+            await holder[0].connection_closed()
+
+    broker = ServiceBroker(
         settings.nats_url,
         name=f"deckhands-{service.value}",
         middlewares=[
@@ -67,7 +111,10 @@ def build_broker(
         logger=BROKER_LOG,
         # A line per message received and processed: DEBUG, not what an operator reads.
         log_level=logging.DEBUG,
+        closed_cb=closed,
     )
+    holder.append(broker)
+    return broker
 
 
 def durable_subscription(

@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .events import RunnableAction, new_id
 
+# Every name here is a command model (a test checks the schema has each); MAX_SEQ is imported
+# by name.
 __all__ = [
-    "MAX_SEQ",
     "ExecuteAction",
     "HistoryReply",
     "HistoryRequest",

@@ -28,7 +28,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 
 from .events import AnswerMissingObservation, EventSource
-from .publishing import publish_event_to
+from .publishing import MessageTooLarge, publish_event_to
 from .subjects import DLQ_STREAM, Service, dlq_subject
 
 __all__ = ["DeliveryGuard", "PermanentError", "backoff_delay", "missing_answer_notice"]
@@ -124,7 +124,10 @@ class _GuardMiddleware(BaseMiddleware):
         delivered = raw.metadata.num_delivered
         try:
             result = await call_next(msg)
-        except (ValidationError, PermanentError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (
+            ValidationError, PermanentError, MessageTooLarge, json.JSONDecodeError,
+            UnicodeDecodeError,
+        ) as exc:
             await self._dead_letter(msg, raw, exc, delivered)
             return None
         except Exception as exc:

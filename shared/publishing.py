@@ -9,18 +9,53 @@ from .commands import ExecuteAction, ReleaseSandbox, ReviewAction, StepRequest
 from .events import EventBase
 from .subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
 
-__all__ = ["publish_event_to", "publish_json", "publish_work"]
+__all__ = [
+    "HEADER_ROOM",
+    "MessageTooLarge",
+    "check_size",
+    "payload_budget",
+    "publish_event_to",
+    "publish_json",
+    "publish_work",
+]
 
 _JSON = {"content-type": "application/json"}
+
+# Bytes kept for the headers of a message (ours, FastStream's, a trace context): a body that
+# fits the server's max_payload with these is never refused by the server (which would close
+# the connection).
+HEADER_ROOM = 8 * 1024
+_DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+
+class MessageTooLarge(ValueError):
+    """The encoded message would pass the server's max_payload: it is not sent."""
+
+
+def payload_budget(broker: NatsBroker) -> int:
+    """The largest body a message may have on this connection (the server's INFO)."""
+    try:
+        max_payload = int(broker.connection.max_payload)
+    except Exception:  # not connected yet: the NATS default
+        max_payload = _DEFAULT_MAX_PAYLOAD
+    return max_payload - HEADER_ROOM
+
+
+def check_size(broker: NatsBroker, data: bytes, what: str) -> None:
+    budget = payload_budget(broker)
+    if len(data) > budget:
+        raise MessageTooLarge(
+            f"{what} is {len(data)} bytes encoded; a message may carry at most {budget} "
+            "(NATS' max_payload less room for headers)"
+        )
 
 
 async def publish_json(
     broker: NatsBroker, subject: str, payload: str | BaseModel, msg_id: str, stream: str
 ) -> None:
-    data = payload.model_dump_json() if isinstance(payload, BaseModel) else payload
-    await broker.publish(
-        data.encode(), subject, headers={**_JSON, "Nats-Msg-Id": msg_id}, stream=stream
-    )
+    data = (payload.model_dump_json() if isinstance(payload, BaseModel) else payload).encode()
+    check_size(broker, data, f"the message for {subject}")
+    await broker.publish(data, subject, headers={**_JSON, "Nats-Msg-Id": msg_id}, stream=stream)
 
 
 async def publish_event_to(broker: NatsBroker, service: Service, event: EventBase) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from faststream import FastStream
-from redis.asyncio import Redis
 
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.events import AnswerMissingObservation
+from shared.redis_client import connect_redis
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
@@ -24,7 +24,7 @@ __all__ = ["build_app", "main"]
 def build_app(settings: ControllerSettings | None = None) -> FastStream:
     settings = settings or ControllerSettings()
     broker = build_broker(settings, Service.CONTROLLER, setup_tracing(settings, "controller"))
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect_redis(settings.redis_url)
     handlers = ControllerHandlers(
         broker,
         TaskStateStore(redis),

@@ -14,6 +14,7 @@ __all__ = [
     "EgressForbidden",
     "GatewayError",
     "IdempotencyConflict",
+    "PayloadTooLarge",
     "PublishFailed",
     "StorageBadReply",
     "StorageUnavailable",
@@ -60,6 +61,12 @@ class StorageUnavailable(GatewayError):
 
 class StorageBadReply(GatewayError):
     status_code = 502
+
+
+class PayloadTooLarge(GatewayError):
+    """What the request asks to send would not fit in one message of the broker."""
+
+    status_code = 413
 
 
 class PublishFailed(GatewayError):

@@ -13,11 +13,11 @@ import uvicorn
 from fastapi import FastAPI
 from faststream.nats import NatsBroker
 from opentelemetry.sdk.trace import TracerProvider
-from redis.asyncio import Redis
 
 from shared.broker import WORK, build_broker
 from shared.commands import HistoryRequest
 from shared.events import ChangeAgentStateAction, MessageAction
+from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
 from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
@@ -68,7 +68,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             f"gateway start-up: cannot reach NATS JetStream at {settings.nats_url} "
             f"(DECKHANDS_NATS_URL): {type(exc).__name__}: {exc}"
         ) from exc
-    redis = Redis.from_url(settings.redis_url)
+    redis = connect_redis(settings.redis_url)
     try:
         await redis.ping()  # type: ignore[misc]
     except Exception as exc:

@@ -22,7 +22,7 @@ from shared.events import (
     RiskLevel,
     new_id,
 )
-from shared.publishing import publish_event_to
+from shared.publishing import MessageTooLarge, check_size, publish_event_to
 from shared.state import Awaiting, TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
@@ -31,6 +31,7 @@ from shared.trajectory import save_trajectory
 from .errors import (
     EgressForbidden,
     IdempotencyConflict,
+    PayloadTooLarge,
     PublishFailed,
     StorageUnavailable,
     TaskNotFound,
@@ -148,6 +149,10 @@ class TaskService:
           deduplicated, and it is published again only while the task is still LOADING,
           i.e. before the controller has taken it.
         """
+        self._fits(
+            MessageAction(task_id="0" * 32, source=EventSource.USER, content=new.task),
+            "the task text",
+        )
         if new.network_egress and not self.defaults.network_egress_allowed:
             raise EgressForbidden(
                 "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
@@ -276,7 +281,15 @@ class TaskService:
             return new_id()
         return derived_event_id(task_id, purpose, idempotency_key)
 
+    def _fits(self, event: EventBase, what: str) -> None:
+        """Refuse, before anything is stored, what no message could carry."""
+        try:
+            check_size(self.broker, event.model_dump_json().encode(), what)
+        except MessageTooLarge as exc:
+            raise PayloadTooLarge(str(exc)) from exc
+
     async def _publish(self, event: EventBase) -> None:
+        self._fits(event, f"the {type(event).__name__}")
         try:
             await publish_event_to(self.broker, Service.CONTROLLER, event)
         except Exception as exc:

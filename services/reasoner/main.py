@@ -7,10 +7,10 @@ import sys
 
 from faststream import FastStream
 from pydantic import ValidationError
-from redis.asyncio import Redis
 
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import HistoryRequest
+from shared.redis_client import connect_redis
 from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
@@ -64,7 +64,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         await ensure_streams(settings)
         # Trajectories to replay are in Redis; a reasoner that cannot reach it must not start
         # and then quietly call the LLM for a task that should have been replayed.
-        redis = Redis.from_url(settings.redis_url)
+        redis = connect_redis(settings.redis_url)
         try:
             await redis.ping()
         except Exception as exc:

@@ -89,13 +89,15 @@ class ExecutorClient:
         self._pending[rid] = future
         try:
             line = json.dumps({"id": rid, "op": op, **fields}, ensure_ascii=False) + "\n"
-            try:
-                self._writer.write(line.encode())
-                await self._writer.drain()
-            except (ConnectionError, OSError) as exc:
-                self._lose(f"the attach stream broke: {exc}")
-                raise SandboxLost(self.lost_reason or "lost") from exc
+            # The deadline covers the write too: a stream the engine stopped reading (seen under
+            # heavy load) would otherwise hold `drain` for ever.
             async with asyncio.timeout(wait_s):
+                try:
+                    self._writer.write(line.encode())
+                    await self._writer.drain()
+                except (ConnectionError, OSError) as exc:
+                    self._lose(f"the attach stream broke: {exc}")
+                    raise SandboxLost(self.lost_reason or "lost") from exc
                 answer = await future
         finally:
             self._pending.pop(rid, None)

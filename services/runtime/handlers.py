@@ -35,6 +35,7 @@ from shared.events import (
     PythonOutputObservation,
     SandboxQueuedObservation,
 )
+from shared.redis_client import connect_redis
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
 
@@ -129,7 +130,7 @@ class RuntimeService:
 
     async def start(self) -> None:
         await self.docker.check()
-        self._redis = Redis.from_url(self.settings.redis_url)
+        self._redis = connect_redis(self.settings.redis_url)
         await self._redis.ping()
         self._bindings = TaskBindings(
             self._redis, self.settings.pool_name, self.settings.binding_ttl_s
@@ -265,6 +266,19 @@ class RuntimeService:
             log.info("task %s: seated from the queue, its action is sent again", order.task_id)
         return len(orders)
 
+    async def _known(self, task_id: str) -> None:
+        """No sandbox is started for a task that does not exist or has ended: such an order
+        is forged or stale, and its sandbox would never be reclaimed by the task's end."""
+        if self._states is None:
+            return
+        state = await self._states.load(task_id)
+        if state is None:
+            raise PermanentError(f"unknown task {task_id}: no sandbox is started for it")
+        if state.agent_state in SANDBOX_ENDING_STATES:
+            raise PermanentError(
+                f"task {task_id} has ended ({state.agent_state.value}): no sandbox is started"
+            )
+
     async def _seated(self, command: ExecuteAction) -> bool:
         """Whether the task holds (or now takes) a seat; if not, its order waits in the queue
         and the controller is told the task's place."""
@@ -278,6 +292,7 @@ class RuntimeService:
         if bound is not None and await self.bindings.stopped_at(bound) is None:
             await self.seats.hold(task_id)  # running (another replica's, or adopted)
             return True
+        await self._known(task_id)
         admission = await self.seats.admit(task_id, command.model_dump_json())
         if admission.seated:
             await self.seats.handled(task_id)
@@ -468,21 +483,35 @@ class RuntimeService:
 
     @contextlib.asynccontextmanager
     async def _keepalive(self, action_id: str, progress: Progress | None) -> AsyncIterator[None]:
-        """While an action runs: keep our claim on it and tell JetStream we are still working."""
+        """While an action runs: keep our claim on it and tell JetStream we are still working.
+
+        The beat is asked to stop, not cancelled: a Redis command cancelled in flight left
+        redis-py's call hanging, and the action's observation with it (3 tasks of 500 under
+        heavy load). Its wait is bounded either way.
+        """
+        done = asyncio.Event()
 
         async def beat() -> None:
             while True:
-                await asyncio.sleep(_CLAIM_REFRESH_S)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_CLAIM_REFRESH_S):
+                        await done.wait()
+                if done.is_set():
+                    return
                 with contextlib.suppress(Exception):
-                    await self.ledger.refresh(action_id, self.replica_id, _CLAIM_TTL_S)
+                    async with asyncio.timeout(_CLAIM_REFRESH_S):
+                        await self.ledger.refresh(action_id, self.replica_id, _CLAIM_TTL_S)
                 if progress is not None:
                     with contextlib.suppress(Exception):
-                        await progress()
+                        async with asyncio.timeout(_CLAIM_REFRESH_S):
+                            await progress()
 
         task = asyncio.create_task(beat())
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            done.set()
+            _, late = await asyncio.wait({task}, timeout=2 * _CLAIM_REFRESH_S + 1)
+            for stuck in late:
+                log.warning("action %s: its keep-alive did not stop; leaving it", action_id)
+                stuck.cancel()

@@ -352,3 +352,22 @@ async def test_bad_bodies_are_422_naming_the_field(http: httpx.AsyncClient) -> N
 
     resp = await http.get(f"/v1/tasks/{task_id}/events", params={"after": -1})
     assert resp.status_code == 422 and resp.json()["detail"][0]["field"] == "after"
+
+
+async def test_a_task_text_too_large_to_carry_is_413_and_the_gateway_stays_connected(
+    http: httpx.AsyncClient, nc: NatsClient, redis: Redis
+) -> None:
+    # Within the API's own limit in characters, but control characters JSON-escape to six
+    # bytes each: about 1.2 MB encoded, past NATS' max_payload.
+    text = "\x01" * 200_000
+    resp = await http.post("/v1/tasks", json={"task": text})
+    assert resp.status_code == 413, resp.text
+    assert "bytes encoded" in resp.json()["detail"]
+    assert await TaskStateStore(redis).load("0" * 32) is None  # nothing stored
+    # The gateway kept its broker: the next task is queued.
+    resp = await http.post("/v1/tasks", json={"task": "small"})
+    assert resp.status_code == 202, resp.text
+    [queued] = await controller_inbox(nc, resp.json()["id"], expect=1)
+    assert queued["content"] == "small"
+    ready = await http.get("/readyz")
+    assert ready.status_code == 200

@@ -11,14 +11,17 @@ import docker
 import nats
 from faststream import FastStream
 from nats.js import JetStreamContext
+from redis.asyncio import Redis
 
 from services.runtime.containers import LABEL_POOL
 from services.runtime.handlers import RuntimeService
 from services.runtime.main import build_runtime
 from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction, ReleaseSandbox
-from shared.events import CmdRunAction, EventAdapter, EventSource, RunnableAction
+from shared.events import AgentState, CmdRunAction, EventAdapter, EventSource, RunnableAction
 from shared.settings import CommonSettings
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 __all__ = [
@@ -108,8 +111,18 @@ class Controller:
 
     @classmethod
     async def for_task(
-        cls, js: JetStreamContext, task_id: str, network_egress: bool = False
+        cls, js: JetStreamContext, task_id: str, redis_url: str, network_egress: bool = False
     ) -> Controller:
+        """The task exists, as the controller would have made it (the runtime refuses work
+        for a task it does not know), and its observations are read here."""
+        redis = Redis.from_url(redis_url)
+        try:
+            await TaskStateStore(redis).create(TaskState(
+                task_id=task_id, task="runtime test", max_iterations=100,
+                agent_state=AgentState.RUNNING, network_egress=network_egress,
+            ))
+        finally:
+            await redis.aclose()
         sub = await js.pull_subscribe(
             work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
         )

@@ -66,7 +66,7 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
 
         first = Runtime(settings)
         await first.start()
-        ctl = await Controller.for_task(js, task_id)
+        ctl = await Controller.for_task(js, task_id, settings.redis_url)
         await ctl.run(cmd(task_id, "cd /tmp && echo kept > /workspace/state.txt"))
         await first.service.tasks.renamed(task_id)
         task_container = docker_client.containers.get(task_container_name(task_id))

@@ -35,6 +35,7 @@ from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction, PrepareSandbox
 from shared.events import (
     AgentState,
+    AnswerMissingObservation,
     CmdOutputObservation,
     ErrorObservation,
     EventAdapter,
@@ -47,7 +48,7 @@ from shared.events import (
 from shared.settings import CommonSettings
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
-from shared.subjects import Service, work_subject
+from shared.subjects import WORK_STREAM, Service, work_subject
 
 pytestmark = pytest.mark.docker
 
@@ -85,7 +86,7 @@ async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
     runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient, redis: Redis,
 ) -> None:
     task_id = uuid.uuid4().hex
-    ctl = await Controller.for_task(js, task_id)
+    ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
 
     first = await ctl.run(cmd(task_id, "mkdir -p src && cd src && export COLOR=blue"))
     assert isinstance(first, CmdOutputObservation)
@@ -129,7 +130,8 @@ async def test_tasks_get_different_sandboxes_and_cannot_see_each_other(
     runtime: Runtime, js: JetStreamContext
 ) -> None:
     a, b = uuid.uuid4().hex, uuid.uuid4().hex
-    ctl_a, ctl_b = await Controller.for_task(js, a), await Controller.for_task(js, b)
+    ctl_a = await Controller.for_task(js, a, runtime.settings.redis_url)
+    ctl_b = await Controller.for_task(js, b, runtime.settings.redis_url)
     await ctl_a.run(cmd(a, "echo secret-a > /workspace/mine.txt; echo x > /tmp/a-tmp"))
     seen = await ctl_b.run(cmd(b, "ls /workspace /tmp; cat /workspace/mine.txt"))
     assert isinstance(seen, CmdOutputObservation)
@@ -148,7 +150,7 @@ async def test_redelivered_action_is_answered_from_the_ledger_not_rerun(
     runtime: Runtime, js: JetStreamContext, redis: Redis
 ) -> None:
     task_id = uuid.uuid4().hex
-    ctl = await Controller.for_task(js, task_id)
+    ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
     action = cmd(task_id, "echo ran >> /workspace/count.txt; wc -l < /workspace/count.txt")
     await ctl.send(action)
     first = await ctl.receive()
@@ -186,7 +188,7 @@ async def test_dead_sandbox_is_reported_and_replaced(
     runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient
 ) -> None:
     task_id = uuid.uuid4().hex
-    ctl = await Controller.for_task(js, task_id)
+    ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
     await ctl.run(cmd(task_id, "echo precious > /workspace/keep.txt"))
     await runtime.service.tasks.renamed(task_id)
     old = docker_client.containers.get(task_container_name(task_id))
@@ -259,8 +261,8 @@ async def test_network_egress_is_opt_in_per_task(
         "    print('no route:', exc)\n"
     )
     online, offline = uuid.uuid4().hex, uuid.uuid4().hex
-    ctl_on = await Controller.for_task(js, online, network_egress=True)
-    ctl_off = await Controller.for_task(js, offline)
+    ctl_on = await Controller.for_task(js, online, runtime.settings.redis_url, network_egress=True)
+    ctl_off = await Controller.for_task(js, offline, runtime.settings.redis_url)
     try:
         async def warm() -> bool:
             return runtime.service.pool.idle >= 1
@@ -320,7 +322,7 @@ async def test_a_prepared_sandbox_is_bound_before_the_first_action_and_used_by_i
     prepared = await redis.get(binding)
     seats = await runtime.service.seats.seated()
     assert task_id in seats  # the sandbox holds one of the pool's seats
-    ctl = await Controller.for_task(js, task_id)
+    ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
     first = await ctl.run(cmd(task_id, "echo ready"))
     assert isinstance(first, CmdOutputObservation) and first.content.strip() == "ready"
     assert await redis.get(binding) == prepared  # the first action used the prepared one
@@ -344,3 +346,23 @@ async def test_no_sandbox_is_prepared_for_a_task_that_already_ended(
     await runtime.service.prepare(PrepareSandbox(task_id=task_id))
     assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
     assert task_id not in await runtime.service.seats.seated()
+
+
+async def test_an_order_for_an_unknown_task_is_refused_without_a_sandbox(
+    runtime: Runtime, js: JetStreamContext, redis: Redis,
+) -> None:
+    task_id = uuid.uuid4().hex  # no State: forged, or its task was deleted
+    answers = await js.pull_subscribe(
+        work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
+    )
+    action = cmd(task_id, "echo should not run")
+    order = ExecuteAction(task_id=task_id, action=action)
+    await js.publish(work_subject(Service.RUNTIME, task_id), order.model_dump_json().encode(),
+                     headers={"Nats-Msg-Id": order.id})
+    [msg] = await answers.fetch(1, timeout=30)
+    notice = EventAdapter.validate_json(msg.data)
+    assert isinstance(notice, AnswerMissingObservation) and notice.cause == action.id
+    assert notice.why == "dead_lettered" and "unknown task" in notice.detail
+    assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
+    assert task_id not in await runtime.service.seats.seated()
+    assert runtime.service.tasks.local(task_id) is None
