@@ -215,16 +215,18 @@ class RuntimeService:
         return stopped
 
     async def free_stale_seats(self) -> int:
-        """Seats of tasks that ended while their release was lost (a crash): free them."""
+        """Seats of tasks that ended (or vanished) while their release was lost (a crash):
+        release them as the task's end would, the sandbox first, so that the seat is never
+        free while the sandbox still runs."""
         freed = 0
         for task_id in await self.seats.seated():
             if await self._task_is_over(task_id) or (
                 self._states is not None and await self._states.load(task_id) is None
             ):
-                freed += int(await self.seats.release(task_id))
+                await self.release(ReleaseSandbox(task_id=task_id, reason="ended; seat freed"))
+                freed += 1
         if freed:
-            log.info("freed %d seats of tasks that ended", freed)
-            await self.admit_queued()
+            log.info("released %d seats of tasks that ended", freed)
         return freed
 
     # -- admission
