@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -11,6 +10,7 @@ from prometheus_client import Counter, Histogram
 
 from shared.delivery import PermanentError
 from shared.events import AnswerMissingObservation, Event, EventSource, utc_now
+from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
 from shared.state import Outgoing
 from shared.state_store import StateConflict, TaskStateStore
@@ -119,11 +119,4 @@ class ControllerHandlers:
 
     async def watch_deadlines(self, every_s: float) -> None:
         """The sweeper loop, for the life of the process."""
-        while True:
-            await asyncio.sleep(every_s)
-            try:
-                await self.sweep_overdue()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis or NATS away for a moment: the next round retries
-                log.warning("looking for overdue answers failed: %s", exc)
+        await every(every_s, self.sweep_overdue, "looking for overdue answers", log)

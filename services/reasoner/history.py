@@ -101,12 +101,6 @@ class HistoryCache:
         self._evict()
         return [e for e in known.events if e.seq <= up_to_seq]
 
-    def forget(self, task_id: str) -> None:
-        known = self._tasks.pop(task_id, None)
-        if known is not None:
-            self._size -= known.size
-            HISTORY_CACHE_BYTES.set(self._size)
-
     def _remember(self, task_id: str, entry: _TaskHistory) -> None:
         old = self._tasks.pop(task_id, None)
         if old is not None:

@@ -35,6 +35,7 @@ from shared.events import (
     PythonOutputObservation,
     SandboxQueuedObservation,
 )
+from shared.periodic import every
 from shared.redis_client import connect_redis
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
@@ -145,7 +146,10 @@ class RuntimeService:
         self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
         await self.reconcile()
         await self._hold_bound_seats()
-        self._admitter = asyncio.create_task(self._admit_forever(), name="runtime-admission")
+        self._admitter = asyncio.create_task(
+            every(_ADMIT_EVERY_S, self.admit_queued, "admitting queued tasks", log),
+            name="runtime-admission",
+        )
         self.pool.periodic = self._upkeep
         self.pool.start()
         log.info("runtime %s started (pool %s, image %s)", self.replica_id,
@@ -239,16 +243,6 @@ class RuntimeService:
                 await self._task_is_over(task_id)
             ):
                 await self.seats.hold(task_id)
-
-    async def _admit_forever(self) -> None:
-        while True:
-            await asyncio.sleep(_ADMIT_EVERY_S)
-            try:
-                await self.admit_queued()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis or NATS away for a moment: the next round retries
-                log.warning("admitting queued tasks failed: %s", exc)
 
     async def admit_queued(self) -> int:
         """Give free seats to the head of the queue and send their orders again."""
