@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import REGISTRY
 
 from .delivery import DeliveryGuard
+from .health import PROCESS_HEALTH, ProgressMiddleware
 from .settings import CommonSettings
 from .subjects import EVENTS_STREAM, WORK_STREAM, Service
 
@@ -78,7 +79,8 @@ class ServiceBroker(NatsBroker):
             return
         BROKER_LOG.critical(
             "the NATS connection is closed for good; exiting (status %d) so that the service "
-            "is started again", EXIT_BROKER_LOST,
+            "is started again",
+            EXIT_BROKER_LOST,
         )
         logging.shutdown()
         os._exit(EXIT_BROKER_LOST)
@@ -103,6 +105,7 @@ def build_broker(
         settings.nats_url,
         name=f"deckhands-{service.value}",
         middlewares=[
+            ProgressMiddleware,  # first, so a message the guard dead-letters counts as progress
             guard,
             NatsTelemetryMiddleware(tracer_provider=tracer_provider),
             NatsPrometheusMiddleware(registry=REGISTRY, app_name=f"deckhands-{service.value}"),
@@ -112,8 +115,11 @@ def build_broker(
         # A line per message received and processed: DEBUG, not what an operator reads.
         log_level=logging.DEBUG,
         closed_cb=closed,
+        disconnected_cb=PROCESS_HEALTH.disconnected,
+        reconnected_cb=PROCESS_HEALTH.reconnected,
     )
     holder.append(broker)
+    PROCESS_HEALTH.watch(broker)
     return broker
 
 

@@ -15,7 +15,23 @@ class CommonSettings(BaseSettings):
 
     nats_url: str = "nats://127.0.0.1:4222"
     redis_url: str = "redis://127.0.0.1:6379/0"
-    metrics_port: int = Field(default=0, ge=0, le=65535, description="0 disables /metrics.")
+    metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="/metrics, /healthz and /readyz; 0: none."
+    )
+    health_stall_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="/readyz fails for a consumer with messages waiting that received or "
+        "finished none in this process for this long.",
+    )
+    health_reconnect_grace_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="/healthz fails once the NATS connection has been down this long.",
+    )
+    health_deadline_s: float = Field(
+        default=1.5, gt=0, description="How long the event loop may take to answer a probe."
+    )
     log_level: str = "INFO"
     pool_name: str = Field(
         default="default",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 
@@ -10,8 +11,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-from prometheus_client import REGISTRY, start_http_server
 
+from .health import PROCESS_HEALTH, serve_metrics_and_health
 from .settings import CommonSettings
 
 __all__ = ["RedactingFilter", "setup_logging", "setup_metrics", "setup_tracing"]
@@ -75,5 +76,13 @@ def setup_tracing(settings: CommonSettings, service: str) -> TracerProvider:
 
 
 def setup_metrics(settings: CommonSettings) -> None:
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, registry=REGISTRY)
+    """/metrics, /healthz and /readyz on DECKHANDS_METRICS_PORT (see shared.health). Called from
+    a service's start-up hook, on its event loop: the health answers are computed there."""
+    if not settings.metrics_port:
+        return
+    PROCESS_HEALTH.configure(
+        stall_s=settings.health_stall_s,
+        reconnect_grace_s=settings.health_reconnect_grace_s,
+        deadline_s=settings.health_deadline_s,
+    )
+    serve_metrics_and_health(settings.metrics_port, asyncio.get_running_loop())

@@ -162,6 +162,32 @@ def test_python_services_are_scraped_on_the_metrics_port() -> None:
             assert int(annotations["prometheus.io/port"]) == metrics_port, _name(workload)
 
 
+PROBE_PATHS = {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
+
+
+def test_every_service_is_probed_on_its_health_endpoints() -> None:
+    """/metrics answering says nothing about NATS or the consumers (shared/health.py does)."""
+    probed = set()
+    for workload in workloads():
+        for container in pod_spec(workload)["containers"]:
+            module = deckhands_module(container)
+            if not module or not module.startswith("services."):
+                continue
+            probed.add(module)
+            where = f"{_name(workload)} container {container['name']}"
+            port = "http" if module == "services.gateway" else "metrics"
+            for probe, path in PROBE_PATHS.items():
+                assert probe in container, f"{where}: no {probe}"
+                action = container[probe].get("httpGet")
+                assert action, f"{where}: {probe} is not an HTTP probe"
+                assert (action["path"], action["port"]) == (path, port), f"{where}: {probe}"
+                # A worker's own deadline for its event loop (1.5 s) must fit in the probe's.
+                assert container[probe].get("timeoutSeconds", 1) >= 2, f"{where}: {probe} timeout"
+    assert probed == {f"services.{s}" for s in services()}
+    healthcheck = yaml.safe_load(COMPOSE.read_text())["x-metrics-healthcheck"]["test"]
+    assert "/readyz" in healthcheck[-1]
+
+
 def test_services_select_workloads_and_their_ports() -> None:
     documents = k8s_documents()
     for service in (d for d in documents if d["kind"] == "Service"):
