@@ -122,6 +122,12 @@ class LLMClient:
         # What is scarce is the provider's concurrency, not the steps waiting on it: a step
         # holds one of these only while its request is on the wire, never while it backs off.
         self._in_flight = asyncio.Semaphore(settings.llm_max_concurrency)
+        # litellm reads this switch on every call; it sends `openai/` models (and any model
+        # with an API base on the OpenAI route) through its own HTTP handler rather than the
+        # OpenAI SDK (see llm_openai_sdk).
+        os.environ["EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"] = (
+            "false" if settings.llm_openai_sdk else "true"
+        )
 
     def _decide_native(self) -> bool:
         choice = self.settings.llm_native_tool_calling

@@ -66,6 +66,13 @@ class ReasonerSettings(CommonSettings):
     llm_max_output_tokens: int = Field(
         default=1024, ge=0, description="Cap on a reply's tokens; 0 leaves the provider's default."
     )
+    llm_openai_sdk: bool = Field(
+        default=False,
+        description="Send calls to OpenAI and OpenAI-compatible servers through the OpenAI SDK "
+        "instead of litellm's own HTTP client. Off by default: the SDK re-walks every message "
+        "of the conversation against its type hints on each call, which took two thirds of the "
+        "reasoner's CPU per step (26 ms against 10 ms for a 10-step conversation).",
+    )
     llm_input_cost_per_token: float | None = Field(
         default=None,
         ge=0,
