@@ -62,6 +62,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         heartbeat_s=settings.sse_heartbeat_s,
         gap_retry_s=settings.sse_gap_retry_s,
         catch_up_s=settings.history_timeout_s,
+        max_streams_per_client=settings.max_event_streams_per_client,
     )
     readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
     return GatewayContext(settings, broker, redis, tasks, events, readiness)

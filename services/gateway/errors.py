@@ -19,6 +19,7 @@ __all__ = [
     "StorageBadReply",
     "StorageUnavailable",
     "TaskNotFound",
+    "TooManyStreams",
     "install_error_handlers",
 ]
 
@@ -69,6 +70,12 @@ class PayloadTooLarge(GatewayError):
     status_code = 413
 
 
+class TooManyStreams(GatewayError):
+    """The client already holds as many event streams as one client may."""
+
+    status_code = 429
+
+
 class PublishFailed(GatewayError):
     """JetStream did not confirm a publish; nothing was accepted, the client may retry."""
 
@@ -103,12 +110,17 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
+# A 503 is worth retrying soon: the dependency is restarting or catching up. A 429 once one of
+# the client's own streams has ended.
+_RETRY_AFTER_S = {503: "1", 429: "5"}
+
+
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
     if exc.status_code >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
-    # A 503 is worth retrying soon: the dependency is restarting or catching up.
-    headers = {"Retry-After": "1"} if exc.status_code == 503 else None
+    retry_after = _RETRY_AFTER_S.get(exc.status_code)
+    headers = {"Retry-After": retry_after} if retry_after else None
     return JSONResponse(
         status_code=exc.status_code, content={"detail": exc.detail}, headers=headers
     )

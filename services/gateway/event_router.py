@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from shared.commands import MAX_SEQ
 
 from .context import EventServiceDep
+from .event_service import EventStream
 from .models import EventPage, Trajectory
 from .sse import SSE_HEADERS
 
@@ -58,6 +60,7 @@ async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
             "content": {"text/event-stream": {}},
         },
         **_ERRORS,
+        429: {"description": "This client already holds the most event streams one client may"},
     },
     response_class=StreamingResponse,
     summary="Live events; resumable with Last-Event-ID",
@@ -65,6 +68,7 @@ async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
 async def stream_events(
     task_id: str,
     events: EventServiceDep,
+    request: Request,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Start after this seq.")] = 0,
     close_on_terminal: Annotated[
         bool, Query(description="End the stream after the task reaches a terminal state.")
@@ -72,11 +76,32 @@ async def stream_events(
     last_event_id: Annotated[
         int | None,
         Header(
-            alias="Last-Event-ID", ge=0, le=MAX_SEQ,
+            alias="Last-Event-ID",
+            ge=0,
+            le=MAX_SEQ,
             description="Resume after this seq (wins over after).",
         ),
     ] = None,
 ) -> StreamingResponse:
     start = last_event_id if last_event_id is not None else after
-    stream = await events.open_stream(task_id, start, close_on_terminal=close_on_terminal)
-    return StreamingResponse(stream.frames(), media_type="text/event-stream", headers=SSE_HEADERS)
+    client = request.client.host if request.client else "unknown"
+    stream = await events.open_stream(
+        task_id, start, client=client, close_on_terminal=close_on_terminal
+    )
+    return _EventStreamResponse(stream)
+
+
+class _EventStreamResponse(StreamingResponse):
+    """Closes its stream however the response ends: a client that leaves before the first
+    frame ends the response without ever starting `frames()`, whose own clean-up then never
+    runs (the stream would keep its subscription and its client's slot)."""
+
+    def __init__(self, stream: EventStream) -> None:
+        super().__init__(stream.frames(), media_type="text/event-stream", headers=SSE_HEADERS)
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._stream.close()

@@ -29,7 +29,7 @@ from shared.commands import HistoryReply
 from shared.events import TERMINAL_STATES
 from shared.subjects import event_subject
 
-from .errors import GatewayError
+from .errors import GatewayError, TooManyStreams
 from .history import HistoryClient, event_seq
 from .models import EventPage, Trajectory
 from .sse import sse_comment, sse_event, sse_retry
@@ -234,6 +234,7 @@ class EventService:
         heartbeat_s: float,
         gap_retry_s: float,
         catch_up_s: float = 5.0,
+        max_streams_per_client: int = 16,
     ) -> None:
         self.broker = broker
         self.history = history
@@ -242,6 +243,10 @@ class EventService:
         self.gap_retry_s = gap_retry_s
         self.catch_up_s = catch_up_s
         self._open: set[EventStream] = set()
+        # Streams held open per client address: one client cannot take every connection.
+        self.max_streams_per_client = max_streams_per_client
+        self._held: dict[EventStream, str] = {}
+        self._per_client: dict[str, int] = {}
 
     async def page(self, task_id: str, after: int, limit: int) -> EventPage:
         await self.tasks.get(task_id)
@@ -270,8 +275,15 @@ class EventService:
         return Trajectory(task_id=task_id, task=state.task, events=events)
 
     async def open_stream(
-        self, task_id: str, after: int, *, close_on_terminal: bool = False
+        self, task_id: str, after: int, *, client: str = "unknown", close_on_terminal: bool = False
     ) -> EventStream:
+        held = self._per_client.get(client, 0)
+        if held >= self.max_streams_per_client:
+            raise TooManyStreams(
+                f"client {client} already has {held} event streams open, the most one client "
+                f"may hold (DECKHANDS_MAX_EVENT_STREAMS_PER_CLIENT); close one, or resume later "
+                "with Last-Event-ID"
+            )
         await self.tasks.get(task_id)
         stream = EventStream(
             task_id,
@@ -280,11 +292,23 @@ class EventService:
             heartbeat_s=self.heartbeat_s,
             gap_retry_s=self.gap_retry_s,
             close_on_terminal=close_on_terminal,
-            on_close=self._open.discard,
+            on_close=self._closed,
         )
         self._open.add(stream)
+        self._held[stream] = client
+        self._per_client[client] = held + 1
         await stream.start(self.broker.connection)
         return stream
+
+    def _closed(self, stream: EventStream) -> None:
+        self._open.discard(stream)
+        client = self._held.pop(stream, None)
+        if client is not None:
+            left = self._per_client.get(client, 1) - 1
+            if left > 0:
+                self._per_client[client] = left
+            else:
+                self._per_client.pop(client, None)
 
     def stop_streams(self) -> None:
         """Ask every open stream to end (at shutdown), so no client holds the process up."""

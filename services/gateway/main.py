@@ -26,6 +26,7 @@ from shared.telemetry import setup_logging, setup_tracing
 from . import event_router, health_router, task_router
 from .context import build_context
 from .errors import install_error_handlers
+from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
 from .observability import HttpObservabilityMiddleware
 from .settings import GatewaySettings
 
@@ -119,6 +120,8 @@ def build_app(
     app.state.broker = build_gateway_broker(settings, tracer_provider)
     app.state.gateway = None
     install_error_handlers(app)
+    # Inside the observability middleware, so that a refused body is counted and traced too.
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_request_body_bytes)
     app.add_middleware(HttpObservabilityMiddleware)
     app.include_router(task_router.router)
     app.include_router(event_router.router)
@@ -158,6 +161,14 @@ def main() -> None:
         log_level=settings.log_level.lower(),
         log_config=None,  # keep setup_logging's handler, which redacts secrets
         timeout_graceful_shutdown=5,  # a connection that will not close cannot hold us forever
+        # h11 rather than httptools: it bounds the header bytes it buffers, and its protocol
+        # class is where an unfinished request gets its deadline (services.gateway.http_limits).
+        http=bounded_h11_protocol(
+            request_timeout_s=settings.request_timeout_s,
+            max_header_bytes=settings.max_request_header_bytes,
+        ),
+        h11_max_incomplete_event_size=settings.max_request_header_bytes,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     _GatewayServer(config, app).run()
 

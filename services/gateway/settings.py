@@ -46,6 +46,32 @@ class GatewaySettings(CommonSettings):
     sse_gap_retry_s: float = Field(
         default=0.5, gt=0, description="Delay between attempts to fetch missing events."
     )
+    max_request_body_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body; a larger one is answered 413 without being read. "
+        "4 MiB fits the largest legitimate request: a 200,000-character task however its JSON "
+        "escapes it (12 bytes a character at worst), or a replayed trajectory of a few MB.",
+    )
+    max_request_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        description="Request line and headers together; more is answered 431.",
+    )
+    request_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A request (headers and body) not received in full this long after its "
+        "first byte, or after its connection opened, is answered 408 and its connection closed.",
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, description="An idle keep-alive connection is closed after this."
+    )
+    max_event_streams_per_client: int = Field(
+        default=16,
+        ge=1,
+        description="Event streams (SSE) one client address may hold open; more get 429.",
+    )
     readiness_timeout_s: float = Field(
         default=2.0, gt=0, description="Time each /readyz check may take."
     )
