@@ -28,7 +28,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 
 from .events import AnswerMissingObservation, EventSource
-from .publishing import MessageTooLarge, publish_event_to
+from .publishing import MAX_MSG_ID_BYTES, MessageTooLarge, publish_event_to
 from .subjects import DLQ_STREAM, Service, dlq_subject
 
 __all__ = ["DeliveryGuard", "PermanentError", "backoff_delay", "missing_answer_notice"]
@@ -78,7 +78,8 @@ def missing_answer_notice(
     else:
         action = body.get("action")
         awaited = action.get("id") if isinstance(action, dict) else None
-    if not isinstance(awaited, str) or not awaited:
+    # No order of deckhands has an id that long: no task awaits it (and it could not be sent).
+    if not isinstance(awaited, str) or not awaited or len(awaited) > MAX_MSG_ID_BYTES // 2:
         return None
     return AnswerMissingObservation(
         id=f"dlq-{service}-{awaited}",
@@ -125,7 +126,10 @@ class _GuardMiddleware(BaseMiddleware):
         try:
             result = await call_next(msg)
         except (
-            ValidationError, PermanentError, MessageTooLarge, json.JSONDecodeError,
+            ValidationError,
+            PermanentError,
+            MessageTooLarge,
+            json.JSONDecodeError,
             UnicodeDecodeError,
         ) as exc:
             await self._dead_letter(msg, raw, exc, delivered)
@@ -171,7 +175,17 @@ class _GuardMiddleware(BaseMiddleware):
         )
         notice = missing_answer_notice(raw.subject, raw.data, reason)
         if notice is not None:
-            await publish_event_to(broker, Service.CONTROLLER, notice)
+            try:
+                await publish_event_to(broker, Service.CONTROLLER, notice)
+            except Exception as exc:
+                # The dead letter is safe; failing here would leave the message unacknowledged,
+                # to be redelivered and dead-lettered again for ever.
+                log.warning(
+                    "%s: could not tell task %s about its dead-lettered order: %s",
+                    self.guard.service,
+                    notice.task_id,
+                    _reason(exc),
+                )
         log.error("%s: dead-lettered %s: %s", self.guard.service, raw.subject, reason)
         DEAD_LETTERED.labels(self.guard.service.value).inc()
         # The copy is safe in the DLQ stream; only now is the original let go.

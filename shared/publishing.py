@@ -11,6 +11,7 @@ from .subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_s
 
 __all__ = [
     "HEADER_ROOM",
+    "MAX_MSG_ID_BYTES",
     "MessageTooLarge",
     "check_size",
     "payload_budget",
@@ -26,6 +27,10 @@ _JSON = {"content-type": "application/json"}
 # the connection).
 HEADER_ROOM = 8 * 1024
 _DEFAULT_MAX_PAYLOAD = 1024 * 1024
+# A message's id travels as its Nats-Msg-Id header, inside HEADER_ROOM. deckhands' ids are a
+# few dozen bytes; a far longer one comes from a malformed message (ids copied from it), and
+# sent as a header it would take the message past max_payload and the connection with it.
+MAX_MSG_ID_BYTES = 256
 
 
 class MessageTooLarge(ValueError):
@@ -55,6 +60,11 @@ async def publish_json(
 ) -> None:
     data = (payload.model_dump_json() if isinstance(payload, BaseModel) else payload).encode()
     check_size(broker, data, f"the message for {subject}")
+    if len(msg_id.encode()) > MAX_MSG_ID_BYTES:
+        raise MessageTooLarge(
+            f"the message for {subject} has an id of {len(msg_id.encode())} bytes; an id "
+            f"(its Nats-Msg-Id header) may have at most {MAX_MSG_ID_BYTES}"
+        )
     await broker.publish(data, subject, headers={**_JSON, "Nats-Msg-Id": msg_id}, stream=stream)
 
 

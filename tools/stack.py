@@ -26,9 +26,10 @@ import httpx
 from .local_llm import LocalLLMError
 from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
 
-__all__ = ["Stack", "StackConfig", "main", "running"]
+__all__ = ["WORKERS", "Stack", "StackConfig", "main", "running"]
 
 SERVICES = ("storage", "controller", "security", "runtime", "reasoner", "gateway")
+WORKERS = tuple(name for name in SERVICES if name != "gateway")
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SCRIPT = ROOT / "tools" / "scripted_llm" / "scripts" / "seed_squares.json"
 
@@ -47,6 +48,8 @@ class StackConfig:
     llm: str = os.environ.get("DECKHANDS_STACK_LLM", "local")
     # The runtime labels its sandboxes with this; `down` removes only this stack's sandboxes.
     pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
+    # Each worker's /metrics, /healthz and /readyz port (DECKHANDS_METRICS_PORT); none: off.
+    metrics_ports: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def isolated(cls, run_dir: Path, **overrides: Any) -> StackConfig:
@@ -59,12 +62,17 @@ class StackConfig:
             "llm_port": free_port(),
             "pool_name": f"isolated-{run_dir.name}",
             "llm": "scripted",  # tests script their LLM; one slow test asks for the local one
+            "metrics_ports": {name: free_port() for name in WORKERS},
         }
         return cls(**(fields | overrides))
 
     @property
     def gateway_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}"
+
+    def health_url(self, service: str) -> str:
+        """Where a worker answers /healthz and /readyz (KeyError: no port for it)."""
+        return f"http://127.0.0.1:{self.metrics_ports[service]}"
 
 
 class Stack:
@@ -117,10 +125,13 @@ class Stack:
         (self.pids / f"{name}.pid").write_text(str(proc.pid))
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        env = self._env()
+        if name in self.config.metrics_ports:
+            env["DECKHANDS_METRICS_PORT"] = str(self.config.metrics_ports[name])
         proc = subprocess.Popen(
             args,
             cwd=ROOT,
-            env=self._env(),
+            env=env,
             stdout=(self.logs / f"{name}.log").open("ab"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -200,22 +211,34 @@ class Stack:
             self.start_service(name)
         self._wait_ready(timeout_s)
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _ready_url(self, name: str) -> str:
+        if name == "gateway":
+            return f"{self.config.gateway_url}/readyz"
+        return f"{self.config.health_url(name)}/readyz"
+
+    def wait_ready(self, names: tuple[str, ...], timeout_s: float = 60.0) -> None:
+        """Until each of `names` answers /readyz 200 (workers only with a metrics port)."""
         deadline = time.monotonic() + timeout_s
+        waiting = [n for n in names if n == "gateway" or n in self.config.metrics_ports]
         last = "no answer"
-        while time.monotonic() < deadline:
-            dead = [n for n in SERVICES if n not in self.running()]
+        while waiting and time.monotonic() < deadline:
+            dead = [n for n in names if n in SERVICES and n not in self.running()]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}/<name>.log")
             try:
-                r = httpx.get(f"{self.config.gateway_url}/readyz", timeout=2)
+                r = httpx.get(self._ready_url(waiting[0]), timeout=3)
                 if r.status_code == 200:
-                    return
-                last = r.text
+                    waiting.pop(0)
+                    continue
+                last = f"{waiting[0]}: {r.text}"
             except httpx.HTTPError as exc:
-                last = str(exc)
+                last = f"{waiting[0]}: {exc}"
             time.sleep(0.3)
-        raise TimeoutError(f"gateway not ready after {timeout_s}s: {last}")
+        if waiting:
+            raise TimeoutError(f"{', '.join(waiting)} not ready after {timeout_s}s: {last}")
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        self.wait_ready(SERVICES, timeout_s)
 
     def down(self) -> None:
         procs = self.running()
