@@ -6,6 +6,7 @@ import nats
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from .blobs import ensure_blob_bucket
 from .settings import CommonSettings
 from .subjects import DLQ_STREAM, EVENTS_STREAM, WORK_STREAM
 
@@ -63,5 +64,6 @@ async def ensure_streams(settings: CommonSettings) -> None:
                 await js.add_stream(config)
             else:
                 await js.update_stream(config)
+        await ensure_blob_bucket(js, settings.blob_store_max_bytes)
     finally:
         await nc.close()

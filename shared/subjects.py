@@ -5,6 +5,7 @@ Layout:
   deckhands.work.<service>.<task>    work orders to one service (stream WORK, work queue)
   deckhands.dlq.<service>            messages a service gave up on (stream DLQ)
   deckhands.storage.history          request/reply, core NATS
+  object store BLOBS_BUCKET          large content an event refers to (claim checks)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "BLOBS_BUCKET",
     "DLQ_STREAM",
     "EVENTS_STREAM",
     "HISTORY_SUBJECT",
@@ -25,6 +27,7 @@ __all__ = [
 EVENTS_STREAM = "DECKHANDS_EVENTS"
 WORK_STREAM = "DECKHANDS_WORK"
 DLQ_STREAM = "DECKHANDS_DLQ"
+BLOBS_BUCKET = "deckhands-blobs"
 
 HISTORY_SUBJECT = "deckhands.storage.history"
 

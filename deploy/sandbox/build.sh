@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the sandbox image without any registry.
 #
-#   deploy/sandbox/build.sh            # builds deckhands/sandbox:latest if it is missing
+#   deploy/sandbox/build.sh            # builds deckhands/sandbox:latest if it is missing or
+#                                      # was built from another Dockerfile or executor.py
 #   FORCE=1 deploy/sandbox/build.sh    # rebuilds it
 #
 # Environment:
@@ -27,16 +28,24 @@ FORCE_BASE="${FORCE_BASE:-0}"
 
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
-if [[ "$FORCE" != "1" ]] && have_image "$SANDBOX_IMAGE"; then
-    echo "sandbox image $SANDBOX_IMAGE exists (FORCE=1 rebuilds it)"
+# The image records which sources it was built from: an image of an older executor (whose
+# protocol the runtime may have outgrown) is rebuilt, not reused.
+SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" | sha256sum | cut -c1-16)"
+current() {
+    [[ "$(docker image inspect -f '{{ index .Config.Labels "deckhands.sandbox.source" }}' \
+        "$SANDBOX_IMAGE" 2>/dev/null)" == "$SOURCE" ]]
+}
+
+if [[ "$FORCE" != "1" ]] && current; then
+    echo "sandbox image $SANDBOX_IMAGE is up to date (FORCE=1 rebuilds it)"
     exit 0
 fi
 
 # Serialise concurrent builds (tests and `make` may race): the second waits, then skips.
 exec 9>"${TMPDIR:-/tmp}/deckhands-sandbox-build.lock"
 flock 9
-if [[ "$FORCE" != "1" ]] && have_image "$SANDBOX_IMAGE"; then
-    echo "sandbox image $SANDBOX_IMAGE exists (built concurrently)"
+if [[ "$FORCE" != "1" ]] && current; then
+    echo "sandbox image $SANDBOX_IMAGE is up to date (built concurrently)"
     exit 0
 fi
 
@@ -69,5 +78,6 @@ if [[ "$BASE_IMAGE" == "$DEFAULT_BASE" ]] && { [[ "$FORCE_BASE" == "1" ]] || ! h
 fi
 
 echo "building $SANDBOX_IMAGE from $BASE_IMAGE"
-docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$SANDBOX_IMAGE" "$HERE"
+docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "deckhands.sandbox.source=$SOURCE" \
+    -t "$SANDBOX_IMAGE" "$HERE"
 echo "built $SANDBOX_IMAGE"

@@ -15,12 +15,19 @@ container's capped log), never to stdout.
   read   {path, start_line?, end_line?, limit?} -> {ok, path, content, total_lines}
   write  {path, content}                -> {ok, path, size}
   edit   {command, path, ...}           -> {ok, path, content, diff}
+  chunk  {name, offset, size?, drop?}   -> {ok, data, next, eof}
   errors                                -> {ok: false, error, code}
 
 State that lives as long as the sandbox: one bash session in a pseudo-terminal (cwd, variables,
 functions and background jobs survive between commands), and one Python process whose globals
 survive between cells. Requests for different parts run concurrently (a ping is answered while a
 command runs); requests for the same part run in order.
+
+Whole output: `bash`, `python` and `read` take `keep` (bytes). When the output is longer than
+`limit`, the answer's `output`/`content` is still cut in the middle, and the whole of it, if it
+fits in `keep`, is kept in a file under /tmp/.deckhands/kept; the answer names it (`kept`,
+`kept_bytes`). The runtime fetches it with `chunk` (pieces small enough for one protocol line,
+on UTF-8 boundaries) and stores it outside the sandbox. Each part keeps one file at a time.
 """
 
 from __future__ import annotations
@@ -64,7 +71,12 @@ def _load_modules() -> None:
 
 PROTOCOL = 1
 WORKSPACE = os.environ.get("DECKHANDS_WORKSPACE", "/workspace")
-STATE_DIR = "/tmp/.deckhands"
+STATE_DIR = os.environ.get("DECKHANDS_STATE_DIR", "/tmp/.deckhands")
+KEPT_DIR = STATE_DIR + "/kept"
+KEPT_NAMES = ("bash.out", "python.out", "read.out")
+# Bytes of a kept file per `chunk` answer: JSON may escape a control character as 6 bytes, so
+# even the worst piece stays well below the runtime's 1 MiB line limit.
+CHUNK_BYTES = 128 * 1024
 DEFAULT_LIMIT = 30_000
 DEFAULT_TIMEOUT_S = 120.0
 # Kept beyond the limit while reading, so the tail survives until the end marker is seen.
@@ -89,15 +101,81 @@ class Fail(Exception):
 
 
 class Captured:
-    """Output that is cut in the middle once it exceeds `limit`, without holding all of it."""
+    """Output that is cut in the middle once it exceeds `limit`, without holding all of it.
 
-    def __init__(self, limit: int) -> None:
+    With `keep` > 0 the whole output also goes to a file (`kept_name` under KEPT_DIR) while it
+    stays within `keep` bytes; `kept()` then names it when the output was cut.
+    """
+
+    def __init__(self, limit: int, keep: int = 0, kept_name: str = "") -> None:
         self.limit = max(1, limit)
         self.head = ""
         self.tail = ""
         self.dropped = 0
+        self.keep = keep if kept_name else 0
+        self.kept_name = kept_name
+        self.kept_bytes = 0
+        self._kept_file: Any = None
+        if self.keep:
+            _unlink_kept(kept_name)  # the part's previous output, fetched or abandoned
+
+    def _keep(self, text: str) -> None:
+        if not self.keep or not text:
+            return
+        data = text.encode("utf-8", "replace")
+        try:
+            if self._kept_file is None:
+                os.makedirs(KEPT_DIR, mode=0o700, exist_ok=True)
+                self._kept_file = open(os.path.join(KEPT_DIR, self.kept_name), "wb")
+            if self.kept_bytes + len(data) > self.keep:
+                raise OSError("longer than keep")
+            self._kept_file.write(data)
+            self.kept_bytes += len(data)
+        except OSError:  # too long, or /tmp is full: the cut output is all there is
+            self._stop_keeping()
+
+    def _stop_keeping(self) -> None:
+        if self._kept_file is not None:
+            with contextlib.suppress(OSError):
+                self._kept_file.close()
+            self._kept_file = None
+        self.keep = 0
+        _unlink_kept(self.kept_name)
+
+    def trim_end(self, count: int) -> None:
+        """Remove the last `count` characters (the shell's end marker and what follows it)."""
+        if count <= 0:
+            return
+        removed = self.tail[-count:]
+        self.tail = self.tail[:-count]
+        if self._kept_file is not None:
+            size = len(removed.encode("utf-8", "replace"))
+            try:
+                self._kept_file.flush()
+                self.kept_bytes = max(0, self.kept_bytes - size)
+                self._kept_file.truncate(self.kept_bytes)
+                self._kept_file.seek(self.kept_bytes)
+            except OSError:
+                self._stop_keeping()
+
+    def kept(self) -> dict[str, Any]:
+        """`{kept, kept_bytes}` when the output was cut and is kept whole; else nothing."""
+        if self._kept_file is None:
+            return {}
+        try:
+            self._kept_file.close()
+        except OSError:
+            self._kept_file = None
+            self._stop_keeping()
+            return {}
+        self._kept_file = None
+        if len(self.head) + self.dropped + len(self.tail) <= self.limit:
+            _unlink_kept(self.kept_name)  # not cut: the answer carries all of it
+            return {}
+        return {"kept": self.kept_name, "kept_bytes": self.kept_bytes}
 
     def add(self, text: str) -> None:
+        self._keep(text)
         self.tail += text
         keep = self.limit - self.limit // 2 + _SLACK
         if len(self.tail) > keep + self.limit + _SLACK:
@@ -111,6 +189,34 @@ class Captured:
 
     def render(self, tail: str | None = None) -> str:
         return cut_middle(self.head, self.dropped, self.tail if tail is None else tail, self.limit)
+
+
+def _whole_characters(data: bytes) -> int:
+    """Length of `data` without a UTF-8 character cut at its end."""
+    end = len(data)
+    start = end - 1
+    while start >= 0 and end - start < 4 and (data[start] & 0xC0) == 0x80:
+        start -= 1  # continuation bytes: find the character's first byte
+    if start < 0:
+        return end
+    lead = data[start]
+    width = 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    return start if start + width > end else end
+
+
+def _unlink_kept(name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(KEPT_DIR, name))
+
+
+def keep_whole(name: str, text: str, limit: int, keep: int) -> dict[str, Any]:
+    """Keep `text` (already whole in memory) like Captured does, when it is longer than limit."""
+    if keep <= 0 or len(text) <= limit:
+        return {}
+    out = Captured(limit, keep, name)
+    out.head, out.dropped = "", len(text)  # counts as cut without holding it twice
+    out._keep(text)
+    return out.kept()
 
 
 def cut_middle(head: str, dropped: int, tail: str, limit: int) -> str:
@@ -313,7 +419,7 @@ class BashSession:
             found = self.marker.search(out.tail)
             if found:
                 rest = out.tail[found.end() :]
-                out.tail = out.tail[: found.start()]
+                out.trim_end(len(out.tail) - found.start())
                 self.pending = rest
                 return "done", int(found.group(1)), found.group(2)
             now = time.monotonic()
@@ -369,7 +475,7 @@ class BashSession:
             if self.proc is not None:
                 notes.append("[the previous shell had died; a new shell was started]")
             self.start()
-        out = Captured(limit)
+        out = Captured(limit, int(req.get("keep") or 0), "bash.out")
         deadline = time.monotonic() + timeout_s
         self._finished_meanwhile = None
 
@@ -477,7 +583,7 @@ class BashSession:
     ) -> dict[str, Any]:
         return {
             "ok": True, "output": out.render(), "exit_code": code, "cwd": cwd or self._cwd(),
-            "timed_out": timed_out, "running": running, "note": "\n".join(notes),
+            "timed_out": timed_out, "running": running, "note": "\n".join(notes), **out.kept(),
         }
 
 
@@ -558,7 +664,7 @@ class PythonSession:
                 notes.append("[the previous Python process had died; its variables were lost]")
             self.start()
         assert self.proc is not None
-        out = Captured(limit)
+        out = Captured(limit, int(req.get("keep") or 0), "python.out")
         before_oom = oom_kills()
         try:
             os.write(self.ctrl_w, (json.dumps({"code": str(req.get("code", ""))}) + "\n").encode())
@@ -596,7 +702,7 @@ class PythonSession:
             result = {"rc": rc if rc >= 0 else 128 - rc}
         return {
             "ok": True, "output": out.render(), "exit_code": int(result.get("rc", 1)),
-            "timed_out": timed_out, "note": "\n".join(notes),
+            "timed_out": timed_out, "note": "\n".join(notes), **out.kept(),
         }
 
     def _drain_output(self, out: Captured) -> None:
@@ -713,7 +819,31 @@ class Files:
         content = "".join(lines[start - 1 : stop])
         limit = int(req.get("limit") or DEFAULT_LIMIT)
         return {"ok": True, "path": path, "content": cut_middle("", 0, content, limit),
-                "total_lines": len(lines)}
+                "total_lines": len(lines),
+                **keep_whole("read.out", content, limit, int(req.get("keep") or 0))}
+
+    def chunk(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A piece of a kept file, from byte `offset`, ending on a UTF-8 character boundary."""
+        name = str(req.get("name", ""))
+        if name not in KEPT_NAMES:
+            raise Fail("bad_request", f"no kept output is called {name!r}")
+        offset = max(0, int(req.get("offset") or 0))
+        size = min(max(4, int(req.get("size") or CHUNK_BYTES)), CHUNK_BYTES)
+        path = os.path.join(KEPT_DIR, name)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(size + 1)
+        except FileNotFoundError:
+            raise Fail("not_found", f"the kept output {name!r} is gone") from None
+        eof = len(data) <= size
+        data = data[:size]
+        if not eof:
+            data = data[: _whole_characters(data)]
+        if eof and req.get("drop"):
+            _unlink_kept(name)
+        return {"ok": True, "data": data.decode("utf-8", "replace"),
+                "next": offset + len(data), "eof": eof}
 
     def write(self, req: dict[str, Any]) -> dict[str, Any]:
         path = _resolve(str(req.get("path", "")))
@@ -1008,6 +1138,7 @@ def _boot(dispatcher: Dispatcher) -> None:
             (("bash",), bash.run, warm_shell),
             (("python",), PYTHON.run, None),
             (("read", "write", "edit"), lambda r: getattr(files, r["op"])(r), None),
+            (("chunk",), files.chunk, None),
         ):
             jobs: queue.Queue[dict[str, Any]] = queue.Queue()
             threading.Thread(

@@ -9,8 +9,10 @@ from fastapi import Depends, Request
 from faststream.nats import NatsBroker
 from redis.asyncio import Redis
 
+from shared.blobs import BlobStore
 from shared.state_store import TaskStateStore
 
+from .blob_service import BlobService
 from .event_service import EventService
 from .history import HistoryClient
 from .readiness_service import ReadinessService
@@ -18,6 +20,7 @@ from .settings import GatewaySettings
 from .task_service import TaskDefaults, TaskService
 
 __all__ = [
+    "BlobServiceDep",
     "EventServiceDep",
     "GatewayContext",
     "ReadinessServiceDep",
@@ -35,6 +38,7 @@ class GatewayContext:
     tasks: TaskService
     events: EventService
     readiness: ReadinessService
+    blobs: BlobService
 
 
 def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
@@ -65,7 +69,8 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         max_streams_per_client=settings.max_event_streams_per_client,
     )
     readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
-    return GatewayContext(settings, broker, redis, tasks, events, readiness)
+    blobs = BlobService(tasks, BlobStore(lambda: broker.connection.jetstream()))
+    return GatewayContext(settings, broker, redis, tasks, events, readiness, blobs)
 
 
 def get_context(request: Request) -> GatewayContext:
@@ -87,6 +92,11 @@ def _readiness(context: Annotated[GatewayContext, Depends(get_context)]) -> Read
     return context.readiness
 
 
+def _blobs(context: Annotated[GatewayContext, Depends(get_context)]) -> BlobService:
+    return context.blobs
+
+
 TaskServiceDep = Annotated[TaskService, Depends(_tasks)]
+BlobServiceDep = Annotated[BlobService, Depends(_blobs)]
 EventServiceDep = Annotated[EventService, Depends(_events)]
 ReadinessServiceDep = Annotated[ReadinessService, Depends(_readiness)]

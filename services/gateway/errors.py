@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 __all__ = [
     "EgressForbidden",
@@ -42,6 +43,13 @@ class TaskNotFound(GatewayError):
     def __init__(self, task_id: str) -> None:
         super().__init__(f"task {task_id!r} not found")
         self.task_id = task_id
+
+
+class BlobNotFound(GatewayError):
+    status_code = 404
+
+    def __init__(self, task_id: str, sha256: str) -> None:
+        super().__init__(f"task {task_id!r} has no blob {sha256!r}")
 
 
 class EgressForbidden(GatewayError):
@@ -115,6 +123,27 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 _RETRY_AFTER_S = {503: "1", 429: "5"}
 
 
+def _invalid_body(reason: str) -> JSONResponse:
+    error = {"type": "json_invalid", "loc": ["body"], "field": "body", "msg": reason}
+    return JSONResponse(
+        status_code=422, content={"detail": [error], "message": f"invalid request: body: {reason}"}
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own refusals, in the gateway's shape. A body it cannot even decode (not UTF-8)
+    is its 400 "error parsing the body": here it is what every other malformed body is, 422."""
+    assert isinstance(exc, StarletteHTTPException)
+    cause = exc.__cause__
+    if exc.status_code == 400 and isinstance(cause, UnicodeDecodeError):
+        return _invalid_body(f"body is not valid JSON: not UTF-8 ({cause.reason})")
+    return JSONResponse(
+        status_code=exc.status_code,
+        content={"detail": exc.detail},
+        headers=getattr(exc, "headers", None),
+    )
+
+
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
     if exc.status_code >= 500:
@@ -133,5 +162,6 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shared.events import (
+    BlobRef,
     CmdOutputObservation,
     CmdRunAction,
     ErrorObservation,
@@ -23,10 +26,21 @@ from shared.events import (
 )
 
 from .containers import Sandbox
-from .executor_client import ExecutorError
+from .executor_client import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
 
-__all__ = ["RuntimeObservation", "error_observation", "observation_id", "run_action"]
+__all__ = [
+    "KeepBlob",
+    "RuntimeObservation",
+    "error_observation",
+    "observation_id",
+    "run_action",
+]
+
+log = logging.getLogger("deckhands.runtime.actions")
+
+# Stores a task's content in the blob store and returns its claim check.
+KeepBlob = Callable[[str, bytes], Awaitable[BlobRef]]
 
 RuntimeObservation = (
     CmdOutputObservation
@@ -70,47 +84,100 @@ def _with_note(output: str, note: str) -> str:
     return output + note
 
 
+def _notes(*notes: str) -> str:
+    return "\n".join(n for n in notes if n)
+
+
+async def _kept(
+    sandbox: Sandbox, action: EventBase, answer: dict[str, Any], keep: KeepBlob | None
+) -> tuple[BlobRef | None, str]:
+    """Fetch the whole output the executor kept (in pieces) into the blob store.
+
+    Returns its claim check, or None and a note saying why it could not be kept; a failure
+    here never fails the action, whose cut output is already in hand.
+    """
+    name = answer.get("kept")
+    if not name or keep is None:
+        return None, ""
+    pieces: list[bytes] = []
+    offset = 0
+    try:
+        while True:
+            piece = await sandbox.client.request(
+                "chunk", 30.0, name=name, offset=offset, drop=True
+            )
+            pieces.append(str(piece.get("data", "")).encode())
+            offset = int(piece["next"])
+            if piece.get("eof"):
+                break
+        return await keep(action.task_id, b"".join(pieces)), ""
+    except (ExecutorError, SandboxLost, KeyError, ValueError, TimeoutError, OSError) as exc:
+        log.warning("task %s: whole output not kept: %s", action.task_id, exc)
+        return None, f"[the whole output could not be kept: {exc}]"
+    except Exception as exc:  # the blob store (NATS) refused it: full, or unreachable
+        log.warning("task %s: whole output not kept: %s", action.task_id, exc)
+        return None, f"[the whole output could not be kept: {type(exc).__name__}]"
+
+
 async def run_action(
-    sandbox: Sandbox, action: RunnableAction, settings: RuntimeSettings
+    sandbox: Sandbox,
+    action: RunnableAction,
+    settings: RuntimeSettings,
+    keep: KeepBlob | None = None,
 ) -> RuntimeObservation:
     """Run the action; executor-reported failures become an ErrorObservation.
 
+    With `keep`, output longer than output_limit is also kept whole (up to output_keep_bytes)
+    in the blob store, and the observation carries its claim check (`content_ref`).
     SandboxLost and TimeoutError propagate: the caller decides what a dead sandbox means.
     """
     limit = settings.output_limit
+    whole = settings.output_keep_bytes if keep is not None else 0
     fields = _answer_fields(action)
     try:
         if isinstance(action, CmdRunAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
             request: dict[str, Any] = {
                 "command": action.command, "timeout_s": timeout_s, "limit": limit,
-                "is_input": action.is_input,
+                "is_input": action.is_input, "keep": whole,
             }
             quiet = action.no_output_timeout_s or settings.no_output_timeout_s
             if quiet:
                 request["no_output_timeout_s"] = quiet
             answer = await sandbox.client.request("bash", timeout_s + _GRACE_S, **request)
+            ref, missed = await _kept(sandbox, action, answer, keep)
             return CmdOutputObservation(
-                **fields, command=action.command,
-                content=_with_note(answer.get("output", ""), answer.get("note", "")),
+                **fields, command=action.command, content_ref=ref,
+                content=_with_note(
+                    answer.get("output", ""), _notes(answer.get("note", ""), missed)
+                ),
                 exit_code=int(answer.get("exit_code", -1)), cwd=str(answer.get("cwd", "")),
                 timed_out=bool(answer.get("timed_out")),
             )
         if isinstance(action, RunPythonAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
             answer = await sandbox.client.request(
-                "python", timeout_s + _GRACE_S, code=action.code, timeout_s=timeout_s, limit=limit
+                "python", timeout_s + _GRACE_S, code=action.code, timeout_s=timeout_s,
+                limit=limit, keep=whole,
             )
+            ref, missed = await _kept(sandbox, action, answer, keep)
             return PythonOutputObservation(
-                **fields, content=_with_note(answer.get("output", ""), answer.get("note", "")),
+                **fields, content_ref=ref,
+                content=_with_note(
+                    answer.get("output", ""), _notes(answer.get("note", ""), missed)
+                ),
                 exit_code=int(answer.get("exit_code", 0)),
             )
         if isinstance(action, FileReadAction):
             answer = await sandbox.client.request(
                 "read", 60.0, path=action.path, start_line=action.start_line,
-                end_line=action.end_line, limit=limit,
+                end_line=action.end_line, limit=limit, keep=whole,
             )
-            return FileReadObservation(**fields, path=answer["path"], content=answer["content"])
+            ref, missed = await _kept(sandbox, action, answer, keep)
+            return FileReadObservation(
+                **fields, path=answer["path"], content=_with_note(answer["content"], missed),
+                content_ref=ref,
+            )
         if isinstance(action, FileWriteAction):
             answer = await sandbox.client.request(
                 "write", 60.0, path=action.path, content=action.content

@@ -40,7 +40,7 @@ from shared.redis_client import connect_redis
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
 
-from .actions import RuntimeObservation, error_observation, run_action
+from .actions import KeepBlob, RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
@@ -88,11 +88,16 @@ _ADMIT_EVERY_S = 1.0
 
 class RuntimeService:
     def __init__(
-        self, settings: RuntimeSettings, publish: Publish, resend: Resend | None = None
+        self,
+        settings: RuntimeSettings,
+        publish: Publish,
+        resend: Resend | None = None,
+        keep: KeepBlob | None = None,
     ) -> None:
         self.settings = settings
         self.publish = publish
         self.resend = resend  # sends a queued task's order again once it has a seat
+        self.keep = keep  # the blob store, for whole outputs (None: only cut ones)
         self.replica_id = _replica_id()
         self.docker = DockerSandboxes(settings, self.replica_id)
         self.pool = WarmPool(settings, self.docker)
@@ -424,7 +429,7 @@ class RuntimeService:
             ACTIONS.labels(kind, "interrupted").inc()
             return self._interrupted(action)
         try:
-            observation = await run_action(sandbox, action, self.settings)
+            observation = await run_action(sandbox, action, self.settings, self.keep)
             observation = _with_notice(sandbox, observation)
         except (SandboxLost, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):

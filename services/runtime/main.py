@@ -9,6 +9,7 @@ from faststream import FastStream
 from faststream.nats.annotations import NatsMessage
 from pydantic import Field
 
+from shared.blobs import BlobStore
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
 from shared.events import (
@@ -55,7 +56,8 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
             f"{order.id}.seated.{new_id()}", WORK_STREAM,
         )
 
-    service = RuntimeService(settings, publish, resend)
+    blobs = BlobStore(lambda: broker.connection.jetstream())
+    service = RuntimeService(settings, publish, resend, blobs.put)
 
     @broker.subscriber(
         work_subject(Service.RUNTIME),

@@ -123,6 +123,12 @@ class RuntimeSettings(CommonSettings):
         default=30_000, ge=100,
         description="Characters of output kept per action; the middle of longer output is cut.",
     )
+    output_keep_bytes: int = Field(
+        default=4 << 20, ge=0, le=256 << 20,
+        description="A command's, cell's or file read's whole output, when longer than "
+        "output_limit, is kept in the blob store up to this many bytes (the observation's "
+        "content_ref; GET /v1/tasks/{id}/blobs/{sha256}); 0 keeps only the cut output.",
+    )
     workers: int = Field(
         default=512, ge=1,
         description="Work orders one replica handles at once (different tasks). A running "

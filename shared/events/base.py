@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["EventBase", "EventSource", "new_id", "utc_now"]
+__all__ = ["BlobRef", "EventBase", "EventSource", "new_id", "utc_now"]
 
 
 def new_id() -> str:
@@ -42,3 +42,14 @@ class EventBase(BaseModel):
     cause: str | None = Field(
         default=None, description="Id of the event this one answers (an observation's action)."
     )
+
+
+class BlobRef(BaseModel):
+    """A claim check: content too large to travel in an event, kept in JetStream's object store
+    under `<task id>/<sha256>`; `GET /v1/tasks/{id}/blobs/{sha256}` serves it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hex SHA-256 of the content.")
+    size: int = Field(ge=0, description="Bytes.")
+    media_type: str = Field(default="text/plain; charset=utf-8")

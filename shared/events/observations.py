@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from .actions import LLMUsage
-from .base import EventBase
+from .base import BlobRef, EventBase
 from .state import AgentState
 
 __all__ = [
@@ -36,18 +36,30 @@ class CmdOutputObservation(EventBase):
     exit_code: int
     cwd: str
     timed_out: bool = False
+    content_ref: BlobRef | None = Field(
+        default=None,
+        description="The whole output, kept in the blob store when `content` had to be cut.",
+    )
 
 
 class PythonOutputObservation(EventBase):
     kind: Literal["python_output"] = "python_output"
     content: str
     exit_code: int = 0
+    content_ref: BlobRef | None = Field(
+        default=None,
+        description="The whole output, kept in the blob store when `content` had to be cut.",
+    )
 
 
 class FileReadObservation(EventBase):
     kind: Literal["read_output"] = "read_output"
     path: str
     content: str
+    content_ref: BlobRef | None = Field(
+        default=None,
+        description="The whole text read, kept in the blob store when `content` had to be cut.",
+    )
 
 
 class FileWriteObservation(EventBase):

@@ -268,3 +268,25 @@ async def test_a_client_that_goes_away_releases_its_stream(
             break
         await asyncio.sleep(0.1)
     assert await open_streams(http) == before
+
+
+async def test_a_blob_an_event_refers_to_is_served_whole(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    from shared.blobs import BlobStore
+
+    task_id = await new_task(http)
+    whole = "".join(f"line {i} é\n" for i in range(200_000)).encode()  # past max_payload
+    ref = await BlobStore(nc.jetstream).put(task_id, whole)
+    served = await http.get(f"/v1/tasks/{task_id}/blobs/{ref.sha256}")
+    assert served.status_code == 200, served.text
+    assert served.content == whole
+    assert served.headers["content-type"] == "text/plain; charset=utf-8"
+
+    other = await new_task(http)  # a blob is found only under its own task
+    missing = await http.get(f"/v1/tasks/{other}/blobs/{ref.sha256}")
+    assert missing.status_code == 404 and "no blob" in missing.json()["detail"]
+    unknown = await http.get(f"/v1/tasks/nope/blobs/{ref.sha256}")
+    assert unknown.status_code == 404 and "not found" in unknown.json()["detail"]
+    malformed = await http.get(f"/v1/tasks/{task_id}/blobs/not-a-hash")
+    assert malformed.status_code == 422

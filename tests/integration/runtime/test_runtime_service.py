@@ -366,3 +366,39 @@ async def test_an_order_for_an_unknown_task_is_refused_without_a_sandbox(
     assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
     assert task_id not in await runtime.service.seats.seated()
     assert runtime.service.tasks.local(task_id) is None
+
+
+async def test_a_long_output_is_cut_and_kept_whole_in_the_blob_store(
+    runtime: Runtime, js: JetStreamContext
+) -> None:
+    from shared.blobs import BlobMissing, BlobStore
+
+    task_id = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
+    blobs = BlobStore(lambda: js)
+    # About 1.9 MB of output: more than a NATS message may carry, kept whole outside the event.
+    whole = "".join(f"line {i} é€\n" for i in range(1, 150_001))
+    big = await ctl.run(cmd(task_id, "for i in $(seq 1 150000); do echo \"line $i é€\"; done"))
+    assert isinstance(big, CmdOutputObservation) and big.exit_code == 0
+    assert "characters cut from the middle" in big.content
+    assert len(big.content) < runtime.settings.output_limit + 200
+    assert big.content_ref is not None and big.content_ref.size == len(whole.encode())
+    assert (await blobs.get(task_id, big.content_ref.sha256)).decode() == whole
+
+    short = await ctl.run(cmd(task_id, "echo short"))
+    assert isinstance(short, CmdOutputObservation) and short.content_ref is None
+
+    cell = await ctl.run(RunPythonAction(task_id=task_id, source=EventSource.AGENT,
+                                         code="print('x' * 100_000)"))
+    assert isinstance(cell, PythonOutputObservation) and cell.content_ref is not None
+    assert await blobs.get(task_id, cell.content_ref.sha256) == b"x" * 100_000 + b"\n"
+
+    await ctl.run(cmd(task_id, "seq 1 100000 > numbers.txt"))
+    read = await ctl.run(FileReadAction(task_id=task_id, source=EventSource.AGENT,
+                                        path="numbers.txt"))
+    assert isinstance(read, FileReadObservation) and read.content_ref is not None
+    numbers = "".join(f"{i}\n" for i in range(1, 100_001)).encode()
+    assert await blobs.get(task_id, read.content_ref.sha256) == numbers
+    with pytest.raises(BlobMissing):
+        await blobs.get(uuid.uuid4().hex, read.content_ref.sha256)
+    await ctl.release()

@@ -32,7 +32,8 @@ def _module() -> Any:
 class Executor:
     def __init__(self, workspace: Path) -> None:
         env = {**os.environ, "DECKHANDS_WORKSPACE": str(workspace),
-               "HOME": str(workspace / ".home")}
+               "HOME": str(workspace / ".home"),
+               "DECKHANDS_STATE_DIR": str(workspace / ".state")}
         self.proc = subprocess.Popen(
             [sys.executable, str(EXECUTOR)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=env, cwd=workspace,
@@ -149,3 +150,43 @@ def test_editor_commands(executor: Executor, tmp_path: Path) -> None:
     executor.call("edit", command="undo", path="m.py")
     assert not (tmp_path / "m.py").exists()
     assert executor.call("edit", command="undo", path="m.py")["code"] == "nothing_to_undo"
+
+
+def fetch_kept(executor: Executor, name: str, size: int | None = None) -> str:
+    parts, offset = [], 0
+    while True:
+        piece = executor.call("chunk", name=name, offset=offset, drop=True,
+                              **({"size": size} if size else {}))
+        assert piece["ok"] is True, piece
+        parts.append(piece["data"])
+        offset = piece["next"]
+        if piece["eof"]:
+            return "".join(parts)
+
+
+def test_long_output_is_cut_and_kept_whole(executor: Executor, tmp_path: Path) -> None:
+    whole = "".join(f"{i} é€😀\n" for i in range(1, 50_001))
+    answer = executor.call("bash", command="for i in $(seq 1 50000); do echo \"$i é€😀\"; done",
+                           limit=1000, keep=4 << 20, timeout_s=60)
+    assert answer["exit_code"] == 0 and "characters cut from the middle" in answer["output"]
+    assert answer["kept"] == "bash.out"
+    assert answer["kept_bytes"] == len(whole.encode())
+    # Small pieces end on character boundaries; joined they are the output, end marker excluded.
+    assert fetch_kept(executor, "bash.out", size=1001) == whole
+    assert not (tmp_path / ".state" / "kept" / "bash.out").exists()  # dropped at the end
+    gone = executor.call("chunk", name="bash.out", offset=0)
+    assert gone["ok"] is False and gone["code"] == "not_found"
+
+    short = executor.call("bash", command="echo short", limit=1000, keep=4 << 20)
+    assert short["output"] == "short\n" and "kept" not in short
+    too_long = executor.call("bash", command="seq 1 100000", limit=1000, keep=10_000)
+    assert "kept" not in too_long and "characters cut" in too_long["output"]
+
+    cell = executor.call("python", code="print('x' * 5000)", limit=100, keep=1 << 20)
+    assert fetch_kept(executor, cell["kept"]) == "x" * 5000 + "\n"
+    (tmp_path / "big.txt").write_text("line\n" * 3000)
+    read = executor.call("read", path=str(tmp_path / "big.txt"), limit=100, keep=1 << 20)
+    assert read["kept"] == "read.out"
+    assert fetch_kept(executor, "read.out") == "line\n" * 3000
+    escape = executor.call("chunk", name="../../etc/passwd", offset=0)
+    assert escape["ok"] is False and escape["code"] == "bad_request"
