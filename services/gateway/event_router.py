@@ -12,7 +12,7 @@ from shared.commands import MAX_SEQ
 
 from .context import EventServiceDep
 from .event_service import EventStream
-from .models import EventPage, Trajectory
+from .models import ErrorResponse, EventPage, Trajectory
 from .sse import SSE_HEADERS
 
 __all__ = ["router"]
@@ -20,8 +20,9 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/tasks", tags=["events"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"description": "Unknown task"},
-    503: {"description": "The storage service did not answer in time"},
+    404: {"model": ErrorResponse, "description": "Unknown task"},
+    502: {"model": ErrorResponse, "description": "The storage service answered with an error"},
+    503: {"model": ErrorResponse, "description": "The storage service did not answer in time"},
 }
 
 
@@ -60,7 +61,11 @@ async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
             "content": {"text/event-stream": {}},
         },
         **_ERRORS,
-        429: {"description": "This client already holds the most event streams one client may"},
+        429: {
+            "model": ErrorResponse,
+            "description": "This client already holds DECKHANDS_MAX_EVENT_STREAMS_PER_CLIENT "
+            "event streams",
+        },
     },
     response_class=StreamingResponse,
     summary="Live events; resumable with Last-Event-ID",

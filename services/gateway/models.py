@@ -14,7 +14,9 @@ __all__ = [
     "AcceptedEvent",
     "ConfirmationRequest",
     "CreateTaskRequest",
+    "ErrorResponse",
     "EventPage",
+    "InvalidRequestResponse",
     "MessageRequest",
     "ReadinessReport",
     "SubTaskView",
@@ -100,6 +102,20 @@ class ConfirmationRequest(_Request):
         min_length=1, max_length=128, description="Id of the action awaiting confirmation."
     )
     approve: bool
+
+
+class ErrorResponse(BaseModel):
+    """Every refusal but a validation error (422): what went wrong, and what to do about it."""
+
+    detail: str
+
+
+class InvalidRequestResponse(BaseModel):
+    """422: each invalid field (`detail` a list, `message` a summary), or a request that
+    contradicts an earlier one (`detail` a sentence, e.g. a reused Idempotency-Key)."""
+
+    detail: list[dict[str, Any]] | str
+    message: str | None = None
 
 
 class TaskCreated(BaseModel):

@@ -14,6 +14,8 @@ from .models import (
     AcceptedEvent,
     ConfirmationRequest,
     CreateTaskRequest,
+    ErrorResponse,
+    InvalidRequestResponse,
     MessageRequest,
     TaskCreated,
     TaskView,
@@ -26,9 +28,26 @@ router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 Responses = dict[int | str, dict[str, Any]]
 
-_NOT_FOUND: Responses = {404: {"description": "Unknown task"}}
-_UNAVAILABLE: Responses = {503: {"description": "NATS or Redis unavailable; retry"}}
-_CONTROL_RESPONSES: Responses = {**_NOT_FOUND, **_UNAVAILABLE}
+_NOT_FOUND: Responses = {404: {"model": ErrorResponse, "description": "Unknown task"}}
+_UNAVAILABLE: Responses = {
+    503: {"model": ErrorResponse, "description": "NATS or Redis unavailable; retry"}
+}
+_TOO_LARGE: Responses = {
+    413: {
+        "model": ErrorResponse,
+        "description": "The body is over DECKHANDS_MAX_REQUEST_BODY_BYTES, or what it asks to "
+        "send would not fit in one broker message; the detail names the size and the limit",
+    }
+}
+_INVALID: Responses = {
+    422: {
+        "model": InvalidRequestResponse,
+        "description": "An invalid field (each named), or an Idempotency-Key reused for "
+        "another request",
+    }
+}
+_CONTROL_RESPONSES: Responses = {**_NOT_FOUND, **_UNAVAILABLE, **_INVALID}
+_INPUT_RESPONSES: Responses = {**_CONTROL_RESPONSES, **_TOO_LARGE}
 
 IdempotencyKey = Annotated[
     str | None,
@@ -47,8 +66,12 @@ IdempotencyKey = Annotated[
     response_model=TaskCreated,
     responses={
         **_UNAVAILABLE,
-        403: {"description": "Network egress asked for, but this server disallows it"},
-        422: {"description": "Invalid body, or a reused key"},
+        **_TOO_LARGE,
+        **_INVALID,
+        403: {
+            "model": ErrorResponse,
+            "description": "Network egress asked for, but this server disallows it",
+        },
     },
     summary="Create a task and start its agent",
 )
@@ -74,7 +97,9 @@ async def create_task(
     return TaskCreated(id=created.state.task_id, state=created.state.agent_state)
 
 
-@router.get("/{task_id}", response_model=TaskView, responses=_NOT_FOUND, summary="A task's state")
+@router.get(
+    "/{task_id}", response_model=TaskView, responses=_CONTROL_RESPONSES, summary="A task's state"
+)
 async def get_task(task_id: str, tasks: TaskServiceDep) -> TaskView:
     state, sub_tasks = await tasks.get_with_sub_tasks(task_id)
     return TaskView.from_state(state, sub_tasks, await tasks.queue_position(state))
@@ -88,7 +113,7 @@ def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:
     "/{task_id}/messages",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=AcceptedEvent,
-    responses=_CONTROL_RESPONSES,
+    responses=_INPUT_RESPONSES,
     summary="Send a user message to the task's agent (also resumes a waiting task)",
 )
 async def send_message(
@@ -117,7 +142,7 @@ def _control_route(path: str, summary: str) -> Any:
         path,
         status_code=status.HTTP_202_ACCEPTED,
         response_model=AcceptedEvent,
-        responses=_CONTROL_RESPONSES,
+        responses=_INPUT_RESPONSES,
         summary=summary,
     )
 
