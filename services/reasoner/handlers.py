@@ -20,6 +20,7 @@ from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from redis.asyncio import Redis
 
+from shared.blobs import BlobMissing, BlobStore
 from shared.commands import StepRequest
 from shared.delivery import PermanentError
 from shared.publishing import publish_event_to
@@ -31,13 +32,15 @@ from .history import HistoryCache
 from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
 from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
 from .prompt import NoTaskError, PromptView, prompt_view
-from .replay import replayed_action
+from .replay import recorded_actions, replay_index, replayed_action
 from .replies import (
     ReasonerEvent,
+    bounded_event,
     condensation_event,
-    event_for_reply,
+    keep_large_write,
     llm_error_event,
     rate_limited_event,
+    reply_event,
 )
 from .settings import ReasonerSettings
 from .tools import TOOL_SPECS
@@ -97,11 +100,13 @@ class StepHandler:
         settings: ReasonerSettings,
         llm: LLMClient,
         redis: Redis | None = None,
+        blobs: BlobStore | None = None,
     ) -> None:
         self.broker = broker
         self.settings = settings
         self.llm = llm
         self.redis = redis  # set at start-up; None: no trajectories to replay
+        self.blobs = blobs  # for file writes too large for an event (None: refused)
         self.tokens = TokenCounter(settings.llm_model)
         self._without_trajectory: OrderedDict[str, None] = OrderedDict()
         self.history = HistoryCache(
@@ -112,6 +117,26 @@ class StepHandler:
             request_timeout_s=settings.history_request_timeout_s,
             wait_s=settings.history_wait_s,
         )
+
+    async def _carry_content(
+        self, trajectory: list[dict[str, Any]], events: list[Any], replayed: Any
+    ) -> None:
+        """A replayed write whose content the recorded task kept in the blob store gets a
+        copy under this task. A trajectory from elsewhere has none to copy: the runtime then
+        answers that the content is missing."""
+        ref = getattr(replayed, "content_ref", None)
+        if ref is None or self.blobs is None:
+            return
+        source = recorded_actions(trajectory)[replay_index(events)].task_id
+        if source == replayed.task_id:
+            return
+        try:
+            data = await self.blobs.get(source, ref.sha256)
+        except BlobMissing:
+            log.info("task %s: replayed write's content %s is not kept", replayed.task_id,
+                     ref.sha256)
+            return
+        await self.blobs.put(replayed.task_id, data)
 
     async def on_step(self, step: StepRequest, msg: NatsMessage) -> None:
         raw = _jetstream_msg(msg)
@@ -169,6 +194,7 @@ class StepHandler:
         if trajectory is not None:
             replayed = replayed_action(step, trajectory, events)
             if replayed is not None:
+                await self._carry_content(trajectory, events, replayed)
                 REASONER_REPLAYED.inc()
                 return replayed  # type: ignore[no-any-return]
         native = self.llm.native
@@ -194,9 +220,12 @@ class StepHandler:
                 # Redelivering cannot help any more: let the agent (and the user) see why.
                 return llm_error_event(step, str(exc))
             raise
-        return event_for_reply(
-            step, reply, native=native, max_action_bytes=s.max_action_bytes
-        )
+        event = reply_event(step, reply, native=native)
+        if self.blobs is not None:
+            event = await keep_large_write(
+                event, self.blobs.put, s.max_action_bytes, s.max_write_bytes
+            )
+        return bounded_event(step, event, reply.usage, s.max_action_bytes)
 
     async def _condense(
         self, step: StepRequest, view: PromptView, events: list[Any], native: bool, *, force: bool

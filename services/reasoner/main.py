@@ -8,6 +8,7 @@ import sys
 from faststream import FastStream
 from pydantic import ValidationError
 
+from shared.blobs import BlobStore
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import HistoryRequest
 from shared.redis_client import connect_redis
@@ -27,7 +28,8 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
     settings = settings or ReasonerSettings()
     broker = build_broker(settings, Service.REASONER, setup_tracing(settings, "reasoner"))
     llm = LLMClient(settings)
-    handler = StepHandler(broker, settings, llm)
+    blobs = BlobStore(lambda: broker.connection.jetstream())
+    handler = StepHandler(broker, settings, llm, blobs=blobs)
     broker.subscriber(
         work_subject(Service.REASONER),
         title="reasoner.step",

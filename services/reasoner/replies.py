@@ -15,16 +15,19 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.commands import StepRequest
 from shared.events import (
     AgentState,
+    BlobRef,
     ChangeAgentStateAction,
     CondensationAction,
     ErrorObservation,
     EventSource,
+    FileWriteAction,
     LLMUsage,
     MessageAction,
 )
@@ -33,15 +36,19 @@ from .prompt import BAD_REPLY_ERROR, LLM_ERROR
 from .tools import TOOL_SPECS, AgentToolAction, BadReply, ToolCall, action_for_call
 
 __all__ = [
+    "KeepContent",
     "LLMReply",
     "ReasonerEvent",
     "ReasonerMessage",
+    "bounded_event",
     "condensation_event",
     "event_for_reply",
+    "keep_large_write",
     "llm_error_event",
     "parse_text_tool_call",
     "rate_limited_event",
     "rate_limited_event_id",
+    "reply_event",
     "step_event_id",
 ]
 
@@ -198,6 +205,10 @@ def _bad_reply(step: StepRequest, problem: str, usage: LLMUsage | None) -> Error
 DEFAULT_MAX_ACTION_BYTES = 256 * 1024
 
 
+# Stores a task's content in the blob store and returns its claim check.
+KeepContent = Callable[[str, bytes], Awaitable[BlobRef]]
+
+
 def event_for_reply(
     step: StepRequest,
     reply: LLMReply,
@@ -209,7 +220,33 @@ def event_for_reply(
 
     An action too large to carry becomes an ErrorObservation the agent sees, so it can try a
     smaller one; the task goes on."""
-    event = _event_for_reply(step, reply, native=native)
+    event = reply_event(step, reply, native=native)
+    return bounded_event(step, event, reply.usage, max_action_bytes)
+
+
+def reply_event(step: StepRequest, reply: LLMReply, *, native: bool) -> ReasonerEvent:
+    """The event the model's reply asks for, whatever its size. Never raises."""
+    return _event_for_reply(step, reply, native=native)
+
+
+async def keep_large_write(
+    event: ReasonerEvent, keep: KeepContent, max_action_bytes: int, max_write_bytes: int
+) -> ReasonerEvent:
+    """A file write too large to travel in an event, with its content moved to the blob store
+    (the event carries `content_ref`); any other event as it is."""
+    if not isinstance(event, FileWriteAction) or event.content_ref is not None:
+        return event
+    data = event.content.encode()
+    if len(data) > max_write_bytes or len(event.model_dump_json().encode()) <= max_action_bytes:
+        return event
+    ref = await keep(event.task_id, data)
+    return event.model_copy(update={"content": "", "content_ref": ref})
+
+
+def bounded_event(
+    step: StepRequest, event: ReasonerEvent, usage: LLMUsage | None, max_action_bytes: int
+) -> ReasonerEvent:
+    """`event`, or the ErrorObservation telling the agent it was too large to carry."""
     size = len(event.model_dump_json().encode())
     if size <= max_action_bytes:
         return event
@@ -219,7 +256,7 @@ def event_for_reply(
         f"the limit of {max_action_bytes:,} bytes, so it was not run. Split the work: write a "
         "large file in several parts (create, then append with further edits), or generate it "
         "with a short script.",
-        reply.usage,
+        usage,
     )
 
 

@@ -94,6 +94,12 @@ class ReasonerSettings(CommonSettings):
         "with an ErrorObservation asking for smaller steps. Below NATS' max_payload with room "
         "for the messages that carry it.",
     )
+    max_write_bytes: int = Field(
+        default=16 << 20, ge=0, le=256 << 20,
+        description="Largest file the agent may write in one action. A write larger than "
+        "max_action_bytes travels as a claim check: its content goes to the blob store and the "
+        "action refers to it. 0 refuses every write over max_action_bytes.",
+    )
     llm_max_concurrency: int = Field(
         default=256, ge=1,
         description="LLM requests one replica has in flight at once (the provider's concurrency "

@@ -302,7 +302,10 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
             args["end_line"] = action.end_line
         return "read_file", args
     if isinstance(action, FileWriteAction):
-        return "write_file", {"path": action.path, "content": action.content}
+        content = action.content
+        if action.content_ref is not None:  # the model wrote it; repeating it costs context
+            content = f"[{action.content_ref.size:,} bytes, not repeated here]"
+        return "write_file", {"path": action.path, "content": content}
     if isinstance(action, FileEditAction):
         edit = action.model_dump(
             include={

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from shared.blobs import BlobMissing, BlobStore
 from shared.events import (
     BlobRef,
     CmdOutputObservation,
@@ -30,7 +30,6 @@ from .executor_client import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
 
 __all__ = [
-    "KeepBlob",
     "RuntimeObservation",
     "error_observation",
     "observation_id",
@@ -38,9 +37,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("deckhands.runtime.actions")
-
-# Stores a task's content in the blob store and returns its claim check.
-KeepBlob = Callable[[str, bytes], Awaitable[BlobRef]]
 
 RuntimeObservation = (
     CmdOutputObservation
@@ -84,12 +80,28 @@ def _with_note(output: str, note: str) -> str:
     return output + note
 
 
+async def _content_of(action: FileWriteAction, blobs: BlobStore | None) -> str:
+    """The content a write refers to (its claim check), from the blob store."""
+    ref = action.content_ref
+    assert ref is not None
+    missing = BlobMissing(
+        f"the content of this write ({ref.size:,} bytes, blob {ref.sha256}) is not in the "
+        "blob store, so nothing was written; write the file again"
+    )
+    if blobs is None:
+        raise missing
+    try:
+        return (await blobs.get(action.task_id, ref.sha256)).decode("utf-8", "replace")
+    except BlobMissing:
+        raise missing from None
+
+
 def _notes(*notes: str) -> str:
     return "\n".join(n for n in notes if n)
 
 
 async def _kept(
-    sandbox: Sandbox, action: EventBase, answer: dict[str, Any], keep: KeepBlob | None
+    sandbox: Sandbox, action: EventBase, answer: dict[str, Any], blobs: BlobStore | None
 ) -> tuple[BlobRef | None, str]:
     """Fetch the whole output the executor kept (in pieces) into the blob store.
 
@@ -97,7 +109,7 @@ async def _kept(
     here never fails the action, whose cut output is already in hand.
     """
     name = answer.get("kept")
-    if not name or keep is None:
+    if not name or blobs is None:
         return None, ""
     pieces: list[bytes] = []
     offset = 0
@@ -110,7 +122,7 @@ async def _kept(
             offset = int(piece["next"])
             if piece.get("eof"):
                 break
-        return await keep(action.task_id, b"".join(pieces)), ""
+        return await blobs.put(action.task_id, b"".join(pieces)), ""
     except (ExecutorError, SandboxLost, KeyError, ValueError, TimeoutError, OSError) as exc:
         log.warning("task %s: whole output not kept: %s", action.task_id, exc)
         return None, f"[the whole output could not be kept: {exc}]"
@@ -123,16 +135,16 @@ async def run_action(
     sandbox: Sandbox,
     action: RunnableAction,
     settings: RuntimeSettings,
-    keep: KeepBlob | None = None,
+    blobs: BlobStore | None = None,
 ) -> RuntimeObservation:
     """Run the action; executor-reported failures become an ErrorObservation.
 
-    With `keep`, output longer than output_limit is also kept whole (up to output_keep_bytes)
+    With `blobs`, output longer than output_limit is also kept whole (up to output_keep_bytes)
     in the blob store, and the observation carries its claim check (`content_ref`).
     SandboxLost and TimeoutError propagate: the caller decides what a dead sandbox means.
     """
     limit = settings.output_limit
-    whole = settings.output_keep_bytes if keep is not None else 0
+    whole = settings.output_keep_bytes if blobs is not None else 0
     fields = _answer_fields(action)
     try:
         if isinstance(action, CmdRunAction):
@@ -145,7 +157,7 @@ async def run_action(
             if quiet:
                 request["no_output_timeout_s"] = quiet
             answer = await sandbox.client.request("bash", timeout_s + _GRACE_S, **request)
-            ref, missed = await _kept(sandbox, action, answer, keep)
+            ref, missed = await _kept(sandbox, action, answer, blobs)
             return CmdOutputObservation(
                 **fields, command=action.command, content_ref=ref,
                 content=_with_note(
@@ -160,7 +172,7 @@ async def run_action(
                 "python", timeout_s + _GRACE_S, code=action.code, timeout_s=timeout_s,
                 limit=limit, keep=whole,
             )
-            ref, missed = await _kept(sandbox, action, answer, keep)
+            ref, missed = await _kept(sandbox, action, answer, blobs)
             return PythonOutputObservation(
                 **fields, content_ref=ref,
                 content=_with_note(
@@ -173,15 +185,19 @@ async def run_action(
                 "read", 60.0, path=action.path, start_line=action.start_line,
                 end_line=action.end_line, limit=limit, keep=whole,
             )
-            ref, missed = await _kept(sandbox, action, answer, keep)
+            ref, missed = await _kept(sandbox, action, answer, blobs)
             return FileReadObservation(
                 **fields, path=answer["path"], content=_with_note(answer["content"], missed),
                 content_ref=ref,
             )
         if isinstance(action, FileWriteAction):
-            answer = await sandbox.client.request(
-                "write", 60.0, path=action.path, content=action.content
-            )
+            content = action.content
+            if action.content_ref is not None:
+                try:
+                    content = await _content_of(action, blobs)
+                except BlobMissing as exc:
+                    return ErrorObservation(**fields, content=str(exc), error_code="not_found")
+            answer = await sandbox.client.request("write", 60.0, path=action.path, content=content)
             return FileWriteObservation(
                 **fields, path=answer["path"],
                 content=f"Wrote {answer.get('size', 0)} bytes to {answer['path']}",

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from redis.asyncio import Redis
 
 from shared.admission import SandboxSeats
+from shared.blobs import BlobStore
 from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
 from shared.delivery import PermanentError
 from shared.events import (
@@ -40,7 +41,7 @@ from shared.redis_client import connect_redis
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
 
-from .actions import KeepBlob, RuntimeObservation, error_observation, run_action
+from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
@@ -92,12 +93,12 @@ class RuntimeService:
         settings: RuntimeSettings,
         publish: Publish,
         resend: Resend | None = None,
-        keep: KeepBlob | None = None,
+        blobs: BlobStore | None = None,
     ) -> None:
         self.settings = settings
         self.publish = publish
         self.resend = resend  # sends a queued task's order again once it has a seat
-        self.keep = keep  # the blob store, for whole outputs (None: only cut ones)
+        self.blobs = blobs  # whole outputs, large writes (None: cut outputs only)
         self.replica_id = _replica_id()
         self.docker = DockerSandboxes(settings, self.replica_id)
         self.pool = WarmPool(settings, self.docker)
@@ -429,7 +430,7 @@ class RuntimeService:
             ACTIONS.labels(kind, "interrupted").inc()
             return self._interrupted(action)
         try:
-            observation = await run_action(sandbox, action, self.settings, self.keep)
+            observation = await run_action(sandbox, action, self.settings, self.blobs)
             observation = _with_notice(sandbox, observation)
         except (SandboxLost, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):

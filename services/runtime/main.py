@@ -57,7 +57,7 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         )
 
     blobs = BlobStore(lambda: broker.connection.jetstream())
-    service = RuntimeService(settings, publish, resend, blobs.put)
+    service = RuntimeService(settings, publish, resend, blobs)
 
     @broker.subscriber(
         work_subject(Service.RUNTIME),

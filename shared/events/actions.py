@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import EventBase
+from .base import BlobRef, EventBase
 from .state import AgentState
 
 __all__ = [
@@ -85,7 +85,11 @@ class FileReadAction(_AgentActionFields):
 class FileWriteAction(_AgentActionFields):
     kind: Literal["write"] = "write"
     path: str
-    content: str
+    content: str = Field(description="The file's content; empty when `content_ref` holds it.")
+    content_ref: BlobRef | None = Field(
+        default=None,
+        description="The content, kept in the blob store when too large to travel in an event.",
+    )
 
 
 class FileEditAction(_AgentActionFields):

@@ -181,3 +181,22 @@ def test_killing_controller_and_reasoner_mid_task_does_not_change_the_outcome(
     assert "10 squared is 100" in view["result"]["final_message"]
     kinds = [e["kind"] for e in _events(http, task_id)]
     assert kinds.count("run") == 1 and kinds.count("write") == 1 and kinds.count("finish") == 1
+
+
+def test_a_large_write_travels_as_a_claim_check_and_a_large_cell_is_refused(
+    http: httpx.Client,
+) -> None:
+    """1.5 MB of file content (more than a NATS message carries) is written through the blob
+    store; 2.1 MB of Python code is refused with an error the agent sees, and the task goes on."""
+    task_id = _create(http, task="big: write a large file")
+    view = _wait(http, task_id, "FINISHED", "ERROR", timeout_s=120)
+    assert view["state"] == "FINISHED", view
+    assert view["result"]["final_message"].startswith("size: 1500000\n0123456789abcde\n")
+    events = _events(http, task_id)
+    write = next(e for e in events if e["kind"] == "write")
+    assert write["content"] == "" and write["content_ref"]["size"] == 1_500_000
+    content = http.get(f"/v1/tasks/{task_id}/blobs/{write['content_ref']['sha256']}")
+    assert content.status_code == 200 and content.text == "0123456789abcde\n" * 93_750
+    refused = next(e for e in events if e["kind"] == "error")
+    assert "bytes once encoded, over the limit" in refused["content"]
+    assert not any(e["kind"] == "run_python" for e in events)

@@ -62,6 +62,7 @@ Templates, in `content` and in any string inside `arguments`:
                            last user message after the task), as a real model would quote it
     {{task}}               the first user message
     {{turn}}               the turn number, from 1
+    {{repeat:N:TEXT}}      TEXT written N times (a large argument without a large script)
 
 `usage` reports tokens as characters / 4, like a real provider's rough count.
 """
@@ -100,6 +101,7 @@ INVALID_REPLY_MARKER = "Your previous reply was invalid"
 CONDENSED_MARKER = "[Condensed history]"
 _CONDENSED = re.compile(r"^\[Condensed history\] (\d+) earlier")
 _TEMPLATE_KEYS = ("last_tool_output", "task", "turn")
+_REPEAT = re.compile(r"\{\{repeat:(\d{1,9}):(.*?)\}\}", re.DOTALL)
 
 
 class ScriptError(ValueError):
@@ -304,7 +306,7 @@ def _render(value: Any, values: dict[str, str]) -> Any:
     if isinstance(value, str):
         for key in _TEMPLATE_KEYS:
             value = value.replace("{{" + key + "}}", values[key])
-        return value
+        return _REPEAT.sub(lambda m: m.group(2) * int(m.group(1)), value)
     if isinstance(value, list):
         return [_render(v, values) for v in value]
     if isinstance(value, dict):
