@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -56,10 +57,26 @@ class ControllerHandlers:
     async def on_input(self, event: Event) -> None:
         with TURN_SECONDS.time():
             outbox = await self._decide(event)
+        await self._publish(outbox)
+
+    async def _publish(self, outbox: list[Outgoing]) -> None:
+        """Send a turn's messages: in order on each subject (a task's log stays in seq order),
+        the subjects side by side, so a turn waits for one JetStream acknowledgement per
+        message on its longest subject rather than for all of them in a row. A message lost
+        midway is sent again with the rest when the input is redelivered (`has_processed`),
+        and its Nats-Msg-Id makes a second copy a no-op."""
+        chains: dict[str, list[Outgoing]] = {}
         for message in outbox:
-            await publish_json(
-                self.broker, message.subject, message.payload, message.msg_id, message.stream
-            )
+            chains.setdefault(message.subject, []).append(message)
+
+        async def send(chain: list[Outgoing]) -> None:
+            for m in chain:
+                await publish_json(self.broker, m.subject, m.payload, m.msg_id, m.stream)
+
+        if len(chains) == 1:
+            await send(outbox)
+            return
+        await asyncio.gather(*(send(chain) for chain in chains.values()))
 
     async def _decide(self, event: Event) -> list[Outgoing]:
         for _ in range(self.cas_attempts):
