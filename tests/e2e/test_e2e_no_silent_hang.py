@@ -1,0 +1,146 @@
+"""No task hangs silently, and a log of megabytes keeps working: every service a separate
+process on real NATS, Redis and Docker (issues #8 and #15).
+
+- a step nobody answers (the reasoner is down) is asked for again after its deadline, then the
+  task ends in ERROR naming the reasoner; a user message resumes it once the reasoner is back;
+- a step dead-lettered while storage is down ends the task in ERROR with the reason at once;
+  a user message resumes it once storage is back;
+- a task whose log passes 2 MB keeps stepping, and `GET /events` pages through all of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tools.stack import Stack, StackConfig, running
+
+pytestmark = pytest.mark.docker
+
+SCRIPT = Path(__file__).parent / "scripts" / "finish_at_once.json"
+AGENT_DEADLINE_S = 6
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    config = StackConfig.isolated(
+        Path(tmp_path_factory.mktemp("no-silent-hang")),
+        llm_script=SCRIPT,
+        extra_env={
+            "DECKHANDS_AGENT_ANSWER_DEADLINE_S": str(AGENT_DEADLINE_S),
+            "DECKHANDS_ANSWER_RETRIES": "1",
+            "DECKHANDS_DEADLINE_POLL_S": "0.5",
+            "DECKHANDS_RETRY_BACKOFF_S": "0.2",
+            "DECKHANDS_RETRY_BACKOFF_MAX_S": "0.5",
+            "DECKHANDS_HISTORY_WAIT_S": "0.5",
+            "DECKHANDS_HISTORY_REQUEST_TIMEOUT_S": "0.5",
+            "DECKHANDS_POOL_MIN_IDLE": "0",
+        },
+    )
+    with running(config) as stack:
+        yield stack
+
+
+@pytest.fixture
+def http(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as client:
+        yield client
+
+
+def _create(http: httpx.Client, text: str) -> str:
+    response = http.post("/v1/tasks", json={"task": text})
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def _say(http: httpx.Client, task_id: str, text: str) -> None:
+    response = http.post(f"/v1/tasks/{task_id}/messages", json={"content": text})
+    assert response.status_code == 202, response.text
+
+
+def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    view: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        view = http.get(f"/v1/tasks/{task_id}").json()
+        if view["state"] in states:
+            return view
+        time.sleep(0.2)
+    raise AssertionError(f"task {task_id} never reached {states}: {view}")
+
+
+def _restart(stack: Stack, service: str) -> None:
+    stack.start_service(service)
+    stack.wait_ready((service,))
+
+
+def test_a_step_nobody_answers_ends_in_error_naming_the_reasoner(
+    stack: Stack, http: httpx.Client
+) -> None:
+    stack.kill_service("reasoner")
+    try:
+        started = time.monotonic()
+        task_id = _create(http, "the reasoner is down")
+        view = _wait(http, task_id, "ERROR", "FINISHED", timeout_s=AGENT_DEADLINE_S * 4 + 30)
+        waited = time.monotonic() - started
+    finally:
+        _restart(stack, "reasoner")
+    assert view["state"] == "ERROR"
+    assert view["reason"].startswith("no answer from the reasoner")
+    assert "after 2 requests" in view["reason"]
+    assert waited >= 2 * AGENT_DEADLINE_S  # asked, asked again, then gave up
+    _say(http, task_id, "the reasoner is back: go on")
+    assert _wait(http, task_id, "FINISHED", timeout_s=60)["result"]["final_message"] == "done"
+
+
+def test_a_step_dead_lettered_while_storage_is_down_ends_in_error_at_once(
+    stack: Stack, http: httpx.Client
+) -> None:
+    stack.kill_service("storage")
+    try:
+        started = time.monotonic()
+        task_id = _create(http, "storage is down")
+        view = _wait(http, task_id, "ERROR", "FINISHED", timeout_s=AGENT_DEADLINE_S * 4 + 30)
+        waited = time.monotonic() - started
+    finally:
+        _restart(stack, "storage")
+    assert view["state"] == "ERROR"
+    assert view["reason"].startswith("the reasoner (the agent's next step) gave up")
+    assert waited < 2 * AGENT_DEADLINE_S  # the dead letter, not the deadline, ended it
+    _say(http, task_id, "storage is back: go on")
+    assert _wait(http, task_id, "FINISHED", timeout_s=60)["result"]["final_message"] == "done"
+
+
+def test_a_log_past_2_mb_keeps_stepping_and_pages_through_events(http: httpx.Client) -> None:
+    task_id = _create(http, "a long conversation")
+    steps = _wait(http, task_id, "FINISHED")["iterations"]
+    message = "x" * 190_000
+    for i in range(12):  # about 2.3 MB of user messages, each answered (the history read whole)
+        _say(http, task_id, f"{i} {message}")
+        deadline = time.monotonic() + 60
+        while (view := http.get(f"/v1/tasks/{task_id}").json())["iterations"] == steps:
+            assert time.monotonic() < deadline, view
+            time.sleep(0.2)
+        steps = _wait(http, task_id, "FINISHED")["iterations"]
+        assert view["state"] != "ERROR", view
+
+    events: list[dict[str, Any]] = []
+    after, pages, largest = 0, 0, 0
+    while True:
+        page = http.get(f"/v1/tasks/{task_id}/events", params={"after": after, "limit": 10_000})
+        assert page.status_code == 200, page.text
+        largest = max(largest, len(page.content))
+        body = page.json()
+        events += body["events"]
+        pages += 1
+        if not body["has_more"]:
+            break
+        after = body["next_after"]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # gap-free
+    assert sum(len(e.get("content") or "") for e in events) > 2_000_000
+    assert pages >= 3 and largest < 1 << 20  # each page below a NATS message
