@@ -55,6 +55,7 @@ test: setup
 
 lint: deps
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy shared services tools
 
 schemas: deps

@@ -62,8 +62,10 @@ def pct(values: list[float], q: float) -> float:
 def report(name: str, seconds: list[float], note: str = "") -> float:
     p50, p99 = pct(seconds, 50) * 1000, pct(seconds, 99) * 1000
     ROWS.append((name, f"{p50:9.2f}", f"{p99:9.2f}", f"n={len(seconds)} {note}".strip()))
-    print(f"  {name:<58} p50 {p50:9.2f} ms   p99 {p99:9.2f} ms   (n={len(seconds)}) {note}",
-          flush=True)
+    print(
+        f"  {name:<58} p50 {p50:9.2f} ms   p99 {p99:9.2f} ms   (n={len(seconds)}) {note}",
+        flush=True,
+    )
     return p50
 
 
@@ -87,8 +89,9 @@ async def docker_cli_async(*args: str) -> float:
 
 def docker_cli(*args: str) -> float:
     started = time.perf_counter()
-    subprocess.run(["docker", *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        ["docker", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - started
 
 
@@ -108,18 +111,33 @@ def cleanup(client: docker.DockerClient) -> None:
 
 
 def baseline_run_detached(name: str) -> float:
-    return docker_cli("run", "-d", "--name", name, "--label", "deckhands.bench=baseline",
-                      "--entrypoint", "sleep", IMAGE, "600")
+    return docker_cli(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--label",
+        "deckhands.bench=baseline",
+        "--entrypoint",
+        "sleep",
+        IMAGE,
+        "600",
+    )
 
 
 def baseline_run_to_end() -> float:
-    return docker_cli("run", "--rm", "--label", "deckhands.bench=baseline", "--entrypoint",
-                      "true", IMAGE)
+    return docker_cli(
+        "run", "--rm", "--label", "deckhands.bench=baseline", "--entrypoint", "true", IMAGE
+    )
 
 
 def remove_by_name(*names: str) -> None:
-    subprocess.run(["docker", "rm", "-f", *names], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        ["docker", "rm", "-f", *names],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 async def wait_idle(pool: WarmPool, count: int) -> None:
@@ -136,8 +154,10 @@ def mem_available_mb() -> float:
 
 
 def cgroup_memory_mb(container_id: str) -> float | None:
-    for path in (f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
-                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.current"):
+    for path in (
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.usage_in_bytes",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.current",
+    ):
         with contextlib.suppress(OSError, ValueError):
             return int(Path(path).read_text()) / 2**20
     return None
@@ -171,12 +191,17 @@ async def single(args: argparse.Namespace, settings: RuntimeSettings) -> dict[st
         await asyncio.to_thread(remove_by_name, name)
     figures["docker_run_d"] = report("baseline: docker run -d (returns once started)", detached)
     to_end = [await asyncio.to_thread(baseline_run_to_end) for _ in range(args.samples)]
-    figures["docker_run_rm"] = report("baseline: docker run --rm ... true (runs to the end)",
-                                      to_end)
+    figures["docker_run_rm"] = report(
+        "baseline: docker run --rm ... true (runs to the end)", to_end
+    )
 
-    pool_settings = settings.model_copy(update={
-        "pool_min_idle": 3, "pool_max_idle": 3, "pool_health_interval_s": 30.0,
-    })
+    pool_settings = settings.model_copy(
+        update={
+            "pool_min_idle": 3,
+            "pool_max_idle": 3,
+            "pool_health_interval_s": 30.0,
+        }
+    )
     pool = WarmPool(pool_settings, docker_sbx)
     pool.start()
     warm: list[float] = []
@@ -200,8 +225,10 @@ async def single(args: argparse.Namespace, settings: RuntimeSettings) -> dict[st
             assert answer["output"] == "hi\n"
             echo.append(elapsed)
         figures["echo"] = report("echo hi through the executor (attach stream)", echo)
-        exec_cli = [await asyncio.to_thread(docker_cli, "exec", sandbox.container_id, "echo", "hi")
-                    for _ in range(args.samples)]
+        exec_cli = [
+            await asyncio.to_thread(docker_cli, "exec", sandbox.container_id, "echo", "hi")
+            for _ in range(args.samples)
+        ]
         figures["docker_exec"] = report("baseline: docker exec <container> echo hi", exec_cli)
         api = docker.from_env().api
         exec_api: list[float] = []
@@ -231,24 +258,41 @@ async def crowd(args: argparse.Namespace, settings: RuntimeSettings) -> None:
     await asyncio.gather(*(docker_sbx.remove(s.container_id) for _, s in results))
 
     names = [f"bench-crowd-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
-    detached = await asyncio.gather(*(
-        docker_cli_async("run", "-d", "--name", name, "--label", "deckhands.bench=baseline",
-                         "--entrypoint", "sleep", IMAGE, "600")
-        for name in names))
+    detached = await asyncio.gather(
+        *(
+            docker_cli_async(
+                "run",
+                "-d",
+                "--name",
+                name,
+                "--label",
+                "deckhands.bench=baseline",
+                "--entrypoint",
+                "sleep",
+                IMAGE,
+                "600",
+            )
+            for name in names
+        )
+    )
     report(f"baseline: docker run -d, {n} concurrent", list(detached))
     await asyncio.to_thread(remove_by_name, *names)
 
-    pool_settings = settings.model_copy(update={
-        "pool_min_idle": n, "pool_max_idle": n, "pool_max_total": 2 * n + 10,
-        "pool_create_concurrency": 8, "pool_health_interval_s": 60.0,
-    })
+    pool_settings = settings.model_copy(
+        update={
+            "pool_min_idle": n,
+            "pool_max_idle": n,
+            "pool_max_total": 2 * n + 10,
+            "pool_create_concurrency": 8,
+            "pool_health_interval_s": 60.0,
+        }
+    )
     pool = WarmPool(pool_settings, docker_sbx)
     pool.start()
     try:
         await wait_idle(pool, n)
         acquired = await asyncio.gather(*(timed(pool.acquire()) for _ in range(n)))
-        report(f"warm acquire, {n} concurrent (pool pre-filled with {n})",
-               [t for t, _ in acquired])
+        report(f"warm acquire, {n} concurrent (pool pre-filled with {n})", [t for t, _ in acquired])
         sandboxes: list[Sandbox] = [s for _, s in acquired]
         assert len({s.container_id for s in sandboxes}) == n
 
@@ -260,8 +304,10 @@ async def crowd(args: argparse.Namespace, settings: RuntimeSettings) -> None:
             return times
 
         loops = await asyncio.gather(*(echo_loop(s) for s in sandboxes))
-        report(f"echo hi through the executor, {n} tasks at once",
-               [t for times in loops for t in times])
+        report(
+            f"echo hi through the executor, {n} tasks at once",
+            [t for times in loops for t in times],
+        )
 
         async def exec_loop(cid: str) -> list[float]:
             return [await docker_cli_async("exec", cid, "echo", "hi") for _ in range(2)]
@@ -290,8 +336,9 @@ async def capacity(args: argparse.Namespace, settings: RuntimeSettings) -> None:
             stop_reason = "stopped: under 15% of memory left"
             break
         wanted = min(batch, args.capacity - len(alive))
-        made = await asyncio.gather(*(docker_sbx.create() for _ in range(wanted)),
-                                    return_exceptions=True)
+        made = await asyncio.gather(
+            *(docker_sbx.create() for _ in range(wanted)), return_exceptions=True
+        )
         errors = [m for m in made if isinstance(m, BaseException)]
         alive.extend(m for m in made if isinstance(m, Sandbox))
         if errors:
@@ -300,21 +347,35 @@ async def capacity(args: argparse.Namespace, settings: RuntimeSettings) -> None:
     elapsed = time.perf_counter() - started
     await asyncio.sleep(2)
     answering = sum(await asyncio.gather(*(s.client.ping(10) for s in alive)))
-    echo = await asyncio.gather(*(s.client.request("bash", 30, command="echo hi")
-                                  for s in alive))
+    echo = await asyncio.gather(*(s.client.request("bash", 30, command="echo hi") for s in alive))
     assert all(a["output"] == "hi\n" for a in echo)
     after = mem_available_mb()
     per = [m for m in (cgroup_memory_mb(s.container_id) for s in alive) if m is not None]
-    print(f"  alive and answering: {answering}/{len(alive)} ({stop_reason}); "
-          f"started in {elapsed:.1f}s", flush=True)
-    print(f"  host memory used by them: {before - after:.0f} MiB "
-          f"({(before - after) / max(1, len(alive)):.1f} MiB each; machine total "
-          f"{total_mb:.0f} MiB)", flush=True)
+    print(
+        f"  alive and answering: {answering}/{len(alive)} ({stop_reason}); "
+        f"started in {elapsed:.1f}s",
+        flush=True,
+    )
+    print(
+        f"  host memory used by them: {before - after:.0f} MiB "
+        f"({(before - after) / max(1, len(alive)):.1f} MiB each; machine total "
+        f"{total_mb:.0f} MiB)",
+        flush=True,
+    )
     if per:
-        print(f"  cgroup memory per sandbox: p50 {statistics.median(per):.1f} MiB, "
-              f"max {max(per):.1f} MiB, sum {sum(per):.0f} MiB", flush=True)
-    ROWS.append(("sandboxes alive at once", str(answering), "",
-                 f"{(before - after) / max(1, len(alive)):.1f} MiB each"))
+        print(
+            f"  cgroup memory per sandbox: p50 {statistics.median(per):.1f} MiB, "
+            f"max {max(per):.1f} MiB, sum {sum(per):.0f} MiB",
+            flush=True,
+        )
+    ROWS.append(
+        (
+            "sandboxes alive at once",
+            str(answering),
+            "",
+            f"{(before - after) / max(1, len(alive)):.1f} MiB each",
+        )
+    )
     await asyncio.gather(*(s.client.close() for s in alive))
     await asyncio.gather(*(docker_sbx.remove(s.container_id) for s in alive))
 
@@ -348,12 +409,17 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
         for p in procs:
             p.terminate()
         return
-    common = CommonSettings(nats_url=f"nats://127.0.0.1:{nats_port}",
-                            redis_url=f"redis://127.0.0.1:{redis_port}/0")
+    common = CommonSettings(
+        nats_url=f"nats://127.0.0.1:{nats_port}", redis_url=f"redis://127.0.0.1:{redis_port}/0"
+    )
     await ensure_streams(common)
-    rt_settings = settings.model_copy(update={
-        "nats_url": common.nats_url, "redis_url": common.redis_url, "pool_min_idle": 1,
-    })
+    rt_settings = settings.model_copy(
+        update={
+            "nats_url": common.nats_url,
+            "redis_url": common.redis_url,
+            "pool_min_idle": 1,
+        }
+    )
     app, service = build_runtime(rt_settings)
     await app.start()
     # FastStream logs a line per message (its logger is set up by start), drowning the figures.
@@ -363,13 +429,17 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
     try:
         # Bare JetStream hop: publish to a work subject, fetch it with a pull consumer.
         hop_task = uuid.uuid4().hex
-        sub = await js.pull_subscribe(work_subject(Service.CONTROLLER, hop_task), durable=None,
-                                      stream=WORK_STREAM)
+        sub = await js.pull_subscribe(
+            work_subject(Service.CONTROLLER, hop_task), durable=None, stream=WORK_STREAM
+        )
         hops = []
         for i in range(args.samples * 5):
             started = time.perf_counter()
-            await js.publish(work_subject(Service.CONTROLLER, hop_task), b"{}",
-                             headers={"Nats-Msg-Id": f"{hop_task}-{i}"})
+            await js.publish(
+                work_subject(Service.CONTROLLER, hop_task),
+                b"{}",
+                headers={"Nats-Msg-Id": f"{hop_task}-{i}"},
+            )
             msg = (await sub.fetch(1, timeout=5))[0]
             await msg.ack()
             hops.append(time.perf_counter() - started)
@@ -379,8 +449,11 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
             act = CmdRunAction(task_id=task, source=EventSource.AGENT, command=command)
             order = ExecuteAction(task_id=task, action=act)
             started = time.perf_counter()
-            await js.publish(work_subject(Service.RUNTIME, task), order.model_dump_json().encode(),
-                             headers={"Nats-Msg-Id": order.id})
+            await js.publish(
+                work_subject(Service.RUNTIME, task),
+                order.model_dump_json().encode(),
+                headers={"Nats-Msg-Id": order.id},
+            )
             msg = (await sub.fetch(1, timeout=30))[0]
             elapsed = time.perf_counter() - started
             await msg.ack()
@@ -388,8 +461,9 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
 
         async def new_task() -> tuple[str, Any]:
             task = uuid.uuid4().hex
-            sub = await js.pull_subscribe(work_subject(Service.CONTROLLER, task), durable=None,
-                                          stream=WORK_STREAM)
+            sub = await js.pull_subscribe(
+                work_subject(Service.CONTROLLER, task), durable=None, stream=WORK_STREAM
+            )
             return task, sub
 
         await action(*(await new_task()), "echo warm")  # the process's first: connections etc.
@@ -425,10 +499,12 @@ async def main(args: argparse.Namespace) -> None:
     client = docker.from_env()
     client.images.get(IMAGE)  # build it with deploy/sandbox/build.sh
     settings = RuntimeSettings(sandbox_image=IMAGE, pool_name=POOL, pool_min_idle=0)
-    print(f"deckhands runtime benchmark: image {IMAGE}, {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}, hardening as configured by default "
-          f"(memory {settings.sandbox_memory}, cpus {settings.sandbox_cpus}, "
-          f"pids {settings.sandbox_pids}, workspace {settings.sandbox_workspace})")
+    print(
+        f"deckhands runtime benchmark: image {IMAGE}, {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}, hardening as configured by default "
+        f"(memory {settings.sandbox_memory}, cpus {settings.sandbox_cpus}, "
+        f"pids {settings.sandbox_pids}, workspace {settings.sandbox_workspace})"
+    )
     try:
         figures = await single(args, settings)
         if not args.no_crowd:
@@ -443,13 +519,21 @@ async def main(args: argparse.Namespace) -> None:
     checks: list[tuple[str, bool, str]] = [
         ("warm acquire p50 <= 20 ms", figures["warm"] <= 20, f"{figures['warm']:.2f} ms"),
         ("echo hi p50 <= 5 ms", figures["echo"] <= 5, f"{figures['echo']:.2f} ms"),
-        ("echo hi >= 10x faster than docker exec", figures["docker_exec"] >= 10 * figures["echo"],
-         f"{figures['docker_exec'] / figures['echo']:.0f}x"),
-        ("cold start <= 1.1x docker run -d", figures["cold"] <= 1.1 * figures["docker_run_d"],
-         f"{figures['cold'] / figures['docker_run_d']:.2f}x"),
-        ("cold start <= 1.1x docker run --rm true",
-         figures["cold"] <= 1.1 * figures["docker_run_rm"],
-         f"{figures['cold'] / figures['docker_run_rm']:.2f}x"),
+        (
+            "echo hi >= 10x faster than docker exec",
+            figures["docker_exec"] >= 10 * figures["echo"],
+            f"{figures['docker_exec'] / figures['echo']:.0f}x",
+        ),
+        (
+            "cold start <= 1.1x docker run -d",
+            figures["cold"] <= 1.1 * figures["docker_run_d"],
+            f"{figures['cold'] / figures['docker_run_d']:.2f}x",
+        ),
+        (
+            "cold start <= 1.1x docker run --rm true",
+            figures["cold"] <= 1.1 * figures["docker_run_rm"],
+            f"{figures['cold'] / figures['docker_run_rm']:.2f}x",
+        ),
     ]
     for name, ok, value in checks:
         print(f"  [{'met' if ok else 'MISSED'}] {name}: {value}")
@@ -459,10 +543,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=20, help="samples per single figure")
     parser.add_argument("--concurrency", type=int, default=50, help="tasks at once")
-    parser.add_argument("--rounds", type=int, default=20,
-                        help="echo round trips per task under concurrency")
-    parser.add_argument("--capacity", type=int, default=100,
-                        help="sandboxes to keep alive at once (0 skips)")
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="echo round trips per task under concurrency"
+    )
+    parser.add_argument(
+        "--capacity", type=int, default=100, help="sandboxes to keep alive at once (0 skips)"
+    )
     parser.add_argument("--no-crowd", action="store_true", help="skip the concurrent figures")
     parser.add_argument("--no-nats", action="store_true", help="skip the NATS figures")
     parser.add_argument("--quick", action="store_true", help="small numbers, for a smoke run")

@@ -77,16 +77,17 @@ def script(delay_s: float) -> dict[str, Any]:
             for i in range(1, calls)
         ]
         steps.append(
-            {"tool": "finish", "arguments": {"message": "done: {{last_tool_output}}"},
-             "delay_s": delay_s}
+            {
+                "tool": "finish",
+                "arguments": {"message": "done: {{last_tool_output}}"},
+                "delay_s": delay_s,
+            }
         )
         return steps
 
     return {
         "model": "scripted",
-        "conversations": [
-            {"match": f"calls:{n} ", "turns": turns(n)} for n in (2, 5, 10)
-        ],
+        "conversations": [{"match": f"calls:{n} ", "turns": turns(n)} for n in (2, 5, 10)],
         "turns": turns(2),
     }
 
@@ -247,9 +248,7 @@ def step_latencies(events: list[dict[str, Any]]) -> tuple[list[float], float | N
         usage = (action or {}).get("llm_usage") or {}
         return float(usage.get("latency_ms") or 0.0) / 1000
 
-    gaps = [
-        ts(b) - ts(a) - llm_s(b) for a, b in itertools.pairwise(observations)
-    ]
+    gaps = [ts(b) - ts(a) - llm_s(b) for a, b in itertools.pairwise(observations)]
     first = None
     accepted = next((e for e in events if e.get("source") == "USER"), None)
     if accepted is not None and observations:
@@ -261,17 +260,22 @@ def step_latencies(events: list[dict[str, Any]]) -> tuple[list[float], float | N
 
 
 def crowd_row(
-    stack: Stack, name: str, count: int, calls: int, delay_s: float, start_s: float,
-    limit: float, timeout_s: float,
+    stack: Stack,
+    name: str,
+    count: int,
+    calls: int,
+    delay_s: float,
+    start_s: float,
+    limit: float,
+    timeout_s: float,
 ) -> None:
     posted = time.time()
-    polled, views = asyncio.run(
-        run_tasks(stack.config.gateway_url, count, calls, timeout_s, name)
-    )
+    polled, views = asyncio.run(run_tasks(stack.config.gateway_url, count, calls, timeout_s, name))
     finished = sum(1 for v in views if v.get("state") == "FINISHED")
     ends = [
         datetime.fromisoformat(str(v["finished_at"])).timestamp()
-        for v in views if v.get("finished_at")
+        for v in views
+        if v.get("finished_at")
     ]
     # The last task's own end, not the poll that noticed it (up to `every_s` later).
     wall = max(ends) - posted if len(ends) == count else polled
@@ -322,8 +326,11 @@ class PoolWatch:
                 seats = int(self.redis.hlen(self.seats_key))  # type: ignore[arg-type]
             except Exception:  # a slow engine: the next sample
                 continue
-            for name, value in (("task sandboxes", tasks), ("containers", len(found)),
-                                ("seats", seats)):
+            for name, value in (
+                ("task sandboxes", tasks),
+                ("containers", len(found)),
+                ("seats", seats),
+            ):
                 self.most[name] = max(self.most[name], value)
             self._stop.wait(0.5)
 
@@ -345,15 +352,19 @@ def queued_row(stack: Stack, count: int, calls: int, max_sandboxes: int, timeout
         )
     finished = sum(1 for v in views if v.get("state") == "FINISHED")
     most = watch.most
-    print(f"  (500q: {finished}/{count} finished in {wall:.1f} s; at most {most['seats']} seats, "
-          f"{most['task sandboxes']} running task sandboxes, {most['containers']} containers "
-          f"with the warm ones)", flush=True)
+    print(
+        f"  (500q: {finished}/{count} finished in {wall:.1f} s; at most {most['seats']} seats, "
+        f"{most['task sandboxes']} running task sandboxes, {most['containers']} containers "
+        f"with the warm ones)",
+        flush=True,
+    )
     row(
         f"{count} tasks queued at once ({calls} LLM calls each)",
         f"{finished}/{count} finished, {wall:.0f} s",
         f"seats <= {max_sandboxes}: most {most['task sandboxes']} running",
         "all, <= max",
-        finished == count and most["task sandboxes"] <= max_sandboxes
+        finished == count
+        and most["task sandboxes"] <= max_sandboxes
         and most["seats"] <= max_sandboxes,
     )
 
@@ -365,19 +376,25 @@ def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
     asyncio.run(run_tasks(stack.config.gateway_url, 2, 2, 120, "warm-up"))
     pids = {n: p for n, p in stack.running().items() if n in SERVICES}
     before = cpu_seconds(pids)
-    wall, views = asyncio.run(
-        run_tasks(stack.config.gateway_url, tasks, steps, 300, "steps")
-    )
+    wall, views = asyncio.run(run_tasks(stack.config.gateway_url, tasks, steps, 300, "steps"))
     after = cpu_seconds(pids)
     spent = {n: after[n] - before.get(n, 0.0) for n in after}
     finished = [v for v in views if v.get("state") == "FINISHED"]
     agent_steps = sum(int(v["iterations"]) for v in finished)
     per_step_ms = 1000 * sum(spent.values()) / max(1, agent_steps)
     by_service = ", ".join(f"{n} {1000 * s / max(1, agent_steps):.1f}" for n, s in spent.items())
-    print(f"  ({len(finished)}/{tasks} finished at once, {agent_steps} steps in {wall:.1f} s; "
-          f"ms of CPU per step by service: {by_service})", flush=True)
-    row("orchestration CPU per agent step", f"{per_step_ms:.1f} ms", "(all six services)",
-        "<= 15 ms", per_step_ms <= 15)
+    print(
+        f"  ({len(finished)}/{tasks} finished at once, {agent_steps} steps in {wall:.1f} s; "
+        f"ms of CPU per step by service: {by_service})",
+        flush=True,
+    )
+    row(
+        "orchestration CPU per agent step",
+        f"{per_step_ms:.1f} ms",
+        "(all six services)",
+        "<= 15 ms",
+        per_step_ms <= 15,
+    )
 
     alone: list[dict[str, Any]] = []
     for i in range(one_by_one):
@@ -395,21 +412,32 @@ def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
         gaps += g
         if f is not None:
             firsts.append(f)
-    print(f"  ({len(alone)}/{one_by_one} tasks of {steps} steps run one after another)",
-          flush=True)
+    print(f"  ({len(alone)}/{one_by_one} tasks of {steps} steps run one after another)", flush=True)
     p50, p99 = pct(gaps, 50) * 1000, pct(gaps, 99) * 1000
-    row("step overhead (obs -> next obs, LLM excluded)", f"p50 {p50:.1f} ms",
-        f"p99 {p99:.1f} ms (n={len(gaps)})", "p50 <= 20 ms", p50 <= 20)
+    row(
+        "step overhead (obs -> next obs, LLM excluded)",
+        f"p50 {p50:.1f} ms",
+        f"p99 {p99:.1f} ms (n={len(gaps)})",
+        "p50 <= 20 ms",
+        p50 <= 20,
+    )
     f50, f99 = pct(firsts, 50) * 1000, pct(firsts, 99) * 1000
-    row("task accepted -> first observation", f"p50 {f50:.1f} ms",
-        f"p99 {f99:.1f} ms (n={len(firsts)})", "p50 <= 50 ms", f50 <= 50)
+    row(
+        "task accepted -> first observation",
+        f"p50 {f50:.1f} ms",
+        f"p99 {f99:.1f} ms (n={len(firsts)})",
+        "p50 <= 50 ms",
+        f50 <= 50,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", default="40x2,200x5,500q,steps",
-                        help="comma-separated: 40x2, 200x5, 500q, steps")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rows", default="40x2,200x5,500q,steps", help="comma-separated: 40x2, 200x5, 500q, steps"
+    )
     parser.add_argument("--delay", type=float, default=2.0, help="seconds per LLM call")
     args = parser.parse_args(argv)
     rows = set(args.rows.split(","))
@@ -424,8 +452,10 @@ def main(argv: list[str] | None = None) -> None:
     for count in (40, 200):
         if f"{count}x2" in rows or f"{count}x5" in rows:
             starts[count] = crowd_start_s(count, min(count, seats))
-            print(f"  {count} sandboxes, {min(count, seats)} at once: {starts[count]:.1f} s",
-                  flush=True)
+            print(
+                f"  {count} sandboxes, {min(count, seats)} at once: {starts[count]:.1f} s",
+                flush=True,
+            )
 
     run_dir = Path(tempfile.mkdtemp(prefix="deckhands-sysbench-"))
     script_path = run_dir / "script.json"

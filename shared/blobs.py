@@ -53,9 +53,7 @@ class BlobStore:
     their parts before the broker connects.
     """
 
-    def __init__(
-        self, jetstream: Callable[[], JetStreamContext], timeout_s: float = 30.0
-    ) -> None:
+    def __init__(self, jetstream: Callable[[], JetStreamContext], timeout_s: float = 30.0) -> None:
         self._jetstream = jetstream
         self._timeout_s = timeout_s
         self._store: ObjectStore | None = None
@@ -76,9 +74,7 @@ class BlobStore:
     async def get(self, task_id: str, sha256: str) -> bytes:
         store = await self._bucket()
         try:
-            result = await asyncio.wait_for(
-                store.get(blob_name(task_id, sha256)), self._timeout_s
-            )
+            result = await asyncio.wait_for(store.get(blob_name(task_id, sha256)), self._timeout_s)
         except (ObjectNotFoundError, NotFoundError):
             raise BlobMissing(f"task {task_id} has no blob {sha256}") from None
         return bytes(result.data or b"")

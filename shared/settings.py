@@ -51,7 +51,8 @@ class CommonSettings(BaseSettings):
     )
     stream_max_age_days: float = Field(default=30.0, gt=0)
     blob_store_max_bytes: int = Field(
-        default=8 << 30, ge=1 << 20,
+        default=8 << 30,
+        ge=1 << 20,
         description="Size of the object store that keeps large content (whole outputs) events "
         "refer to; when full, new content is not kept and the event says so.",
     )

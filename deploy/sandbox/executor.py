@@ -57,8 +57,19 @@ if TYPE_CHECKING:
     from typing import Any
 
 _MODULES = (
-    "codecs", "contextlib", "errno", "fcntl", "json", "queue", "re", "select", "signal",
-    "struct", "subprocess", "termios", "threading",
+    "codecs",
+    "contextlib",
+    "errno",
+    "fcntl",
+    "json",
+    "queue",
+    "re",
+    "select",
+    "signal",
+    "struct",
+    "subprocess",
+    "termios",
+    "threading",
 )
 
 
@@ -363,24 +374,27 @@ class BashSession:
         try:
             self.proc = subprocess.Popen(
                 ["bash", "--noprofile", "--norc", "--noediting", "-i"],
-                stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=_user_env(),
-                start_new_session=True, preexec_fn=lambda: _child_setup(True),
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=cwd,
+                env=_user_env(),
+                start_new_session=True,
+                preexec_fn=lambda: _child_setup(True),
             )
         finally:
             os.close(slave)
         self.master = master
         os.set_blocking(master, False)
         self.nonce = os.urandom(8).hex()
-        self.marker = re.compile(
-            "\n?\x1eDH" + self.nonce + r" (-?\d+) (.*?)\x1e\n", re.DOTALL
-        )
+        self.marker = re.compile("\n?\x1eDH" + self.nonce + r" (-?\d+) (.*?)\x1e\n", re.DOTALL)
         self.running = False
         self.pending = ""
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
         # PROMPT_COMMAND is set, not exported: a nested shell must not print our marker.
         init = (
             " PS1=''; PS2=''; unset HISTFILE; "
-            f"PROMPT_COMMAND='printf \"\\n\\036DH{self.nonce} %s %s\\036\\n\" \"$?\" \"$PWD\"'\n"
+            f'PROMPT_COMMAND=\'printf "\\n\\036DH{self.nonce} %s %s\\036\\n" "$?" "$PWD"\'\n'
         )
         os.write(self.master, init.encode())
         out = Captured(DEFAULT_LIMIT)
@@ -403,9 +417,7 @@ class BashSession:
 
     # -- reading
 
-    def _read(
-        self, out: Captured, deadline: float, quiet_s: float | None
-    ) -> tuple[str, int, str]:
+    def _read(self, out: Captured, deadline: float, quiet_s: float | None) -> tuple[str, int, str]:
         """Read until the end marker, the deadline, `quiet_s` without output, or bash's exit.
 
         Returns (status, exit_code, cwd) with status "done", "timeout", "quiet" or "exited".
@@ -487,8 +499,12 @@ class BashSession:
                 self.pending = ""
                 code, cwd = self._finished_meanwhile or (-1, "")
                 return {
-                    "ok": True, "output": cut_middle("", 0, text, limit), "exit_code": code,
-                    "cwd": cwd or self._cwd(), "timed_out": False, "running": False,
+                    "ok": True,
+                    "output": cut_middle("", 0, text, limit),
+                    "exit_code": code,
+                    "cwd": cwd or self._cwd(),
+                    "timed_out": False,
+                    "running": False,
                     "note": "[no command is running; the input was not sent]",
                 }
             os.write(self.master, _keys(command))
@@ -499,8 +515,12 @@ class BashSession:
                 text = self.pending
                 self.pending = ""
                 return {
-                    "ok": True, "output": cut_middle("", 0, text, limit), "exit_code": -1,
-                    "cwd": "", "timed_out": False, "running": True,
+                    "ok": True,
+                    "output": cut_middle("", 0, text, limit),
+                    "exit_code": -1,
+                    "cwd": "",
+                    "timed_out": False,
+                    "running": True,
                     "note": (
                         "[the previous command is still running; this command was NOT run. "
                         "Send input to it with is_input=true, e.g. C-c to interrupt it]"
@@ -546,9 +566,7 @@ class BashSession:
             )
         return self._answer(out, code, cwd, timed_out, False, notes)
 
-    def _interrupt(
-        self, out: Captured, notes: list[str], timeout_s: float
-    ) -> tuple[str, int, str]:
+    def _interrupt(self, out: Captured, notes: list[str], timeout_s: float) -> tuple[str, int, str]:
         """Stop the running command: Ctrl-C, then kill its process group, then everything."""
         notes.append(f"[the command timed out after {timeout_s:g}s and was interrupted]")
         os.write(self.master, b"\x03")
@@ -582,8 +600,14 @@ class BashSession:
         self, out: Captured, code: int, cwd: str, timed_out: bool, running: bool, notes: list[str]
     ) -> dict[str, Any]:
         return {
-            "ok": True, "output": out.render(), "exit_code": code, "cwd": cwd or self._cwd(),
-            "timed_out": timed_out, "running": running, "note": "\n".join(notes), **out.kept(),
+            "ok": True,
+            "output": out.render(),
+            "exit_code": code,
+            "cwd": cwd or self._cwd(),
+            "timed_out": timed_out,
+            "running": running,
+            "note": "\n".join(notes),
+            **out.kept(),
         }
 
 
@@ -629,10 +653,21 @@ class PythonSession:
         cwd = WORKSPACE if os.path.isdir(WORKSPACE) else "/"
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", os.path.abspath(__file__), "--kernel",
-                 str(to_kernel_r), str(from_kernel_w)],
-                stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd=cwd, env=_user_env(),
-                pass_fds=(to_kernel_r, from_kernel_w), start_new_session=True,
+                [
+                    sys.executable,
+                    "-u",
+                    os.path.abspath(__file__),
+                    "--kernel",
+                    str(to_kernel_r),
+                    str(from_kernel_w),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                cwd=cwd,
+                env=_user_env(),
+                pass_fds=(to_kernel_r, from_kernel_w),
+                start_new_session=True,
                 preexec_fn=lambda: _child_setup(False),
             )
         finally:
@@ -683,8 +718,10 @@ class PythonSession:
             status, result = self._collect(out, time.monotonic() + 2.0)
             if status == "timeout":
                 self.close()
-                notes.append("[the cell would not stop: the Python process was killed and its "
-                             "variables were lost]")
+                notes.append(
+                    "[the cell would not stop: the Python process was killed and its "
+                    "variables were lost]"
+                )
                 status, result = "done", {"rc": 137}
         if status == "died":
             try:
@@ -694,15 +731,21 @@ class PythonSession:
             self._drain_output(out)
             after = oom_kills()
             if before_oom is not None and after is not None and after > before_oom:
-                notes.append("[the Python process was killed because the sandbox ran out of "
-                             "memory (memory limit); its variables were lost]")
+                notes.append(
+                    "[the Python process was killed because the sandbox ran out of "
+                    "memory (memory limit); its variables were lost]"
+                )
             else:
                 notes.append(f"[the Python process died (code {rc}); its variables were lost]")
             self.close()
             result = {"rc": rc if rc >= 0 else 128 - rc}
         return {
-            "ok": True, "output": out.render(), "exit_code": int(result.get("rc", 1)),
-            "timed_out": timed_out, "note": "\n".join(notes), **out.kept(),
+            "ok": True,
+            "output": out.render(),
+            "exit_code": int(result.get("rc", 1)),
+            "timed_out": timed_out,
+            "note": "\n".join(notes),
+            **out.kept(),
         }
 
     def _drain_output(self, out: Captured) -> None:
@@ -812,15 +855,20 @@ class Files:
         end = req.get("end_line")
         stop = len(lines) if end is None else min(int(end), len(lines))
         if start > max(len(lines), 1):
-            raise Fail("bad_range", f"{path} has {len(lines)} lines; start_line {start} is "
-                       "past the end")
+            raise Fail(
+                "bad_range", f"{path} has {len(lines)} lines; start_line {start} is past the end"
+            )
         if end is not None and int(end) < start:
             raise Fail("bad_range", f"end_line {end} is before start_line {start}")
         content = "".join(lines[start - 1 : stop])
         limit = int(req.get("limit") or DEFAULT_LIMIT)
-        return {"ok": True, "path": path, "content": cut_middle("", 0, content, limit),
-                "total_lines": len(lines),
-                **keep_whole("read.out", content, limit, int(req.get("keep") or 0))}
+        return {
+            "ok": True,
+            "path": path,
+            "content": cut_middle("", 0, content, limit),
+            "total_lines": len(lines),
+            **keep_whole("read.out", content, limit, int(req.get("keep") or 0)),
+        }
 
     def chunk(self, req: dict[str, Any]) -> dict[str, Any]:
         """A piece of a kept file, from byte `offset`, ending on a UTF-8 character boundary."""
@@ -842,8 +890,12 @@ class Files:
             data = data[: _whole_characters(data)]
         if eof and req.get("drop"):
             _unlink_kept(name)
-        return {"ok": True, "data": data.decode("utf-8", "replace"),
-                "next": offset + len(data), "eof": eof}
+        return {
+            "ok": True,
+            "data": data.decode("utf-8", "replace"),
+            "next": offset + len(data),
+            "eof": eof,
+        }
 
     def write(self, req: dict[str, Any]) -> dict[str, Any]:
         path = _resolve(str(req.get("path", "")))
@@ -877,10 +929,14 @@ class Files:
             if count == 0:
                 raise Fail("no_match", f"old_str was not found in {path}; nothing was changed")
             if count > 1:
-                at = [old.count("\n", 0, m.start()) + 1
-                      for m in re.finditer(re.escape(old_str), old)]
-                raise Fail("multiple_matches", f"old_str occurs {count} times in {path} (lines "
-                           f"{', '.join(map(str, at[:20]))}); make it unique. Nothing changed")
+                at = [
+                    old.count("\n", 0, m.start()) + 1 for m in re.finditer(re.escape(old_str), old)
+                ]
+                raise Fail(
+                    "multiple_matches",
+                    f"old_str occurs {count} times in {path} (lines "
+                    f"{', '.join(map(str, at[:20]))}); make it unique. Nothing changed",
+                )
             new = old.replace(old_str, new_str, 1)
             self._remember(path)
             _write_text(path, new)
@@ -914,8 +970,10 @@ class Files:
                 return self._edited(path, current, "", f"Undid the creation of {path}", limit)
             _write_text(path, previous)
             return self._edited(path, current, previous, f"Undid the last edit of {path}", limit)
-        raise Fail("bad_request", f"unknown edit command {command!r}; use view, create, "
-                   "str_replace, insert or undo")
+        raise Fail(
+            "bad_request",
+            f"unknown edit command {command!r}; use view, create, str_replace, insert or undo",
+        )
 
     def _view(self, path: str, req: dict[str, Any], limit: int) -> dict[str, Any]:
         if os.path.isdir(path):
@@ -926,11 +984,16 @@ class Files:
                 if depth >= 2:
                     dirs[:] = []
                 entries.extend(os.path.join(root, d) + "/" for d in dirs)
-                entries.extend(os.path.join(root, f) for f in sorted(files)
-                               if not f.startswith("."))
+                entries.extend(
+                    os.path.join(root, f) for f in sorted(files) if not f.startswith(".")
+                )
             listing = "\n".join(sorted(entries))
-            return {"ok": True, "path": path, "content": cut_middle("", 0, listing, limit),
-                    "diff": ""}
+            return {
+                "ok": True,
+                "path": path,
+                "content": cut_middle("", 0, listing, limit),
+                "diff": "",
+            }
         text = _read_text(path)
         lines = text.splitlines()
         rng = req.get("view_range") or [1, -1]
@@ -939,8 +1002,7 @@ class Files:
         if start < 1 or (lines and start > len(lines)) or end < start - 1:
             raise Fail("bad_range", f"view_range {rng} is outside 1..{len(lines)}")
         numbered = "\n".join(f"{i:6}\t{lines[i - 1]}" for i in range(start, end + 1))
-        return {"ok": True, "path": path, "content": cut_middle("", 0, numbered, limit),
-                "diff": ""}
+        return {"ok": True, "path": path, "content": cut_middle("", 0, numbered, limit), "diff": ""}
 
     def _remember(self, path: str) -> None:
         previous = _read_text(path) if os.path.isfile(path) else None
@@ -952,11 +1014,15 @@ class Files:
     def _edited(path: str, old: str, new: str, message: str, limit: int) -> dict[str, Any]:
         import difflib
 
-        diff = "".join(difflib.unified_diff(
-            old.splitlines(True), new.splitlines(True), f"a{path}", f"b{path}"
-        ))
-        return {"ok": True, "path": path, "content": message,
-                "diff": cut_middle("", 0, diff, limit)}
+        diff = "".join(
+            difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a{path}", f"b{path}")
+        )
+        return {
+            "ok": True,
+            "path": path,
+            "content": message,
+            "diff": cut_middle("", 0, diff, limit),
+        }
 
 
 def _read_text(path: str) -> str:
@@ -1029,8 +1095,11 @@ def _worker(
             import traceback
 
             log(f"request {rid} failed: {traceback.format_exc()}")
-            answer = {"ok": False, "code": "executor_error",
-                      "error": f"{type(exc).__name__}: {exc}"}
+            answer = {
+                "ok": False,
+                "code": "executor_error",
+                "error": f"{type(exc).__name__}: {exc}",
+            }
         answer["id"] = rid
         responder.send(answer)
 
@@ -1084,9 +1153,15 @@ class Dispatcher:
                 if rid is None:
                     self.held.append(line)
                 else:
-                    self.write(b'{"id": "' + rid.encode() + b'", "ok": true, "pid": '
-                               + str(os.getpid()).encode() + b', "protocol": '
-                               + str(PROTOCOL).encode() + b', "booting": true}\n')
+                    self.write(
+                        b'{"id": "'
+                        + rid.encode()
+                        + b'", "ok": true, "pid": '
+                        + str(os.getpid()).encode()
+                        + b', "protocol": '
+                        + str(PROTOCOL).encode()
+                        + b', "booting": true}\n'
+                    )
                 return
             self._route(line)
 
@@ -1104,18 +1179,30 @@ class Dispatcher:
             if not isinstance(req, dict):
                 raise ValueError("a request is a JSON object")
         except ValueError as exc:
-            self.responder.send({"id": None, "ok": False, "code": "bad_request",
-                                 "error": str(exc)})
+            self.responder.send({"id": None, "ok": False, "code": "bad_request", "error": str(exc)})
             return
         op = str(req.get("op"))
         if op == "ping":
-            self.responder.send({"id": req.get("id"), "ok": True, "pid": os.getpid(),
-                                 "protocol": PROTOCOL, "uptime_s": time.monotonic() - STARTED})
+            self.responder.send(
+                {
+                    "id": req.get("id"),
+                    "ok": True,
+                    "pid": os.getpid(),
+                    "protocol": PROTOCOL,
+                    "uptime_s": time.monotonic() - STARTED,
+                }
+            )
         elif op in self.routes:
             self.routes[op].put(req)
         else:
-            self.responder.send({"id": req.get("id"), "ok": False, "code": "bad_request",
-                                 "error": f"unknown op {op!r}"})
+            self.responder.send(
+                {
+                    "id": req.get("id"),
+                    "ok": False,
+                    "code": "bad_request",
+                    "error": f"unknown op {op!r}",
+                }
+            )
 
 
 def _boot(dispatcher: Dispatcher) -> None:

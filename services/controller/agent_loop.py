@@ -297,9 +297,7 @@ def _needs_confirmation(state: TaskState, risk: RiskLevel) -> bool:
 
 
 def _execute(state: TaskState, action: RunnableAction) -> ExecuteAction:
-    return ExecuteAction(
-        task_id=action.task_id, action=action, network_egress=state.network_egress
-    )
+    return ExecuteAction(task_id=action.task_id, action=action, network_egress=state.network_egress)
 
 
 def _from_security(turn: Turn, event: EventBase) -> None:

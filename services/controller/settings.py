@@ -11,7 +11,8 @@ __all__ = ["ControllerSettings"]
 
 class ControllerSettings(CommonSettings):
     workers: int = Field(
-        default=64, ge=1,
+        default=64,
+        ge=1,
         description="Events handled concurrently (each is a few Redis and NATS round trips).",
     )
     cas_attempts: int = Field(
@@ -20,16 +21,19 @@ class ControllerSettings(CommonSettings):
     # How long the controller waits for each answer before asking again; after
     # `answer_retries` more tries without an answer the task ends in ERROR naming the service.
     agent_answer_deadline_s: float = Field(
-        default=900.0, gt=0,
+        default=900.0,
+        gt=0,
         description="A step: storage, the LLM with its retries; a rate-limit notice restarts it.",
     )
     security_answer_deadline_s: float = Field(default=120.0, gt=0, description="A review.")
     runtime_answer_deadline_s: float = Field(
-        default=900.0, gt=0,
+        default=900.0,
+        gt=0,
         description="An action, beyond its own timeout: waiting for a sandbox and starting it.",
     )
     sandbox_queue_deadline_s: float = Field(
-        default=3600.0, gt=0,
+        default=3600.0,
+        gt=0,
         description="An action queued for a sandbox (every seat taken) waits this long for a "
         "seat before it counts as unanswered (asked again, then ERROR).",
     )

@@ -133,8 +133,9 @@ class StepHandler:
         try:
             data = await self.blobs.get(source, ref.sha256)
         except BlobMissing:
-            log.info("task %s: replayed write's content %s is not kept", replayed.task_id,
-                     ref.sha256)
+            log.info(
+                "task %s: replayed write's content %s is not kept", replayed.task_id, ref.sha256
+            )
             return
         await self.blobs.put(replayed.task_id, data)
 

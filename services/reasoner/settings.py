@@ -84,24 +84,30 @@ class ReasonerSettings(CommonSettings):
     )
 
     workers: int = Field(
-        default=512, ge=1,
+        default=512,
+        ge=1,
         description="Step requests one replica handles at once. A step mostly waits (storage, the "
         "LLM), so this is high; what is scarce is bounded by llm_max_concurrency.",
     )
     max_action_bytes: int = Field(
-        default=256 * 1024, ge=4096, le=512 * 1024,
+        default=256 * 1024,
+        ge=4096,
+        le=512 * 1024,
         description="Largest action (encoded JSON) the agent may send; a larger one is answered "
         "with an ErrorObservation asking for smaller steps. Below NATS' max_payload with room "
         "for the messages that carry it.",
     )
     max_write_bytes: int = Field(
-        default=16 << 20, ge=0, le=256 << 20,
+        default=16 << 20,
+        ge=0,
+        le=256 << 20,
         description="Largest file the agent may write in one action. A write larger than "
         "max_action_bytes travels as a claim check: its content goes to the blob store and the "
         "action refers to it. 0 refuses every write over max_action_bytes.",
     )
     llm_max_concurrency: int = Field(
-        default=256, ge=1,
+        default=256,
+        ge=1,
         description="LLM requests one replica has in flight at once (the provider's concurrency "
         "limit); a step beyond it waits for a free one without holding anything else.",
     )
@@ -111,12 +117,14 @@ class ReasonerSettings(CommonSettings):
     history_request_timeout_s: float = Field(default=2.0, gt=0)
     history_page_size: int = Field(default=1000, ge=1, le=10000)
     history_page_bytes: int = Field(
-        default=512 * 1024, ge=1024,
+        default=512 * 1024,
+        ge=1024,
         description="About how many bytes of events one history reply carries; a longer history "
         "arrives in several pages (storage keeps each below NATS' max_payload).",
     )
     history_cache_bytes: int = Field(
-        default=256 * 1024 * 1024, ge=0,
+        default=256 * 1024 * 1024,
+        ge=0,
         description="Task history one replica keeps between steps, so a step reads only the "
         "events since the last one; least recently stepped tasks are dropped first.",
     )

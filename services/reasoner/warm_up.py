@@ -22,26 +22,32 @@ __all__ = ["speaks_openai", "warm_up"]
 
 log = logging.getLogger("deckhands.reasoner.warm_up")
 
-_REPLY = json.dumps({
-    "id": "warm-up",
-    "object": "chat.completion",
-    "created": 0,
-    "model": "warm-up",
-    "choices": [{
-        "index": 0,
-        "finish_reason": "tool_calls",
-        "message": {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{
-                "id": "call_warm_up",
-                "type": "function",
-                "function": {"name": "think", "arguments": "{\"thought\": \"warm-up\"}"},
-            }],
-        },
-    }],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}).encode()
+_REPLY = json.dumps(
+    {
+        "id": "warm-up",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "warm-up",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": "call_warm_up",
+                            "type": "function",
+                            "function": {"name": "think", "arguments": '{"thought": "warm-up"}'},
+                        }
+                    ],
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+).encode()
 
 
 def speaks_openai(model: str, api_base: str | None) -> bool:
@@ -59,7 +65,8 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         await reader.readexactly(length)
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            + f"Content-Length: {len(_REPLY)}\r\n\r\n".encode() + _REPLY
+            + f"Content-Length: {len(_REPLY)}\r\n\r\n".encode()
+            + _REPLY
         )
         await writer.drain()
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, OSError):

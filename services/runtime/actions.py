@@ -115,9 +115,7 @@ async def _kept(
     offset = 0
     try:
         while True:
-            piece = await sandbox.client.request(
-                "chunk", 30.0, name=name, offset=offset, drop=True
-            )
+            piece = await sandbox.client.request("chunk", 30.0, name=name, offset=offset, drop=True)
             pieces.append(str(piece.get("data", "")).encode())
             offset = int(piece["next"])
             if piece.get("eof"):
@@ -150,8 +148,11 @@ async def run_action(
         if isinstance(action, CmdRunAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
             request: dict[str, Any] = {
-                "command": action.command, "timeout_s": timeout_s, "limit": limit,
-                "is_input": action.is_input, "keep": whole,
+                "command": action.command,
+                "timeout_s": timeout_s,
+                "limit": limit,
+                "is_input": action.is_input,
+                "keep": whole,
             }
             quiet = action.no_output_timeout_s or settings.no_output_timeout_s
             if quiet:
@@ -159,22 +160,30 @@ async def run_action(
             answer = await sandbox.client.request("bash", timeout_s + _GRACE_S, **request)
             ref, missed = await _kept(sandbox, action, answer, blobs)
             return CmdOutputObservation(
-                **fields, command=action.command, content_ref=ref,
+                **fields,
+                command=action.command,
+                content_ref=ref,
                 content=_with_note(
                     answer.get("output", ""), _notes(answer.get("note", ""), missed)
                 ),
-                exit_code=int(answer.get("exit_code", -1)), cwd=str(answer.get("cwd", "")),
+                exit_code=int(answer.get("exit_code", -1)),
+                cwd=str(answer.get("cwd", "")),
                 timed_out=bool(answer.get("timed_out")),
             )
         if isinstance(action, RunPythonAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
             answer = await sandbox.client.request(
-                "python", timeout_s + _GRACE_S, code=action.code, timeout_s=timeout_s,
-                limit=limit, keep=whole,
+                "python",
+                timeout_s + _GRACE_S,
+                code=action.code,
+                timeout_s=timeout_s,
+                limit=limit,
+                keep=whole,
             )
             ref, missed = await _kept(sandbox, action, answer, blobs)
             return PythonOutputObservation(
-                **fields, content_ref=ref,
+                **fields,
+                content_ref=ref,
                 content=_with_note(
                     answer.get("output", ""), _notes(answer.get("note", ""), missed)
                 ),
@@ -182,12 +191,19 @@ async def run_action(
             )
         if isinstance(action, FileReadAction):
             answer = await sandbox.client.request(
-                "read", 60.0, path=action.path, start_line=action.start_line,
-                end_line=action.end_line, limit=limit, keep=whole,
+                "read",
+                60.0,
+                path=action.path,
+                start_line=action.start_line,
+                end_line=action.end_line,
+                limit=limit,
+                keep=whole,
             )
             ref, missed = await _kept(sandbox, action, answer, blobs)
             return FileReadObservation(
-                **fields, path=answer["path"], content=_with_note(answer["content"], missed),
+                **fields,
+                path=answer["path"],
+                content=_with_note(answer["content"], missed),
                 content_ref=ref,
             )
         if isinstance(action, FileWriteAction):
@@ -199,22 +215,33 @@ async def run_action(
                     return ErrorObservation(**fields, content=str(exc), error_code="not_found")
             answer = await sandbox.client.request("write", 60.0, path=action.path, content=content)
             return FileWriteObservation(
-                **fields, path=answer["path"],
+                **fields,
+                path=answer["path"],
                 content=f"Wrote {answer.get('size', 0)} bytes to {answer['path']}",
             )
         if isinstance(action, FileEditAction):
             answer = await sandbox.client.request(
-                "edit", 60.0, command=action.command, path=action.path,
-                file_text=action.file_text, old_str=action.old_str, new_str=action.new_str,
-                insert_line=action.insert_line, view_range=action.view_range, limit=limit,
+                "edit",
+                60.0,
+                command=action.command,
+                path=action.path,
+                file_text=action.file_text,
+                old_str=action.old_str,
+                new_str=action.new_str,
+                insert_line=action.insert_line,
+                view_range=action.view_range,
+                limit=limit,
             )
             return FileEditObservation(
-                **fields, path=answer["path"], content=answer.get("content", ""),
+                **fields,
+                path=answer["path"],
+                content=answer.get("content", ""),
                 diff=answer.get("diff", ""),
             )
     except ExecutorError as exc:
         return ErrorObservation(**fields, content=str(exc), error_code=exc.code)
     return ErrorObservation(
-        **fields, content=f"the runtime cannot run {type(action).__name__}",
+        **fields,
+        content=f"the runtime cannot run {type(action).__name__}",
         error_code="unsupported_action",
     )

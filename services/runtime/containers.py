@@ -120,12 +120,17 @@ def _info(raw: dict[str, Any]) -> ContainerInfo:
         name = (raw.get("Names") or ["/"])[0].lstrip("/")
         state = raw.get("State") or ""
         return ContainerInfo(
-            id=raw["Id"], name=name, running=state == "running", status=state,
-            labels=raw.get("Labels") or {}, created=float(raw.get("Created") or 0),
+            id=raw["Id"],
+            name=name,
+            running=state == "running",
+            status=state,
+            labels=raw.get("Labels") or {},
+            created=float(raw.get("Created") or 0),
         )
     state_d = raw.get("State") or {}
     return ContainerInfo(
-        id=raw["Id"], name=str(raw.get("Name", "")).lstrip("/"),
+        id=raw["Id"],
+        name=str(raw.get("Name", "")).lstrip("/"),
         running=bool(state_d.get("Running")) and not state_d.get("Restarting"),
         status=str(state_d.get("Status", "")),
         labels=(raw.get("Config") or {}).get("Labels") or {},
@@ -161,9 +166,7 @@ class DockerSandboxes:
 
     def _api(self) -> Any:
         if self._client is None:
-            self._client = docker.from_env(
-                timeout=60, max_pool_size=self.settings.docker_threads
-            )
+            self._client = docker.from_env(timeout=60, max_pool_size=self.settings.docker_threads)
         return self._client.api
 
     async def check(self) -> None:
@@ -208,14 +211,19 @@ class DockerSandboxes:
         workspace: Mount
         if s.sandbox_workspace == "tmpfs":
             workspace = Mount(
-                "/workspace", None, type="tmpfs", tmpfs_size=s.sandbox_workspace_size,
+                "/workspace",
+                None,
+                type="tmpfs",
+                tmpfs_size=s.sandbox_workspace_size,
                 tmpfs_mode=0o1777,
             )
         else:
             # An anonymous volume: Docker copies the image's /workspace (owned by the sandbox
             # user) into it, and `remove(v=True)` deletes it with the container.
             workspace = Mount(
-                "/workspace", None, type="volume",
+                "/workspace",
+                None,
+                type="volume",
                 labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
             )
         return {
@@ -393,8 +401,12 @@ class DockerSandboxes:
         def _list() -> list[ContainerInfo]:
             raw = self._api().containers(
                 all=everything,
-                filters={"label": [f"{LABEL_ROLE}={ROLE_SANDBOX}",
-                                   f"{LABEL_POOL}={self.settings.pool_name}"]},
+                filters={
+                    "label": [
+                        f"{LABEL_ROLE}={ROLE_SANDBOX}",
+                        f"{LABEL_POOL}={self.settings.pool_name}",
+                    ]
+                },
             )
             return [_info(c) for c in raw]
 
@@ -416,8 +428,12 @@ class DockerSandboxes:
 
         def _prune() -> int:
             result = self._api().prune_volumes(
-                filters={"label": [f"{LABEL_ROLE}={ROLE_SANDBOX}",
-                                   f"{LABEL_POOL}={self.settings.pool_name}"]}
+                filters={
+                    "label": [
+                        f"{LABEL_ROLE}={ROLE_SANDBOX}",
+                        f"{LABEL_POOL}={self.settings.pool_name}",
+                    ]
+                }
             )
             return len(result.get("VolumesDeleted") or [])
 

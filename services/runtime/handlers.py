@@ -62,10 +62,14 @@ Progress = Callable[[], Awaitable[None]]
 _CLAIM_TTL_S = 15
 _CLAIM_REFRESH_S = 5.0
 _HEARTBEAT_TTL_S = 30
-_WAITING_FOR_USER = frozenset({
-    AgentState.AWAITING_USER_INPUT, AgentState.AWAITING_USER_CONFIRMATION, AgentState.PAUSED,
-    AgentState.ERROR,
-})
+_WAITING_FOR_USER = frozenset(
+    {
+        AgentState.AWAITING_USER_INPUT,
+        AgentState.AWAITING_USER_CONFIRMATION,
+        AgentState.PAUSED,
+        AgentState.ERROR,
+    }
+)
 
 
 def _replica_id() -> str:
@@ -158,8 +162,12 @@ class RuntimeService:
         )
         self.pool.periodic = self._upkeep
         self.pool.start()
-        log.info("runtime %s started (pool %s, image %s)", self.replica_id,
-                 self.settings.pool_name, self.settings.sandbox_image)
+        log.info(
+            "runtime %s started (pool %s, image %s)",
+            self.replica_id,
+            self.settings.pool_name,
+            self.settings.sandbox_image,
+        )
 
     async def stop(self) -> None:
         """Stop the pool and remove idle sandboxes; task sandboxes stay for adoption."""
@@ -299,22 +307,28 @@ class RuntimeService:
         if admission.seated:
             await self.seats.handled(task_id)
             return True
-        log.info("task %s: every seat is taken, queued at position %d", task_id,
-                 admission.position)
-        await self.publish(SandboxQueuedObservation(
-            id=f"queued-{command.id}",
-            task_id=task_id,
-            source=EventSource.ENVIRONMENT,
-            cause=command.action.id,
-            position=admission.position,
-            max_sandboxes=self.seats.max_seats,
-        ))
+        log.info("task %s: every seat is taken, queued at position %d", task_id, admission.position)
+        await self.publish(
+            SandboxQueuedObservation(
+                id=f"queued-{command.id}",
+                task_id=task_id,
+                source=EventSource.ENVIRONMENT,
+                cause=command.action.id,
+                position=admission.position,
+                max_sandboxes=self.seats.max_seats,
+            )
+        )
         return False
 
     async def reconcile(self) -> ReconcileReport:
         return await reconcile(
-            self.docker, self.bindings, self.pool, self.tasks, self.replica_id,
-            self._task_is_over, self._task_is_live,
+            self.docker,
+            self.bindings,
+            self.pool,
+            self.tasks,
+            self.replica_id,
+            self._task_is_over,
+            self._task_is_live,
         )
 
     async def _task_is_live(self, task_id: str) -> bool:
@@ -379,8 +393,9 @@ class RuntimeService:
         try:
             await self.tasks.get(task_id, network)
         except (SandboxStartError, PoolExhausted, WorkspaceLost) as exc:
-            log.info("task %s: sandbox not prepared ahead (%s); its first action will try",
-                     task_id, exc)
+            log.info(
+                "task %s: sandbox not prepared ahead (%s); its first action will try", task_id, exc
+            )
             return
         PREPARED.inc()
         if not await self._task_is_live(task_id):
@@ -390,8 +405,12 @@ class RuntimeService:
         had = await self.tasks.release(command.task_id)
         if await self.seats.release(command.task_id):
             await self.admit_queued()
-        log.info("task %s: sandbox %s (%s)", command.task_id,
-                 "released" if had else "already gone", command.reason or "no reason given")
+        log.info(
+            "task %s: sandbox %s (%s)",
+            command.task_id,
+            "released" if had else "already gone",
+            command.reason or "no reason given",
+        )
 
     async def _run(self, command: ExecuteAction, last_try: bool) -> RuntimeObservation:
         action = command.action
@@ -434,8 +453,9 @@ class RuntimeService:
             observation = _with_notice(sandbox, observation)
         except (SandboxLost, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
-                log.error("task %s: sandbox %s stopped answering", command.task_id,
-                          sandbox.short_id)
+                log.error(
+                    "task %s: sandbox %s stopped answering", command.task_id, sandbox.short_id
+                )
             reason = await self.tasks.lost(command.task_id, sandbox)
             ACTIONS.labels(kind, "sandbox_lost").inc()
             return error_observation(

@@ -52,8 +52,11 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
     async def resend(order: ExecuteAction) -> None:
         # A new message id: the first copy was delivered (and acked) when the task queued.
         await publish_json(
-            broker, work_subject(Service.RUNTIME, order.task_id), order.model_dump_json(),
-            f"{order.id}.seated.{new_id()}", WORK_STREAM,
+            broker,
+            work_subject(Service.RUNTIME, order.task_id),
+            order.model_dump_json(),
+            f"{order.id}.seated.{new_id()}",
+            WORK_STREAM,
         )
 
     blobs = BlobStore(lambda: broker.connection.jetstream())

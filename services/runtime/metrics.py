@@ -24,15 +24,11 @@ __all__ = [
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-SANDBOXES = Gauge(
-    "deckhands_runtime_sandboxes", "Sandboxes of this replica by state", ["state"]
-)
+SANDBOXES = Gauge("deckhands_runtime_sandboxes", "Sandboxes of this replica by state", ["state"])
 POOL_TARGET_IDLE = Gauge(
     "deckhands_runtime_pool_target_idle", "Idle sandboxes the pool currently aims to keep"
 )
-ACQUISITIONS = Counter(
-    "deckhands_runtime_pool_acquisitions_total", "Sandboxes handed to tasks"
-)
+ACQUISITIONS = Counter("deckhands_runtime_pool_acquisitions_total", "Sandboxes handed to tasks")
 POOL_HITS = Counter(
     "deckhands_runtime_pool_hits_total", "Acquisitions served by a warm idle sandbox"
 )
@@ -40,12 +36,14 @@ POOL_MISSES = Counter(
     "deckhands_runtime_pool_misses_total", "Acquisitions that had to start a sandbox"
 )
 ACQUIRE_SECONDS = Histogram(
-    "deckhands_runtime_pool_acquire_seconds", "Time to hand a task a ready sandbox",
+    "deckhands_runtime_pool_acquire_seconds",
+    "Time to hand a task a ready sandbox",
     buckets=_FAST,
 )
 COLD_START_SECONDS = Histogram(
     "deckhands_runtime_sandbox_cold_start_seconds",
-    "From container create to the executor's first answer", buckets=_FAST,
+    "From container create to the executor's first answer",
+    buckets=_FAST,
 )
 SANDBOXES_LOST = Counter(
     "deckhands_runtime_sandboxes_lost_total", "Sandboxes found dead", ["where"]
@@ -61,11 +59,11 @@ SANDBOXES_RESTARTED = Counter(
     "deckhands_runtime_sandboxes_restarted_total",
     "Stopped task sandboxes started again for their task's next action",
 )
-ACTIONS = Counter(
-    "deckhands_runtime_actions_total", "Actions executed", ["kind", "outcome"]
-)
+ACTIONS = Counter("deckhands_runtime_actions_total", "Actions executed", ["kind", "outcome"])
 ACTION_SECONDS = Histogram(
-    "deckhands_runtime_action_seconds", "Action round trip inside the runtime", ["kind"],
+    "deckhands_runtime_action_seconds",
+    "Action round trip inside the runtime",
+    ["kind"],
     buckets=_FAST,
 )
 SEATS = Gauge(

@@ -85,9 +85,7 @@ class WarmPool:
 
     def knows(self, container_id: str) -> bool:
         """Whether this pool holds the container (idle or handed out)."""
-        return container_id in self._busy or any(
-            s.container_id == container_id for s in self._idle
-        )
+        return container_id in self._busy or any(s.container_id == container_id for s in self._idle)
 
     def target_idle(self) -> int:
         """Idle sandboxes to keep: the floor, plus the demand expected during one cold start."""
@@ -149,8 +147,9 @@ class WarmPool:
         for info in await self.docker.list():
             ours = info.labels.get(LABEL_REPLICA) == self.docker.replica_id
             if ours and info.name.startswith(IDLE_PREFIX) and info.id not in keep:
-                log.warning("removing unbound sandbox %s (%s) at shutdown", info.id[:12],
-                            info.status)
+                log.warning(
+                    "removing unbound sandbox %s (%s) at shutdown", info.id[:12], info.status
+                )
                 await self.docker.remove(info.id)
 
     # -- acquisition
@@ -311,8 +310,9 @@ class WarmPool:
         POOL_TARGET_IDLE.set(target)
         room = self.settings.pool_max_total - self.total
         in_flight = self._creating
-        missing = min(target - self.idle - in_flight, room,
-                      self.settings.pool_create_concurrency - in_flight)
+        missing = min(
+            target - self.idle - in_flight, room, self.settings.pool_create_concurrency - in_flight
+        )
         for _ in range(max(0, missing)):
             self._spawn(self._refill_one())
 
@@ -321,8 +321,7 @@ class WarmPool:
             sandbox = await self._create(for_caller=False)
         except SandboxStartError as exc:
             self._refill_failures += 1
-            log.error("could not start a warm sandbox (attempt %d): %s",
-                      self._refill_failures, exc)
+            log.error("could not start a warm sandbox (attempt %d): %s", self._refill_failures, exc)
             self._publish_gauges()
             return
         self._refill_failures = 0

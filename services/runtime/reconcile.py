@@ -134,7 +134,7 @@ async def _rebind(
 ) -> bool:
     """A running `deckhands-task-<id>` container whose binding Redis lost: bind it again if
     its task is known and still going (names of hashed ids cannot be traced back)."""
-    task_id = (info.task_name or "")[len(TASK_PREFIX):]
+    task_id = (info.task_name or "")[len(TASK_PREFIX) :]
     if not info.running or task_container_name(task_id) != info.name:
         return False
     if not await task_is_live(task_id):

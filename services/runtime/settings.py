@@ -23,7 +23,8 @@ class RuntimeSettings(CommonSettings):
         description="Sandbox image; build it with deploy/sandbox/build.sh.",
     )
     max_sandboxes: int = Field(
-        default=100, ge=1,
+        default=100,
+        ge=1,
         description="Tasks holding a sandbox at once, across every runtime replica and restart "
         "(seats in Redis). A task beyond it waits in a first-come-first-served queue, holding "
         "nothing, until a task ends; warm idle sandboxes are on top (pool_max_idle per replica).",
@@ -32,27 +33,33 @@ class RuntimeSettings(CommonSettings):
         default=2, ge=0, description="Ready sandboxes kept waiting for new tasks."
     )
     pool_max_idle: int = Field(
-        default=16, ge=0,
+        default=16,
+        ge=0,
         description="Upper bound of ready sandboxes when scaling up for a burst of new tasks.",
     )
     pool_max_total: int = Field(
-        default=120, ge=1,
+        default=120,
+        ge=1,
         description="Most sandboxes (idle + busy + starting) one runtime replica keeps; an "
         "acquisition beyond it waits for a task to end.",
     )
     docker_threads: int = Field(
-        default=32, ge=2, le=256,
+        default=32,
+        ge=2,
+        le=256,
         description="Threads for blocking Docker API calls (concurrent creates, removals, ...).",
     )
     pool_create_concurrency: int = Field(
         default=4, ge=1, description="Sandboxes started in parallel to refill the pool."
     )
     pool_scale_window_s: float = Field(
-        default=60.0, gt=0,
+        default=60.0,
+        gt=0,
         description="Window over which the recent acquisition rate is measured for scaling.",
     )
     pool_scale_down_after_s: float = Field(
-        default=120.0, ge=0,
+        default=120.0,
+        ge=0,
         description="Idle sandboxes above the target are removed after the surplus lasted "
         "this long.",
     )
@@ -60,7 +67,8 @@ class RuntimeSettings(CommonSettings):
         default=30.0, gt=0, description="How often idle sandboxes are pinged and reconciled."
     )
     acquire_timeout_s: float = Field(
-        default=300.0, gt=0,
+        default=300.0,
+        gt=0,
         description="How long an action waits for a sandbox when the pool is at max_total.",
     )
     start_timeout_s: float = Field(
@@ -111,43 +119,53 @@ class RuntimeSettings(CommonSettings):
 
     # -- execution
     action_timeout_s: float = Field(
-        default=120.0, gt=0, le=3600,
+        default=120.0,
+        gt=0,
+        le=3600,
         description="Hard timeout of a command or Python cell that sets none.",
     )
     no_output_timeout_s: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="A command with no new output for this long returns what it printed so "
         "far and keeps running (follow up with is_input); unset disables it.",
     )
     output_limit: int = Field(
-        default=30_000, ge=100,
+        default=30_000,
+        ge=100,
         description="Characters of output kept per action; the middle of longer output is cut.",
     )
     output_keep_bytes: int = Field(
-        default=4 << 20, ge=0, le=256 << 20,
+        default=4 << 20,
+        ge=0,
+        le=256 << 20,
         description="A command's, cell's or file read's whole output, when longer than "
         "output_limit, is kept in the blob store up to this many bytes (the observation's "
         "content_ref; GET /v1/tasks/{id}/blobs/{sha256}); 0 keeps only the cut output.",
     )
     workers: int = Field(
-        default=512, ge=1,
+        default=512,
+        ge=1,
         description="Work orders one replica handles at once (different tasks). A running "
         "command only waits on its sandbox, so this is high; Docker calls are bounded by "
         "docker_threads and sandboxes by pool_max_total.",
     )
     dedup_ttl_s: int = Field(
-        default=86_400, ge=60,
+        default=86_400,
+        ge=60,
         description="How long an executed action's observation is kept to answer redeliveries.",
     )
     queue_preempt_after_s: float = Field(
-        default=10.0, ge=0,
+        default=10.0,
+        ge=0,
         description="While tasks wait for a seat, a sandbox whose task waits for a person or "
         "for a sub-task and ran nothing for this long is stopped (files kept) and its seat "
         "given to the queue, so waiting tasks (and sub-tasks a parent waits for) can never be "
         "shut out by tasks that are not running anything.",
     )
     sandbox_idle_stop_s: float | None = Field(
-        default=600.0, gt=0,
+        default=600.0,
+        gt=0,
         description="A task sandbox whose task waits for the user (input, confirmation, "
         "paused, or ERROR awaiting a resume) and that ran no action for this long is stopped to "
         "free its memory and CPU. Its /workspace is kept; it starts again on the task's next "
@@ -155,12 +173,14 @@ class RuntimeSettings(CommonSettings):
         "never applies with sandbox_workspace=tmpfs (the files would be lost).",
     )
     binding_ttl_s: int = Field(
-        default=7 * 86_400, ge=60,
+        default=7 * 86_400,
+        ge=60,
         description="Task-to-sandbox bindings in Redis expire after this long without use.",
     )
 
-    @field_validator("sandbox_memory", "sandbox_tmp_size", "sandbox_workspace_size",
-                     "sandbox_log_max_size")
+    @field_validator(
+        "sandbox_memory", "sandbox_tmp_size", "sandbox_workspace_size", "sandbox_log_max_size"
+    )
     @classmethod
     def _size(cls, value: str) -> str:
         if not _SIZE.match(value):

@@ -143,8 +143,7 @@ class TaskSandboxes:
                     await self.bindings.clear_stopped(container_id)
                     sandbox.notice = _restarted_notice(time.time() - stopped_at)
                     SANDBOXES_RESTARTED.inc()
-                    log.info("task %s: started stopped sandbox %s again", task_id,
-                             sandbox.short_id)
+                    log.info("task %s: started stopped sandbox %s again", task_id, sandbox.short_id)
                 else:
                     log.info("task %s: adopted sandbox %s", task_id, sandbox.short_id)
                 return sandbox

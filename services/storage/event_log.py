@@ -186,9 +186,7 @@ def _read(
             "SELECT seq, body FROM events WHERE task_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (task_id, after, limit),
         ).fetchall()
-        highest = db.execute(
-            "SELECT MAX(seq) FROM events WHERE task_id = ?", (task_id,)
-        ).fetchone()
+        highest = db.execute("SELECT MAX(seq) FROM events WHERE task_id = ?", (task_id,)).fetchone()
     finally:
         db.execute("COMMIT")
     page = HistoryPage(last_seq=int(highest[0] or 0))

@@ -56,7 +56,9 @@ class StorageHandlers:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "body"
             return HistoryReply(
-                task_id=_task_of(body), events=[], last_seq=0,
+                task_id=_task_of(body),
+                events=[],
+                last_seq=0,
                 error=f"bad history request: {where}: {first.get('msg')}",
             )
         budget = min(request.max_bytes, self.max_reply_bytes - _REPLY_ENVELOPE_BYTES)
@@ -66,7 +68,9 @@ class StorageHandlers:
             HISTORY_ERRORS.labels("storage").inc()
             log.exception("history of task %s after %d failed", request.task_id, request.after)
             return HistoryReply(
-                task_id=request.task_id, events=[], last_seq=0,
+                task_id=request.task_id,
+                events=[],
+                last_seq=0,
                 error=f"storage failed to read the history: {type(exc).__name__}",
             )
         return HistoryReply(task_id=request.task_id, events=page.events, last_seq=page.last_seq)

@@ -82,9 +82,7 @@ class Watch:
         found = self.docker.api.containers(
             filters={"label": f"deckhands.pool={self.pool}", "status": "running"}
         )
-        return sum(
-            1 for c in found if any(n.startswith("/deckhands-task-") for n in c["Names"])
-        )
+        return sum(1 for c in found if any(n.startswith("/deckhands-task-") for n in c["Names"]))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -158,8 +156,9 @@ def test_200_tasks_share_20_seats_first_come_first_served(stack: Stack) -> None:
     assert 0 < watch.most_running <= SEATS
     # The queue was visible: on the task view while waiting, and in the task's log.
     assert positions, "no task ever showed a queue position"
-    queued = {t: next((e for e in log if e["kind"] == "sandbox_queued"), None)
-              for t, log in logs.items()}
+    queued = {
+        t: next((e for e in log if e["kind"] == "sandbox_queued"), None) for t, log in logs.items()
+    }
     queued = {t: e for t, e in queued.items() if e is not None}
     assert len(queued) >= TASKS - SEATS - 16  # beyond the seats (some ended meanwhile)
     assert all(e["max_sandboxes"] == SEATS and e["position"] >= 1 for e in queued.values())
@@ -178,8 +177,9 @@ def test_a_restart_below_the_seats_in_use_admits_nobody_until_seats_free(stack: 
     kept, and their seats go to the queue; answered, the waiting tasks get a seat again and find
     their files."""
     with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as client:
-        holders = [client.post("/v1/tasks", json={"task": f"hold: {i}"}).json()["id"]
-                   for i in range(6)]
+        holders = [
+            client.post("/v1/tasks", json={"task": f"hold: {i}"}).json()["id"] for i in range(6)
+        ]
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             views = [client.get(f"/v1/tasks/{t}").json() for t in holders]
@@ -194,8 +194,10 @@ def test_a_restart_below_the_seats_in_use_admits_nobody_until_seats_free(stack: 
             stack.start_service("runtime")
             with Watch(stack) as watch:
                 assert watch.running_task_sandboxes() == 6
-                newcomers = [client.post("/v1/tasks", json={"task": f"short: new {i}"}).json()["id"]
-                             for i in range(5)]
+                newcomers = [
+                    client.post("/v1/tasks", json={"task": f"short: new {i}"}).json()["id"]
+                    for i in range(5)
+                ]
 
                 async def wait_new() -> dict[str, dict[str, Any]]:
                     async with httpx.AsyncClient(

@@ -53,9 +53,10 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
         llm_script=script,
         extra_env={"DECKHANDS_ACK_WAIT_S": "5", "DECKHANDS_POOL_HEALTH_INTERVAL_S": "2"},
     )
-    with running(config) as stack, httpx.Client(
-        base_url=stack.config.gateway_url, timeout=10
-    ) as client:
+    with (
+        running(config) as stack,
+        httpx.Client(base_url=stack.config.gateway_url, timeout=10) as client,
+    ):
         ids = []
         for i in range(TASKS):
             response = client.post("/v1/tasks", json={"task": f"chaos {i}", "max_iterations": 30})
@@ -103,7 +104,8 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
             # an error saying it was interrupted and not run again.
             run_ids = {e["id"] for e in runs}
             answers = Counter(
-                e["cause"] for e in events
+                e["cause"]
+                for e in events
                 if e["kind"] in {"run_output", "error"} and e.get("cause") in run_ids
             )
             assert answers == Counter(run_ids), f"{task_id}: {answers}"

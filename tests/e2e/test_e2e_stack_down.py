@@ -18,20 +18,25 @@ pytestmark = pytest.mark.docker
 
 def test_down_leaves_no_container_and_no_volume(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({
-        "model": "scripted",
-        "turns": [
-            {"tool": "execute_bash", "arguments": {"command": "echo x > /workspace/x"}},
-            {"content": "Anything else?"},
-        ],
-    }))
+    script.write_text(
+        json.dumps(
+            {
+                "model": "scripted",
+                "turns": [
+                    {"tool": "execute_bash", "arguments": {"command": "echo x > /workspace/x"}},
+                    {"content": "Anything else?"},
+                ],
+            }
+        )
+    )
     config = StackConfig.isolated(tmp_path / "run", llm_script=script)
     label = f"deckhands.pool={config.pool_name}"
     client = docker.from_env(timeout=60)
     try:
-        with running(config) as stack, httpx.Client(
-            base_url=stack.config.gateway_url, timeout=30
-        ) as http:
+        with (
+            running(config) as stack,
+            httpx.Client(base_url=stack.config.gateway_url, timeout=30) as http,
+        ):
             ids = [http.post("/v1/tasks", json={"task": f"t{i}"}).json()["id"] for i in range(3)]
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:

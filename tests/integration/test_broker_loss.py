@@ -37,7 +37,10 @@ asyncio.run(main())
 def test_a_connection_closed_for_good_ends_the_service(settings: CommonSettings) -> None:
     done = subprocess.run(
         [sys.executable, "-c", SERVICE, settings.nats_url],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == EXIT_BROKER_LOST, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "still running" not in done.stdout

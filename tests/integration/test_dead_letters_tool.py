@@ -52,10 +52,12 @@ async def test_list_replay_and_drop(streams: CommonSettings, capsys: object) -> 
                     break
                 await asyncio.sleep(0.1)
             assert [letter.reason for letter in letters] == [
-                "PermanentError: order 1 refused", "PermanentError: order 2 refused"
+                "PermanentError: order 1 refused",
+                "PermanentError: order 2 refused",
             ]
-            assert all(letter.subject == subject and letter.stream == WORK_STREAM
-                       for letter in letters)
+            assert all(
+                letter.subject == subject and letter.stream == WORK_STREAM for letter in letters
+            )
             assert await list_dead_letters(js, service="runtime", task_id=task_id) == []
 
             fixed.set()

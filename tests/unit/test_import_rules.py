@@ -77,9 +77,7 @@ def _python_files(folder: Path) -> list[Path]:
 
 
 def service_dirs() -> list[Path]:
-    return sorted(
-        p for p in (ROOT / "services").iterdir() if p.is_dir() and any(p.glob("*.py"))
-    )
+    return sorted(p for p in (ROOT / "services").iterdir() if p.is_dir() and any(p.glob("*.py")))
 
 
 def service_violations(service_dir: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""ruff and mypy pass on the whole project (run with the venv's own binaries)."""
+"""ruff (lint and format) and mypy pass on the whole project (the venv's own binaries)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ def test_ruff() -> None:
     result = _run("ruff", "check", "--no-cache", ".")
     if result.returncode != 0:
         pytest.fail(f"ruff check . failed:\n{result.stdout}{result.stderr}", pytrace=False)
+
+
+def test_ruff_format() -> None:
+    result = _run("ruff", "format", "--check", "--no-cache", ".")
+    if result.returncode != 0:
+        pytest.fail(
+            f"ruff format --check . failed (run `ruff format .`):\n{result.stdout}{result.stderr}",
+            pytrace=False,
+        )
 
 
 def test_mypy() -> None:

@@ -251,9 +251,7 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content
-        )
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
     return str(content)
 
 
@@ -296,7 +294,7 @@ def _read_conversation(body: dict[str, Any]) -> _Conversation:
                 if condensed:
                     conv.replies_so_far += int(condensed.group(1))
     conv.prompt_chars += len(json.dumps(body.get("tools") or ""))
-    conv.last_tool_output = (last_tool if last_tool is not None else last_user_after_task or "")
+    conv.last_tool_output = last_tool if last_tool is not None else last_user_after_task or ""
     conv.last_tool_output = conv.last_tool_output.rstrip()
     conv.key = hashlib.sha1(conv.task.encode()).hexdigest()[:16]
     return conv
@@ -487,10 +485,15 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/v1/models", "/models"):
             model = self.server.responder.script.model
-            self._json(200, {
-                "object": "list",
-                "data": [{"id": model, "object": "model", "created": 0, "owned_by": "deckhands"}],
-            })
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": model, "object": "model", "created": 0, "owned_by": "deckhands"}
+                    ],
+                },
+            )
         elif path in ("/health", "/healthz"):
             self._json(200, {"status": "ok"})
         elif path in ("/stats", "/v1/stats"):
@@ -516,16 +519,19 @@ class _Handler(BaseHTTPRequestHandler):
             options = body.get("stream_options") or {}
             self._stream(reply, model, completion_id, created, bool(options.get("include_usage")))
             return
-        self._json(200, {
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason}
-            ],
-            "usage": reply.usage(),
-        })
+        self._json(
+            200,
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason}
+                ],
+                "usage": reply.usage(),
+            },
+        )
 
     # --- helpers ---
 
@@ -571,8 +577,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        base = {"id": completion_id, "object": "chat.completion.chunk", "created": created,
-                "model": model}
+        base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
 
         def send(chunk: dict[str, Any]) -> None:
             self.wfile.write(f"data: {json.dumps({**base, **chunk})}\n\n".encode())
@@ -615,8 +625,10 @@ class ScriptedLLMServer:
     def start(self) -> ScriptedLLMServer:
         # A short poll interval: stop() returns at once, which keeps test teardown quick.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-            name="scripted-llm", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="scripted-llm",
+            daemon=True,
         )
         self._thread.start()
         return self

@@ -37,8 +37,13 @@ def make_event(task_id: str, seq: int) -> dict[str, Any]:
         lambda: MessageAction(task_id=task_id, seq=seq, source=EventSource.USER, content=f"m{seq}"),
         lambda: CmdRunAction(task_id=task_id, seq=seq, source=EventSource.AGENT, command="ls"),
         lambda: CmdOutputObservation(
-            task_id=task_id, seq=seq, source=EventSource.ENVIRONMENT, command="ls",
-            content=f"out {seq}\nline two", exit_code=0, cwd="/workspace",
+            task_id=task_id,
+            seq=seq,
+            source=EventSource.ENVIRONMENT,
+            command="ls",
+            content=f"out {seq}\nline two",
+            exit_code=0,
+            cwd="/workspace",
         ),
     ]
     return kinds[seq % 3]().model_dump(mode="json")
@@ -85,9 +90,7 @@ def seqs(frames: list[SseFrame]) -> list[int]:
     return [frame.json()["seq"] for frame in frames]
 
 
-async def test_events_are_paged_in_order(
-    http: httpx.AsyncClient, storage: StorageDouble
-) -> None:
+async def test_events_are_paged_in_order(http: httpx.AsyncClient, storage: StorageDouble) -> None:
     task_id = await new_task(http)
     stored = make_events(task_id, 1, 5)
     storage.add(*reversed(stored))  # storage order must not matter
@@ -232,8 +235,12 @@ async def test_stream_can_end_when_the_task_ends(
             task_id=task_id, seq=2, source=EventSource.AGENT, final_message="done"
         ).model_dump(mode="json"),
         AgentStateChangedObservation(
-            task_id=task_id, seq=3, source=EventSource.SYSTEM, agent_state=AgentState.FINISHED,
-            previous_state=AgentState.RUNNING, reason="agent finished",
+            task_id=task_id,
+            seq=3,
+            source=EventSource.SYSTEM,
+            agent_state=AgentState.FINISHED,
+            previous_state=AgentState.RUNNING,
+            reason="agent finished",
         ).model_dump(mode="json"),
     ]
     async with open_stream(http, task_id, params={"close_on_terminal": "true"}) as (_, reader):

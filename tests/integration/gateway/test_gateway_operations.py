@@ -40,11 +40,19 @@ async def test_health_ready_metrics_and_docs(http: httpx.AsyncClient) -> None:
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     paths = (await http.get("/openapi.json")).json()["paths"]
     assert {
-        "/v1/tasks", "/v1/tasks/{task_id}", "/v1/tasks/{task_id}/events",
-        "/v1/tasks/{task_id}/events/stream", "/v1/tasks/{task_id}/messages",
-        "/v1/tasks/{task_id}/stop", "/v1/tasks/{task_id}/pause", "/v1/tasks/{task_id}/resume",
-        "/v1/tasks/{task_id}/confirmation", "/v1/tasks/{task_id}/trajectory",
-        "/healthz", "/readyz", "/metrics",
+        "/v1/tasks",
+        "/v1/tasks/{task_id}",
+        "/v1/tasks/{task_id}/events",
+        "/v1/tasks/{task_id}/events/stream",
+        "/v1/tasks/{task_id}/messages",
+        "/v1/tasks/{task_id}/stop",
+        "/v1/tasks/{task_id}/pause",
+        "/v1/tasks/{task_id}/resume",
+        "/v1/tasks/{task_id}/confirmation",
+        "/v1/tasks/{task_id}/trajectory",
+        "/healthz",
+        "/readyz",
+        "/metrics",
     } <= set(paths)
 
 
@@ -106,7 +114,10 @@ def test_start_up_fails_clearly_when_nats_is_unreachable(
     )
     proc = subprocess.run(
         [sys.executable, "-m", "services.gateway"],
-        env=gateway_env(settings), capture_output=True, timeout=60, check=False,
+        env=gateway_env(settings),
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
     output = proc.stdout.decode() + proc.stderr.decode()
     assert proc.returncode != 0
@@ -117,7 +128,10 @@ def test_start_up_fails_clearly_when_nats_is_unreachable(
 def test_start_up_fails_clearly_on_a_bad_setting(gateway_settings: GatewaySettings) -> None:
     env = {**gateway_env(gateway_settings), "DECKHANDS_PORT": "not-a-port"}
     proc = subprocess.run(
-        [sys.executable, "-m", "services.gateway"], env=env, capture_output=True, timeout=60,
+        [sys.executable, "-m", "services.gateway"],
+        env=env,
+        capture_output=True,
+        timeout=60,
         check=False,
     )
     assert proc.returncode != 0
@@ -132,8 +146,11 @@ def second_gateway(
     settings = gateway_settings.model_copy(update={"port": free_port()})
     log = tmp_path / "gateway.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.gateway"], env=gateway_env(settings),
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        [sys.executable, "-m", "services.gateway"],
+        env=gateway_env(settings),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     wait_for_port(settings.port, 30, proc)
     yield settings, proc, log

@@ -43,7 +43,10 @@ async def test_create_saves_state_and_queues_the_first_user_message(
     assert task["iterations"] == 0 and task["max_iterations"] == 7
     assert task["result"] is None and task["finished_at"] is None
     assert task["usage"] == {
-        "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cost_usd": 0.0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+        "cost_usd": 0.0,
         "llm_calls": 0,
     }
 
@@ -53,9 +56,7 @@ async def test_max_iterations_defaults_from_settings(http: httpx.AsyncClient) ->
     assert (await http.get(f"/v1/tasks/{created['id']}")).json()["max_iterations"] == 30
 
 
-async def test_finished_task_shows_result_and_usage(
-    http: httpx.AsyncClient, redis: Redis
-) -> None:
+async def test_finished_task_shows_result_and_usage(http: httpx.AsyncClient, redis: Redis) -> None:
     created = (await http.post("/v1/tasks", json={"task": "x"})).json()
     store = TaskStateStore(redis)
     state = await store.load(created["id"])
@@ -67,8 +68,12 @@ async def test_finished_task_shows_result_and_usage(
             "iteration": 3,
             "finished_at": state.updated_at,
             "result": {"final_message": "10 squared is 100", "outputs": {"file": "sq.py"}},
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.25,
-                      "llm_calls": 2},
+            "usage": {
+                "prompt_tokens": 10,
+                "completion_tokens": 5,
+                "cost_usd": 0.25,
+                "llm_calls": 2,
+            },
         }
     )
     await store.save(TaskState.model_validate(finished.model_dump(warnings=False)))
@@ -83,8 +88,11 @@ async def test_limits_and_confirmation_mode_are_set_per_task(
     http: httpx.AsyncClient, redis: Redis
 ) -> None:
     body = {
-        "task": "x", "max_iterations": 5, "max_budget_usd": 0.5,
-        "confirmation_mode": True, "confirmation_threshold": "MEDIUM",
+        "task": "x",
+        "max_iterations": 5,
+        "max_budget_usd": 0.5,
+        "confirmation_mode": True,
+        "confirmation_threshold": "MEDIUM",
     }
     created = (await http.post("/v1/tasks", json=body)).json()
     state = await TaskStateStore(redis).load(created["id"])
@@ -122,8 +130,12 @@ async def test_task_shows_its_pending_action_and_sub_tasks(
     store = TaskStateStore(redis)
     parent_id = (await http.post("/v1/tasks", json={"task": "parent"})).json()["id"]
     child = TaskState(
-        task_id=new_id(), task="child", max_iterations=3, parent_task_id=parent_id,
-        agent_state=AgentState.FINISHED, iteration=2,
+        task_id=new_id(),
+        task="child",
+        max_iterations=3,
+        parent_task_id=parent_id,
+        agent_state=AgentState.FINISHED,
+        iteration=2,
         result=TaskResult(final_message="child done", outputs={"n": 1}),
     )
     assert await store.create(child)
@@ -147,7 +159,10 @@ async def test_task_shows_its_pending_action_and_sub_tasks(
     assert task["pending_action"]["command"] == "rm -rf build"
     [sub] = task["sub_tasks"]
     assert (sub["id"], sub["task"], sub["state"], sub["iterations"]) == (
-        child.task_id, "child", "FINISHED", 2,
+        child.task_id,
+        "child",
+        "FINISHED",
+        2,
     )
     assert sub["result"] == {"final_message": "child done", "outputs": {"n": 1}}
     assert (await http.get(f"/v1/tasks/{child.task_id}")).json()["parent_task_id"] == parent_id
@@ -274,8 +289,9 @@ async def test_a_retried_message_with_a_key_is_queued_once(
     task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
     key = {"Idempotency-Key": new_id()}
     ids = [
-        (await http.post(f"/v1/tasks/{task_id}/messages", json={"content": "hi"}, headers=key))
-        .json()["event_id"]
+        (
+            await http.post(f"/v1/tasks/{task_id}/messages", json={"content": "hi"}, headers=key)
+        ).json()["event_id"]
         for _ in range(2)
     ]
     assert ids[0] == ids[1]

@@ -18,6 +18,11 @@ def part_output(k: int) -> str:
 
 def record_output(run: CmdRunAction, k: int) -> CmdOutputObservation:
     return CmdOutputObservation(
-        task_id=run.task_id, source=EventSource.ENVIRONMENT, cause=run.id, command=run.command,
-        content=part_output(k), exit_code=0, cwd="/workspace",
+        task_id=run.task_id,
+        source=EventSource.ENVIRONMENT,
+        cause=run.id,
+        command=run.command,
+        content=part_output(k),
+        exit_code=0,
+        cwd="/workspace",
     )

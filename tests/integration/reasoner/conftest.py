@@ -26,24 +26,42 @@ SEED_SCRIPT = ROOT / "tools" / "scripted_llm" / "scripts" / "seed_squares.json"
 
 # Tasks whose text contains a key get that conversation; any other task gets the seed script.
 EXTRA_CONVERSATIONS: list[dict[str, Any]] = [
-    {"match": "malformed", "turns": [
-        {"content": "Listing.", "tool": "execute_bash", "raw_arguments": "{\"command\": \"ls"},
-        {"tool": "finish", "arguments": {"message": "recovered after: {{last_tool_output}}"}},
-    ]},
-    {"match": "unknown tool", "turns": [
-        {"tool": "browse_web", "arguments": {"url": "http://example.com"}},
-    ]},
+    {
+        "match": "malformed",
+        "turns": [
+            {"content": "Listing.", "tool": "execute_bash", "raw_arguments": '{"command": "ls'},
+            {"tool": "finish", "arguments": {"message": "recovered after: {{last_tool_output}}"}},
+        ],
+    },
+    {
+        "match": "unknown tool",
+        "turns": [
+            {"tool": "browse_web", "arguments": {"url": "http://example.com"}},
+        ],
+    },
     {"match": "question", "turns": [{"content": "Which directory should I use?"}]},
-    {"match": "flaky", "turns": [
-        {"tool": "execute_bash", "arguments": {"command": "ls"},
-         "fail_first": {"status": 503, "times": 1}},
-    ]},
-    {"match": "down for good", "turns": [
-        {"content": "never", "fail_first": {"status": 500, "times": 1000}},
-    ]},
-    {"match": "json in text", "turns": [
-        {"tool": "execute_python", "arguments": {"code": "print(6 * 7)"}, "as_text": True},
-    ]},
+    {
+        "match": "flaky",
+        "turns": [
+            {
+                "tool": "execute_bash",
+                "arguments": {"command": "ls"},
+                "fail_first": {"status": 503, "times": 1},
+            },
+        ],
+    },
+    {
+        "match": "down for good",
+        "turns": [
+            {"content": "never", "fail_first": {"status": 500, "times": 1000}},
+        ],
+    },
+    {
+        "match": "json in text",
+        "turns": [
+            {"tool": "execute_python", "arguments": {"code": "print(6 * 7)"}, "as_text": True},
+        ],
+    },
 ]
 
 
@@ -71,7 +89,9 @@ def scripted_llm(
     log = (root / "llm.log").open("ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.scripted_llm", "--script", str(script), "--port", str(port)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_for_port(port, proc=proc)

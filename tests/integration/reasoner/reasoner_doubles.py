@@ -82,8 +82,13 @@ class Harness:
         )
         return task_id
 
-    async def step(self, task_id: str, iteration: int = 1, msg_id: str | None = None,
-                   request: StepRequest | None = None) -> StepRequest:
+    async def step(
+        self,
+        task_id: str,
+        iteration: int = 1,
+        msg_id: str | None = None,
+        request: StepRequest | None = None,
+    ) -> StepRequest:
         step = request or StepRequest(
             task_id=task_id, after_seq=self.storage.last_seq(task_id), iteration=iteration
         )

@@ -56,8 +56,11 @@ async def test_the_seed_task_step_by_step(harness: Harness) -> None:
     h.storage.append(
         write,
         SecurityVerdictObservation(
-            task_id=task_id, source=EventSource.ENVIRONMENT, cause=write.id,
-            verdict=Verdict.ALLOW, risk=RiskLevel.LOW,
+            task_id=task_id,
+            source=EventSource.ENVIRONMENT,
+            cause=write.id,
+            verdict=Verdict.ALLOW,
+            risk=RiskLevel.LOW,
         ),
         FileWriteObservation(
             task_id=task_id, source=EventSource.ENVIRONMENT, cause=write.id, path="squares.py"
@@ -70,8 +73,13 @@ async def test_the_seed_task_step_by_step(harness: Harness) -> None:
     h.storage.append(
         run,
         CmdOutputObservation(
-            task_id=task_id, source=EventSource.ENVIRONMENT, cause=run.id,
-            command=run.command, content=SQUARES, exit_code=0, cwd="/workspace",
+            task_id=task_id,
+            source=EventSource.ENVIRONMENT,
+            cause=run.id,
+            command=run.command,
+            content=SQUARES,
+            exit_code=0,
+            cwd="/workspace",
         ),
     )
     await h.step(task_id, 3)

@@ -37,9 +37,12 @@ EARLIER_STEPS = 30
 OUTPUT_BYTES = 80_000  # 30 outputs: 2.4 MB of history, twice NATS' max_payload
 
 SCRIPT_CONVERSATIONS: list[dict[str, Any]] = [
-    {"match": "long history", "turns": [
-        {"tool": "execute_bash", "arguments": {"command": f"echo step {i}"}} for i in range(40)
-    ]},
+    {
+        "match": "long history",
+        "turns": [
+            {"tool": "execute_bash", "arguments": {"command": f"echo step {i}"}} for i in range(40)
+        ],
+    },
 ]
 
 
@@ -83,22 +86,33 @@ class Log:
         return logged
 
     async def command_and_output(self, n: int) -> None:
-        run = await self.append(CmdRunAction(
-            task_id=self.task_id, source=EventSource.AGENT, command=f"echo step {n}",
-            tool_call_id=f"call_{n}",
-        ))
-        await self.append(CmdOutputObservation(
-            task_id=self.task_id, source=EventSource.ENVIRONMENT, cause=run.id,
-            command=f"echo step {n}", content=f"{n}:" + "o" * OUTPUT_BYTES, exit_code=0,
-            cwd="/workspace",
-        ))
+        run = await self.append(
+            CmdRunAction(
+                task_id=self.task_id,
+                source=EventSource.AGENT,
+                command=f"echo step {n}",
+                tool_call_id=f"call_{n}",
+            )
+        )
+        await self.append(
+            CmdOutputObservation(
+                task_id=self.task_id,
+                source=EventSource.ENVIRONMENT,
+                cause=run.id,
+                command=f"echo step {n}",
+                content=f"{n}:" + "o" * OUTPUT_BYTES,
+                exit_code=0,
+                cwd="/workspace",
+            )
+        )
 
 
 async def next_action(nc: Client, sub: Any, task_id: str, log: Log, iteration: int) -> Any:
     js = nc.jetstream()
     step = StepRequest(task_id=task_id, after_seq=log.seq, iteration=iteration)
     await js.publish(
-        work_subject(Service.REASONER, task_id), step.model_dump_json().encode(),
+        work_subject(Service.REASONER, task_id),
+        step.model_dump_json().encode(),
         headers={"Nats-Msg-Id": step.id},
     )
     msgs = await sub.fetch(1, timeout=60)
@@ -114,9 +128,11 @@ async def test_a_history_past_2_mb_keeps_stepping_and_is_read_incrementally(stac
     task_id = uuid.uuid4().hex
     log = Log(stack, task_id)
     await log.append(MessageAction(task_id=task_id, source=EventSource.USER, content=TASK_TEXT))
-    await log.append(AgentStateChangedObservation(
-        task_id=task_id, source=EventSource.SYSTEM, agent_state=AgentState.RUNNING
-    ))
+    await log.append(
+        AgentStateChangedObservation(
+            task_id=task_id, source=EventSource.SYSTEM, agent_state=AgentState.RUNNING
+        )
+    )
     for n in range(EARLIER_STEPS):
         await log.command_and_output(n)
     assert log.seq == 2 + 2 * EARLIER_STEPS

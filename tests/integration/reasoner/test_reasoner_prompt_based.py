@@ -28,7 +28,7 @@ async def test_the_seed_task_without_native_tool_calls(harness: Harness) -> None
     step = await h.step(task_id, 1)
     write = await h.answer(task_id)
     assert isinstance(write, FileWriteAction) and write.path == "squares.py"
-    assert "print(f\"{i} squared is {i*i}\")" in write.content
+    assert 'print(f"{i} squared is {i*i}")' in write.content
     # The id was made up by the reasoner: the call came as text, not as a native tool call.
     assert write.tool_call_id == f"call_{step_event_id(step)[:24]}"
     assert write.thought == "I will write the script first."
@@ -46,8 +46,13 @@ async def test_the_seed_task_without_native_tool_calls(harness: Harness) -> None
     h.storage.append(
         run,
         CmdOutputObservation(
-            task_id=task_id, source=EventSource.ENVIRONMENT, cause=run.id,
-            command=run.command, content=SQUARES, exit_code=0, cwd="/workspace",
+            task_id=task_id,
+            source=EventSource.ENVIRONMENT,
+            cause=run.id,
+            command=run.command,
+            content=SQUARES,
+            exit_code=0,
+            cwd="/workspace",
         ),
     )
     await h.step(task_id, 3)

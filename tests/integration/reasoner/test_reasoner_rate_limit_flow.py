@@ -17,16 +17,28 @@ from shared.events import (
 )
 
 SCRIPT_CONVERSATIONS = [
-    {"match": "rate limited twice", "turns": [
-        {"tool": "execute_bash", "arguments": {"command": "ls"},
-         "fail_first": {"status": 429, "times": 2, "retry_after": 0.5}},
-    ]},
-    {"match": "rate limited without a hint", "turns": [
-        {"content": "Which file?", "fail_first": {"status": 429, "times": 1}},
-    ]},
-    {"match": "rate limited for good", "turns": [
-        {"content": "never", "fail_first": {"status": 429, "times": 1000, "retry_after": 0.5}},
-    ]},
+    {
+        "match": "rate limited twice",
+        "turns": [
+            {
+                "tool": "execute_bash",
+                "arguments": {"command": "ls"},
+                "fail_first": {"status": 429, "times": 2, "retry_after": 0.5},
+            },
+        ],
+    },
+    {
+        "match": "rate limited without a hint",
+        "turns": [
+            {"content": "Which file?", "fail_first": {"status": 429, "times": 1}},
+        ],
+    },
+    {
+        "match": "rate limited for good",
+        "turns": [
+            {"content": "never", "fail_first": {"status": 429, "times": 1000, "retry_after": 0.5}},
+        ],
+    },
 ]
 # Fast backoff; one delivery waits out at most 1s of rate limits before giving the step back.
 REASONER_SETTINGS = {"llm_retry_backoff_s": 0.3, "llm_rate_limit_max_wait_s": 1.0}

@@ -50,37 +50,59 @@ def _exported(events: list[Any]) -> list[dict[str, Any]]:
 def _recorded_run() -> list[dict[str, Any]]:
     old = "an-earlier-task"
     write = FileWriteAction(
-        task_id=old, source=AGENT, cause="s1", path="cubes.py", content=CUBES,
-        thought="Cubes this time.", tool_call_id="call_rec_1", llm_usage=USAGE,
+        task_id=old,
+        source=AGENT,
+        cause="s1",
+        path="cubes.py",
+        content=CUBES,
+        thought="Cubes this time.",
+        tool_call_id="call_rec_1",
+        llm_usage=USAGE,
     )
     run = CmdRunAction(
-        task_id=old, source=AGENT, cause="s2", command="python3 cubes.py",
-        tool_call_id="call_rec_2", llm_usage=USAGE,
+        task_id=old,
+        source=AGENT,
+        cause="s2",
+        command="python3 cubes.py",
+        tool_call_id="call_rec_2",
+        llm_usage=USAGE,
     )
     finish = AgentFinishAction(
-        task_id=old, source=AGENT, cause="s3", final_message="Printed the cubes.",
-        outputs={"file": "cubes.py"}, tool_call_id="call_rec_3", llm_usage=USAGE,
+        task_id=old,
+        source=AGENT,
+        cause="s3",
+        final_message="Printed the cubes.",
+        outputs={"file": "cubes.py"},
+        tool_call_id="call_rec_3",
+        llm_usage=USAGE,
     )
-    return _exported([
-        MessageAction(task_id=old, source=USER, content=TASK),
-        AgentStateChangedObservation(task_id=old, source=ENV, agent_state=AgentState.RUNNING),
-        write,
-        SecurityVerdictObservation(
-            task_id=old, source=ENV, cause=write.id, verdict=Verdict.ALLOW, risk=RiskLevel.LOW
-        ),
-        FileWriteObservation(task_id=old, source=ENV, cause=write.id, path="cubes.py"),
-        ErrorObservation(
-            task_id=old, source=AGENT, cause="s2", error_code="bad_llm_reply", content="bad"
-        ),
-        CondensationAction(task_id=old, source=AGENT, cause="s2", forgotten_up_to_seq=2),
-        run,
-        CmdOutputObservation(
-            task_id=old, source=ENV, cause=run.id, command=run.command, content="1\n8\n27\n",
-            exit_code=0, cwd="/workspace",
-        ),
-        finish,
-        AgentStateChangedObservation(task_id=old, source=ENV, agent_state=AgentState.FINISHED),
-    ])
+    return _exported(
+        [
+            MessageAction(task_id=old, source=USER, content=TASK),
+            AgentStateChangedObservation(task_id=old, source=ENV, agent_state=AgentState.RUNNING),
+            write,
+            SecurityVerdictObservation(
+                task_id=old, source=ENV, cause=write.id, verdict=Verdict.ALLOW, risk=RiskLevel.LOW
+            ),
+            FileWriteObservation(task_id=old, source=ENV, cause=write.id, path="cubes.py"),
+            ErrorObservation(
+                task_id=old, source=AGENT, cause="s2", error_code="bad_llm_reply", content="bad"
+            ),
+            CondensationAction(task_id=old, source=AGENT, cause="s2", forgotten_up_to_seq=2),
+            run,
+            CmdOutputObservation(
+                task_id=old,
+                source=ENV,
+                cause=run.id,
+                command=run.command,
+                content="1\n8\n27\n",
+                exit_code=0,
+                cwd="/workspace",
+            ),
+            finish,
+            AgentStateChangedObservation(task_id=old, source=ENV, agent_state=AgentState.FINISHED),
+        ]
+    )
 
 
 async def test_a_stored_trajectory_is_replayed_without_the_llm(
@@ -108,8 +130,13 @@ async def test_a_stored_trajectory_is_replayed_without_the_llm(
     h.storage.append(
         run,
         CmdOutputObservation(
-            task_id=task_id, source=ENV, cause=run.id, command=run.command, content="1\n8\n",
-            exit_code=0, cwd="/workspace",
+            task_id=task_id,
+            source=ENV,
+            cause=run.id,
+            command=run.command,
+            content="1\n8\n",
+            exit_code=0,
+            cwd="/workspace",
         ),
     )
     await h.step(task_id, 3)

@@ -117,10 +117,15 @@ class Controller:
         for a task it does not know), and its observations are read here."""
         redis = Redis.from_url(redis_url)
         try:
-            await TaskStateStore(redis).create(TaskState(
-                task_id=task_id, task="runtime test", max_iterations=100,
-                agent_state=AgentState.RUNNING, network_egress=network_egress,
-            ))
+            await TaskStateStore(redis).create(
+                TaskState(
+                    task_id=task_id,
+                    task="runtime test",
+                    max_iterations=100,
+                    agent_state=AgentState.RUNNING,
+                    network_egress=network_egress,
+                )
+            )
         finally:
             await redis.aclose()
         sub = await js.pull_subscribe(
@@ -133,7 +138,8 @@ class Controller:
             task_id=self.task_id, action=action, network_egress=self.network_egress
         )
         await self.js.publish(
-            work_subject(Service.RUNTIME, self.task_id), order.model_dump_json().encode(),
+            work_subject(Service.RUNTIME, self.task_id),
+            order.model_dump_json().encode(),
             headers={"Nats-Msg-Id": order.id},
         )
         return order
@@ -141,7 +147,8 @@ class Controller:
     async def release(self) -> None:
         order = ReleaseSandbox(task_id=self.task_id, reason="test over")
         await self.js.publish(
-            work_subject(Service.RUNTIME, self.task_id), order.model_dump_json().encode(),
+            work_subject(Service.RUNTIME, self.task_id),
+            order.model_dump_json().encode(),
             headers={"Nats-Msg-Id": order.id},
         )
 

@@ -32,8 +32,15 @@ def pool(docker_client: docker.DockerClient) -> Any:
 
 
 def _settings(base: CommonSettings, image: str, pool: str) -> RuntimeSettings:
-    return make_settings(base, image, pool, pool_min_idle=2, pool_max_total=60,
-                         pool_create_concurrency=4, sandbox_memory="128m")
+    return make_settings(
+        base,
+        image,
+        pool,
+        pool_min_idle=2,
+        pool_max_total=60,
+        pool_create_concurrency=4,
+        sandbox_memory="128m",
+    )
 
 
 def _metric(name: str, labels: dict[str, str] | None = None) -> float:
@@ -57,8 +64,12 @@ async def test_fifty_tasks_acquire_at_once(
         assert len(set(ids)) == 50  # no sandbox handed to two tasks
         assert all(await asyncio.gather(*(s.client.ping() for s in sandboxes)))
         assert _metric("deckhands_runtime_pool_acquisitions_total") - acquisitions == 50
-        assert (_metric("deckhands_runtime_pool_hits_total") - hits
-                + _metric("deckhands_runtime_pool_misses_total") - misses) == 50
+        assert (
+            _metric("deckhands_runtime_pool_hits_total")
+            - hits
+            + _metric("deckhands_runtime_pool_misses_total")
+            - misses
+        ) == 50
         assert _metric("deckhands_runtime_sandboxes", {"state": "busy"}) >= 50
         for task_id, sandbox in zip(tasks, sandboxes, strict=True):
             assert await service.bindings.get(task_id) == sandbox.container_id
@@ -84,10 +95,13 @@ async def test_two_replicas_racing_for_the_same_tasks_agree(
     await second.start()
     try:
         tasks = [uuid.uuid4().hex for _ in range(8)]
-        got_first, got_second = await asyncio.wait_for(asyncio.gather(
-            asyncio.gather(*(first.tasks.get(t) for t in tasks)),
-            asyncio.gather(*(second.tasks.get(t) for t in tasks)),
-        ), timeout=120)
+        got_first, got_second = await asyncio.wait_for(
+            asyncio.gather(
+                asyncio.gather(*(first.tasks.get(t) for t in tasks)),
+                asyncio.gather(*(second.tasks.get(t) for t in tasks)),
+            ),
+            timeout=120,
+        )
         for a, b in zip(got_first, got_second, strict=True):
             assert a.container_id == b.container_id  # one sandbox per task, whoever won
         assert len({s.container_id for s in got_first}) == 8

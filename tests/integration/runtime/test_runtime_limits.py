@@ -37,24 +37,36 @@ def cmd(command: str, **kw: object) -> CmdRunAction:
 
 
 def edit(command: str, path: str, **kw: Any) -> FileEditAction:
-    return FileEditAction(task_id=TASK, source=EventSource.AGENT, command=command,  # type: ignore[arg-type]
-                          path=path, **kw)
+    return FileEditAction(
+        task_id=TASK,
+        source=EventSource.AGENT,
+        command=command,  # type: ignore[arg-type]
+        path=path,
+        **kw,
+    )
 
 
 async def test_fork_bomb_is_contained(
-    fresh_sandbox: Sandbox, shared_sandbox: Sandbox, runtime_settings: RuntimeSettings,
+    fresh_sandbox: Sandbox,
+    shared_sandbox: Sandbox,
+    runtime_settings: RuntimeSettings,
     docker_client: docker.DockerClient,
 ) -> None:
     started = time.monotonic()
-    bomb = await run_action(fresh_sandbox, cmd("bomb() { bomb | bomb & }; bomb", timeout_s=5),
-                            runtime_settings)
+    bomb = await run_action(
+        fresh_sandbox, cmd("bomb() { bomb | bomb & }; bomb", timeout_s=5), runtime_settings
+    )
     assert isinstance(bomb, CmdOutputObservation)
     assert time.monotonic() - started < 25
     await asyncio.sleep(2)  # let it hit the ceiling
     # The sandbox's process count stops at its pids limit (read without forking anything).
-    pids = await run_action(fresh_sandbox, FileReadAction(
-        task_id=TASK, source=EventSource.AGENT, path="/sys/fs/cgroup/pids/pids.current"),
-        runtime_settings)
+    pids = await run_action(
+        fresh_sandbox,
+        FileReadAction(
+            task_id=TASK, source=EventSource.AGENT, path="/sys/fs/cgroup/pids/pids.current"
+        ),
+        runtime_settings,
+    )
     assert isinstance(pids, FileReadObservation)
     assert int(pids.content) <= runtime_settings.sandbox_pids
     # The executor still answers, and a neighbour sandbox is unaffected.
@@ -70,12 +82,12 @@ async def test_fork_bomb_is_contained(
 async def test_foreground_fork_bomb_is_stopped_by_the_timeout(
     fresh_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
-    obs = await run_action(fresh_sandbox, cmd("bomb() { bomb | bomb; }; bomb", timeout_s=3),
-                           runtime_settings)
+    obs = await run_action(
+        fresh_sandbox, cmd("bomb() { bomb | bomb; }; bomb", timeout_s=3), runtime_settings
+    )
     assert isinstance(obs, CmdOutputObservation)
     assert obs.timed_out
-    after = await run_action(fresh_sandbox, cmd("echo recovered", timeout_s=20),
-                             runtime_settings)
+    after = await run_action(fresh_sandbox, cmd("echo recovered", timeout_s=20), runtime_settings)
     assert isinstance(after, CmdOutputObservation)
     assert "recovered" in after.content
 
@@ -83,41 +95,59 @@ async def test_foreground_fork_bomb_is_stopped_by_the_timeout(
 async def test_memory_bomb_is_killed_and_reported(
     fresh_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
-    shell = await run_action(fresh_sandbox, cmd(
-        "python3 -c 'x = []\nwhile True: x.append(bytearray(16 * 1024 * 1024))'"),
-        runtime_settings)
+    shell = await run_action(
+        fresh_sandbox,
+        cmd("python3 -c 'x = []\nwhile True: x.append(bytearray(16 * 1024 * 1024))'"),
+        runtime_settings,
+    )
     assert isinstance(shell, CmdOutputObservation)
     assert shell.exit_code == 137
     assert "out of memory" in shell.content
 
-    await run_action(fresh_sandbox, RunPythonAction(
-        task_id=TASK, source=EventSource.AGENT, code="kept = 1"), runtime_settings)
-    cell = await run_action(fresh_sandbox, RunPythonAction(
-        task_id=TASK, source=EventSource.AGENT, code="hog = bytearray(2 * 1024 ** 3)"),
-        runtime_settings)
+    await run_action(
+        fresh_sandbox,
+        RunPythonAction(task_id=TASK, source=EventSource.AGENT, code="kept = 1"),
+        runtime_settings,
+    )
+    cell = await run_action(
+        fresh_sandbox,
+        RunPythonAction(
+            task_id=TASK, source=EventSource.AGENT, code="hog = bytearray(2 * 1024 ** 3)"
+        ),
+        runtime_settings,
+    )
     assert isinstance(cell, PythonOutputObservation)
     assert cell.exit_code == 137
     assert "out of memory" in cell.content and "variables were lost" in cell.content
     # The sandbox lives on: the shell and a fresh Python session work.
     alive = await run_action(fresh_sandbox, cmd("echo alive"), runtime_settings)
     assert isinstance(alive, CmdOutputObservation) and alive.content == "alive\n"
-    again = await run_action(fresh_sandbox, RunPythonAction(
-        task_id=TASK, source=EventSource.AGENT, code="'kept' in globals()"), runtime_settings)
+    again = await run_action(
+        fresh_sandbox,
+        RunPythonAction(task_id=TASK, source=EventSource.AGENT, code="'kept' in globals()"),
+        runtime_settings,
+    )
     assert isinstance(again, PythonOutputObservation) and again.content.strip() == "False"
 
 
 async def test_no_output_timeout_leaves_the_command_running_for_input(
     fresh_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
-    quiet = await run_action(fresh_sandbox, cmd(
-        "echo 'name?'; read name; echo \"hello $name\"; sleep 30; echo done",
-        no_output_timeout_s=1.0), runtime_settings)
+    quiet = await run_action(
+        fresh_sandbox,
+        cmd(
+            "echo 'name?'; read name; echo \"hello $name\"; sleep 30; echo done",
+            no_output_timeout_s=1.0,
+        ),
+        runtime_settings,
+    )
     assert isinstance(quiet, CmdOutputObservation)
     assert quiet.exit_code == -1 and "still running" in quiet.content
     assert quiet.content.startswith("name?\n")
 
-    answered = await run_action(fresh_sandbox, cmd("ada", is_input=True, no_output_timeout_s=1.0),
-                                runtime_settings)
+    answered = await run_action(
+        fresh_sandbox, cmd("ada", is_input=True, no_output_timeout_s=1.0), runtime_settings
+    )
     assert isinstance(answered, CmdOutputObservation)
     assert answered.content.startswith("hello ada\n") and answered.exit_code == -1
 
@@ -132,26 +162,33 @@ async def test_file_editor_commands_return_diffs(
     shared_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
     path = f"edit-{uuid.uuid4().hex[:6]}.py"
-    created = await run_action(shared_sandbox, edit("create", path, file_text="a = 1\nb = 2\n"),
-                               runtime_settings)
+    created = await run_action(
+        shared_sandbox, edit("create", path, file_text="a = 1\nb = 2\n"), runtime_settings
+    )
     assert isinstance(created, FileEditObservation)
     assert created.path == f"/workspace/{path}" and "+b = 2" in created.diff
 
-    replaced = await run_action(shared_sandbox, edit("str_replace", path, old_str="b = 2",
-                                                     new_str="b = 20"), runtime_settings)
+    replaced = await run_action(
+        shared_sandbox,
+        edit("str_replace", path, old_str="b = 2", new_str="b = 20"),
+        runtime_settings,
+    )
     assert isinstance(replaced, FileEditObservation)
     assert "-b = 2\n+b = 20" in replaced.diff
 
-    ambiguous = await run_action(shared_sandbox, edit("str_replace", path, old_str=" = ",
-                                                      new_str="="), runtime_settings)
+    ambiguous = await run_action(
+        shared_sandbox, edit("str_replace", path, old_str=" = ", new_str="="), runtime_settings
+    )
     assert isinstance(ambiguous, ErrorObservation)
     assert ambiguous.error_code == "multiple_matches" and "2 times" in ambiguous.content
-    missing = await run_action(shared_sandbox, edit("str_replace", path, old_str="zzz",
-                                                    new_str="y"), runtime_settings)
+    missing = await run_action(
+        shared_sandbox, edit("str_replace", path, old_str="zzz", new_str="y"), runtime_settings
+    )
     assert isinstance(missing, ErrorObservation) and missing.error_code == "no_match"
 
-    await run_action(shared_sandbox, edit("insert", path, insert_line=0, new_str="# top"),
-                     runtime_settings)
+    await run_action(
+        shared_sandbox, edit("insert", path, insert_line=0, new_str="# top"), runtime_settings
+    )
     view = await run_action(shared_sandbox, edit("view", path), runtime_settings)
     assert isinstance(view, FileEditObservation)
     assert view.content.splitlines() == ["     1\t# top", "     2\ta = 1", "     3\tb = 20"]
@@ -163,11 +200,13 @@ async def test_file_editor_commands_return_diffs(
 
 
 async def test_network_is_opt_in(
-    sandboxes: DockerSandboxes, runtime_settings: RuntimeSettings,
+    sandboxes: DockerSandboxes,
+    runtime_settings: RuntimeSettings,
     docker_client: docker.DockerClient,
 ) -> None:
-    opted = DockerSandboxes(runtime_settings.model_copy(update={"sandbox_network": True}),
-                            sandboxes.replica_id)
+    opted = DockerSandboxes(
+        runtime_settings.model_copy(update={"sandbox_network": True}), sandboxes.replica_id
+    )
     sandbox = await opted.create()
     try:
         attrs = docker_client.api.inspect_container(sandbox.container_id)

@@ -34,8 +34,9 @@ async def _pool(settings: CommonSettings, image: str, name: str, **kw: Any) -> W
 
 
 @pytest.fixture
-async def warm(settings: CommonSettings, sandbox_image: str, pool_name: str
-               ) -> AsyncIterator[WarmPool]:
+async def warm(
+    settings: CommonSettings, sandbox_image: str, pool_name: str
+) -> AsyncIterator[WarmPool]:
     pool = await _pool(settings, sandbox_image, pool_name, pool_min_idle=1, pool_max_idle=1)
     yield pool
     await pool.stop()
@@ -72,8 +73,14 @@ async def test_busy_sandbox_removed_elsewhere_stops_counting(
 async def test_acquisition_waits_at_max_total_then_proceeds(
     settings: CommonSettings, sandbox_image: str, pool_name: str
 ) -> None:
-    pool = await _pool(settings, sandbox_image, pool_name, pool_min_idle=0, pool_max_total=1,
-                       acquire_timeout_s=20.0)
+    pool = await _pool(
+        settings,
+        sandbox_image,
+        pool_name,
+        pool_min_idle=0,
+        pool_max_total=1,
+        acquire_timeout_s=20.0,
+    )
     try:
         first = await pool.acquire()
         waiting = asyncio.create_task(pool.acquire())
@@ -90,8 +97,9 @@ async def test_acquisition_waits_at_max_total_then_proceeds(
 async def test_acquisition_gives_up_after_its_timeout(
     settings: CommonSettings, sandbox_image: str, pool_name: str
 ) -> None:
-    pool = await _pool(settings, sandbox_image, pool_name, pool_min_idle=0, pool_max_total=1,
-                       acquire_timeout_s=1.0)
+    pool = await _pool(
+        settings, sandbox_image, pool_name, pool_min_idle=0, pool_max_total=1, acquire_timeout_s=1.0
+    )
     try:
         first = await pool.acquire()
         with pytest.raises(PoolExhausted):

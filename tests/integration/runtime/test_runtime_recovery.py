@@ -48,7 +48,9 @@ async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContex
 
 
 async def test_restart_adopts_live_sandboxes_and_removes_orphans(
-    isolated_settings: CommonSettings, sandbox_image: str, js: JetStreamContext,
+    isolated_settings: CommonSettings,
+    sandbox_image: str,
+    js: JetStreamContext,
     docker_client: docker.DockerClient,
 ) -> None:
     pool = f"test-restart-{uuid.uuid4().hex[:6]}"
@@ -84,14 +86,19 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
             names = {c.name for c in pool_containers(docker_client, pool)}
             assert orphan.name not in names
             assert stray.name not in {v.name for v in docker_client.volumes.list()}
-            replicas = {c.labels[LABEL_REPLICA] for c in pool_containers(docker_client, pool)
-                        if c.name.startswith("deckhands-idle-")}
+            replicas = {
+                c.labels[LABEL_REPLICA]
+                for c in pool_containers(docker_client, pool)
+                if c.name.startswith("deckhands-idle-")
+            }
             assert replicas <= {service.replica_id}
             await ctl.release()
 
             async def released() -> bool:
-                return not any(c.name.startswith("deckhands-task-")
-                               for c in pool_containers(docker_client, pool))
+                return not any(
+                    c.name.startswith("deckhands-task-")
+                    for c in pool_containers(docker_client, pool)
+                )
 
             await eventually(released)
         finally:
@@ -104,7 +111,9 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
 
 
 async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
-    settings: CommonSettings, sandbox_image: str, docker_client: docker.DockerClient,
+    settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
     redis: Redis,
 ) -> None:
     pool = f"test-rebind-{uuid.uuid4().hex[:6]}"
@@ -146,13 +155,16 @@ async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
 
 
 async def test_a_waiting_tasks_idle_sandbox_is_stopped_and_started_again_with_its_files(
-    settings: CommonSettings, sandbox_image: str, docker_client: docker.DockerClient,
+    settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
     redis: Redis,
 ) -> None:
     pool = f"test-idle-{uuid.uuid4().hex[:6]}"
     # Upkeep runs rarely here: the test calls stop_idle_sandboxes itself.
-    config = make_settings(settings, sandbox_image, pool, sandbox_idle_stop_s=0.5,
-                           pool_health_interval_s=600.0)
+    config = make_settings(
+        settings, sandbox_image, pool, sandbox_idle_stop_s=0.5, pool_health_interval_s=600.0
+    )
     service = RuntimeService(config, _ignore)
     await service.start()
     store = TaskStateStore(redis)
@@ -165,10 +177,13 @@ async def test_a_waiting_tasks_idle_sandbox_is_stopped_and_started_again_with_it
         return observation
 
     try:
-        for task_id, agent_state in ((waiting, AgentState.AWAITING_USER_INPUT),
-                                     (running, AgentState.RUNNING)):
-            assert await store.create(TaskState(task_id=task_id, task="t", max_iterations=3,
-                                                agent_state=agent_state))
+        for task_id, agent_state in (
+            (waiting, AgentState.AWAITING_USER_INPUT),
+            (running, AgentState.RUNNING),
+        ):
+            assert await store.create(
+                TaskState(task_id=task_id, task="t", max_iterations=3, agent_state=agent_state)
+            )
             await run(task_id, "echo kept > notes.txt; export MOOD=happy; cd /tmp")
         container_id = (await service.tasks.get(waiting)).container_id
         await asyncio.sleep(0.7)

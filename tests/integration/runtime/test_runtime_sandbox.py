@@ -45,8 +45,9 @@ async def run(sandbox: Sandbox, action: RunnableAction, settings: RuntimeSetting
 async def test_shell_keeps_cwd_env_and_background_jobs(
     fresh_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
-    first = await run(fresh_sandbox, cmd("mkdir -p proj && cd proj && export GREETING=hello"),
-                      runtime_settings)
+    first = await run(
+        fresh_sandbox, cmd("mkdir -p proj && cd proj && export GREETING=hello"), runtime_settings
+    )
     assert isinstance(first, CmdOutputObservation)
     assert first.exit_code == 0
     assert first.cwd == "/workspace/proj"
@@ -56,8 +57,9 @@ async def test_shell_keeps_cwd_env_and_background_jobs(
     job = await run(fresh_sandbox, cmd("sleep 300 & echo started"), runtime_settings)
     assert isinstance(job, CmdOutputObservation) and "started" in job.content
 
-    second = await run(fresh_sandbox, cmd("echo $GREETING; pwd; jobs | wc -l; false"),
-                       runtime_settings)
+    second = await run(
+        fresh_sandbox, cmd("echo $GREETING; pwd; jobs | wc -l; false"), runtime_settings
+    )
     assert isinstance(second, CmdOutputObservation)
     assert second.content.splitlines()[:3] == ["hello", "/workspace/proj", "1"]
     assert second.exit_code == 1
@@ -73,23 +75,29 @@ async def test_multiline_script_with_heredoc_and_quotes(
     )
     obs = await run(shared_sandbox, cmd(script), runtime_settings)
     assert isinstance(obs, CmdOutputObservation)
-    assert obs.content == "it's \"quoted\" $NOT\ndone\n"
+    assert obs.content == 'it\'s "quoted" $NOT\ndone\n'
     assert obs.exit_code == 0
 
 
 async def test_python_session_keeps_variables_and_shows_last_value(
     fresh_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
-    first = await run(fresh_sandbox, py(
-        "import math\nsquares = [i * i for i in range(1, 11)]\n"
-        "print('made', len(squares))\nsquares[-1]"), runtime_settings)
+    first = await run(
+        fresh_sandbox,
+        py(
+            "import math\nsquares = [i * i for i in range(1, 11)]\n"
+            "print('made', len(squares))\nsquares[-1]"
+        ),
+        runtime_settings,
+    )
     assert isinstance(first, PythonOutputObservation)
     assert first.content == "made 10\n100\n"
     assert first.exit_code == 0
-    second = await run(fresh_sandbox, py("total = sum(squares)\nmath.sqrt(total)"),
-                       runtime_settings)
+    second = await run(
+        fresh_sandbox, py("total = sum(squares)\nmath.sqrt(total)"), runtime_settings
+    )
     assert isinstance(second, PythonOutputObservation)
-    assert second.content.strip() == str(385 ** 0.5)
+    assert second.content.strip() == str(385**0.5)
     failing = await run(fresh_sandbox, py("undefined_name + 1"), runtime_settings)
     assert isinstance(failing, PythonOutputObservation)
     assert failing.exit_code == 1
@@ -104,8 +112,9 @@ async def test_file_write_then_read_with_line_ranges(
     body = "".join(f"line {i}\n" for i in range(1, 11))
     written = await run(
         shared_sandbox,
-        FileWriteAction(task_id=TASK, source=EventSource.AGENT, path="notes/file.txt",
-                        content=body),
+        FileWriteAction(
+            task_id=TASK, source=EventSource.AGENT, path="notes/file.txt", content=body
+        ),
         runtime_settings,
     )
     assert isinstance(written, FileWriteObservation)
@@ -113,8 +122,13 @@ async def test_file_write_then_read_with_line_ranges(
 
     part = await run(
         shared_sandbox,
-        FileReadAction(task_id=TASK, source=EventSource.AGENT, path="/workspace/notes/file.txt",
-                       start_line=3, end_line=5),
+        FileReadAction(
+            task_id=TASK,
+            source=EventSource.AGENT,
+            path="/workspace/notes/file.txt",
+            start_line=3,
+            end_line=5,
+        ),
         runtime_settings,
     )
     assert isinstance(part, FileReadObservation)
@@ -122,8 +136,7 @@ async def test_file_write_then_read_with_line_ranges(
 
     tail = await run(
         shared_sandbox,
-        FileReadAction(task_id=TASK, source=EventSource.AGENT, path="notes/file.txt",
-                       start_line=9),
+        FileReadAction(task_id=TASK, source=EventSource.AGENT, path="notes/file.txt", start_line=9),
         runtime_settings,
     )
     assert isinstance(tail, FileReadObservation) and tail.content == "line 9\nline 10\n"
@@ -162,8 +175,9 @@ async def test_hard_timeout_interrupts_and_shell_survives(
 ) -> None:
     await run(fresh_sandbox, cmd("cd /tmp && export KEEP=1"), runtime_settings)
     started = time.monotonic()
-    obs = await run(fresh_sandbox, cmd("echo before; sleep 60; echo AFTER", timeout_s=1),
-                    runtime_settings)
+    obs = await run(
+        fresh_sandbox, cmd("echo before; sleep 60; echo AFTER", timeout_s=1), runtime_settings
+    )
     assert time.monotonic() - started < 8
     assert isinstance(obs, CmdOutputObservation)
     assert obs.timed_out
@@ -173,8 +187,9 @@ async def test_hard_timeout_interrupts_and_shell_survives(
     assert isinstance(after, CmdOutputObservation)
     assert after.content.split() == ["1", "/tmp"]
 
-    cell = await run(fresh_sandbox, py("import time\nx = 5\ntime.sleep(60)", timeout_s=1),
-                     runtime_settings)
+    cell = await run(
+        fresh_sandbox, py("import time\nx = 5\ntime.sleep(60)", timeout_s=1), runtime_settings
+    )
     assert isinstance(cell, PythonOutputObservation)
     assert "KeyboardInterrupt" in cell.content and "timed out" in cell.content
     kept = await run(fresh_sandbox, py("x"), runtime_settings)
@@ -184,16 +199,23 @@ async def test_hard_timeout_interrupts_and_shell_survives(
 async def test_there_is_no_network(
     shared_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
-    obs = await run(shared_sandbox, cmd("ls /sys/class/net; (echo > /dev/tcp/1.1.1.1/53) 2>&1; "
-                                         "echo rc=$?"), runtime_settings)
+    obs = await run(
+        shared_sandbox,
+        cmd("ls /sys/class/net; (echo > /dev/tcp/1.1.1.1/53) 2>&1; echo rc=$?"),
+        runtime_settings,
+    )
     assert isinstance(obs, CmdOutputObservation)
     assert obs.content.split()[0] == "lo"
     assert "eth0" not in obs.content
     assert "rc=1" in obs.content
-    dns = await run(shared_sandbox, py(
-        "import socket\ntry:\n    socket.create_connection(('8.8.8.8', 53), timeout=3)\n"
-        "    print('connected')\nexcept OSError as e:\n    print('blocked', e.errno)"),
-        runtime_settings)
+    dns = await run(
+        shared_sandbox,
+        py(
+            "import socket\ntry:\n    socket.create_connection(('8.8.8.8', 53), timeout=3)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('blocked', e.errno)"
+        ),
+        runtime_settings,
+    )
     assert isinstance(dns, PythonOutputObservation)
     assert dns.content.startswith("blocked")
 

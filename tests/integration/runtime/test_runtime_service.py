@@ -83,7 +83,10 @@ async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContex
 
 
 async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
-    runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient, redis: Redis,
+    runtime: Runtime,
+    js: JetStreamContext,
+    docker_client: docker.DockerClient,
+    redis: Redis,
 ) -> None:
     task_id = uuid.uuid4().hex
     ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
@@ -98,12 +101,18 @@ async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
     assert isinstance(second, CmdOutputObservation)
     assert second.content.split() == ["blue", "/workspace/src"]
 
-    py = await ctl.run(RunPythonAction(task_id=task_id, source=EventSource.AGENT,
-                                       code="data = open('/workspace/src/color.txt').read()\ndata"))
+    py = await ctl.run(
+        RunPythonAction(
+            task_id=task_id,
+            source=EventSource.AGENT,
+            code="data = open('/workspace/src/color.txt').read()\ndata",
+        )
+    )
     assert isinstance(py, PythonOutputObservation) and "'blue\\n'" in py.content
 
-    read = await ctl.run(FileReadAction(task_id=task_id, source=EventSource.AGENT,
-                                        path="src/color.txt"))
+    read = await ctl.run(
+        FileReadAction(task_id=task_id, source=EventSource.AGENT, path="src/color.txt")
+    )
     assert isinstance(read, FileReadObservation) and read.content == "blue\n"
 
     await runtime.service.tasks.renamed(task_id)
@@ -264,19 +273,28 @@ async def test_network_egress_is_opt_in_per_task(
     ctl_on = await Controller.for_task(js, online, runtime.settings.redis_url, network_egress=True)
     ctl_off = await Controller.for_task(js, offline, runtime.settings.redis_url)
     try:
+
         async def warm() -> bool:
             return runtime.service.pool.idle >= 1
 
         await eventually(warm, timeout=60)
-        warm_before = {c.id for c in docker_client.containers.list(
-            filters={"label": f"{LABEL_POOL}={runtime.settings.pool_name}",
-                     "name": "deckhands-idle-"})}
-        reached = await ctl_on.run(RunPythonAction(task_id=online, source=EventSource.AGENT,
-                                                   code=dial))
+        warm_before = {
+            c.id
+            for c in docker_client.containers.list(
+                filters={
+                    "label": f"{LABEL_POOL}={runtime.settings.pool_name}",
+                    "name": "deckhands-idle-",
+                }
+            )
+        }
+        reached = await ctl_on.run(
+            RunPythonAction(task_id=online, source=EventSource.AGENT, code=dial)
+        )
         assert isinstance(reached, PythonOutputObservation)
         assert "hello-from-outside" in reached.content, reached.content
-        blocked = await ctl_off.run(RunPythonAction(task_id=offline, source=EventSource.AGENT,
-                                                    code=dial))
+        blocked = await ctl_off.run(
+            RunPythonAction(task_id=offline, source=EventSource.AGENT, code=dial)
+        )
         assert isinstance(blocked, PythonOutputObservation)
         assert "no route" in blocked.content and "hello" not in blocked.content
 
@@ -303,7 +321,9 @@ async def test_network_egress_is_opt_in_per_task(
 
 
 async def test_a_prepared_sandbox_is_bound_before_the_first_action_and_used_by_it(
-    runtime: Runtime, js: JetStreamContext, redis: Redis,
+    runtime: Runtime,
+    js: JetStreamContext,
+    redis: Redis,
 ) -> None:
     task_id = uuid.uuid4().hex
     store = TaskStateStore(redis)
@@ -312,8 +332,11 @@ async def test_a_prepared_sandbox_is_bound_before_the_first_action_and_used_by_i
     )
     binding = f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}"
     order = PrepareSandbox(task_id=task_id)
-    await js.publish(work_subject(Service.RUNTIME, task_id), order.model_dump_json().encode(),
-                     headers={"Nats-Msg-Id": order.id})
+    await js.publish(
+        work_subject(Service.RUNTIME, task_id),
+        order.model_dump_json().encode(),
+        headers={"Nats-Msg-Id": order.id},
+    )
 
     async def bound() -> bool:
         return await redis.get(binding) is not None
@@ -336,7 +359,8 @@ async def test_a_prepared_sandbox_is_bound_before_the_first_action_and_used_by_i
 
 
 async def test_no_sandbox_is_prepared_for_a_task_that_already_ended(
-    runtime: Runtime, redis: Redis,
+    runtime: Runtime,
+    redis: Redis,
 ) -> None:
     task_id = uuid.uuid4().hex
     store = TaskStateStore(redis)
@@ -349,7 +373,9 @@ async def test_no_sandbox_is_prepared_for_a_task_that_already_ended(
 
 
 async def test_an_order_for_an_unknown_task_is_refused_without_a_sandbox(
-    runtime: Runtime, js: JetStreamContext, redis: Redis,
+    runtime: Runtime,
+    js: JetStreamContext,
+    redis: Redis,
 ) -> None:
     task_id = uuid.uuid4().hex  # no State: forged, or its task was deleted
     answers = await js.pull_subscribe(
@@ -357,8 +383,11 @@ async def test_an_order_for_an_unknown_task_is_refused_without_a_sandbox(
     )
     action = cmd(task_id, "echo should not run")
     order = ExecuteAction(task_id=task_id, action=action)
-    await js.publish(work_subject(Service.RUNTIME, task_id), order.model_dump_json().encode(),
-                     headers={"Nats-Msg-Id": order.id})
+    await js.publish(
+        work_subject(Service.RUNTIME, task_id),
+        order.model_dump_json().encode(),
+        headers={"Nats-Msg-Id": order.id},
+    )
     [msg] = await answers.fetch(1, timeout=30)
     notice = EventAdapter.validate_json(msg.data)
     assert isinstance(notice, AnswerMissingObservation) and notice.cause == action.id
@@ -378,7 +407,7 @@ async def test_a_long_output_is_cut_and_kept_whole_in_the_blob_store(
     blobs = BlobStore(lambda: js)
     # About 1.9 MB of output: more than a NATS message may carry, kept whole outside the event.
     whole = "".join(f"line {i} é€\n" for i in range(1, 150_001))
-    big = await ctl.run(cmd(task_id, "for i in $(seq 1 150000); do echo \"line $i é€\"; done"))
+    big = await ctl.run(cmd(task_id, 'for i in $(seq 1 150000); do echo "line $i é€"; done'))
     assert isinstance(big, CmdOutputObservation) and big.exit_code == 0
     assert "characters cut from the middle" in big.content
     assert len(big.content) < runtime.settings.output_limit + 200
@@ -388,14 +417,16 @@ async def test_a_long_output_is_cut_and_kept_whole_in_the_blob_store(
     short = await ctl.run(cmd(task_id, "echo short"))
     assert isinstance(short, CmdOutputObservation) and short.content_ref is None
 
-    cell = await ctl.run(RunPythonAction(task_id=task_id, source=EventSource.AGENT,
-                                         code="print('x' * 100_000)"))
+    cell = await ctl.run(
+        RunPythonAction(task_id=task_id, source=EventSource.AGENT, code="print('x' * 100_000)")
+    )
     assert isinstance(cell, PythonOutputObservation) and cell.content_ref is not None
     assert await blobs.get(task_id, cell.content_ref.sha256) == b"x" * 100_000 + b"\n"
 
     await ctl.run(cmd(task_id, "seq 1 100000 > numbers.txt"))
-    read = await ctl.run(FileReadAction(task_id=task_id, source=EventSource.AGENT,
-                                        path="numbers.txt"))
+    read = await ctl.run(
+        FileReadAction(task_id=task_id, source=EventSource.AGENT, path="numbers.txt")
+    )
     assert isinstance(read, FileReadObservation) and read.content_ref is not None
     numbers = "".join(f"{i}\n" for i in range(1, 100_001)).encode()
     assert await blobs.get(task_id, read.content_ref.sha256) == numbers

@@ -94,9 +94,7 @@ def test_an_overdue_action_is_sent_again_with_the_same_action_id() -> None:
 
 def test_an_action_queued_for_a_sandbox_is_logged_and_waits_the_queue_deadline() -> None:
     turn = _started()
-    action = CmdRunAction(
-        task_id=TASK, source="AGENT", cause=turn.state.awaiting_id, command="ls"
-    )
+    action = CmdRunAction(task_id=TASK, source="AGENT", cause=turn.state.awaiting_id, command="ls")
     turn = _step(Turn(turn.state), action)
     state = turn.state.model_copy(
         update={"awaiting": Awaiting.RUNTIME, "awaiting_id": action.id, "pending_action": action}
@@ -111,8 +109,13 @@ def test_an_action_queued_for_a_sandbox_is_logged_and_waits_the_queue_deadline()
     assert turn.state.awaiting_deadline == NOW + timedelta(seconds=DEADLINES.queue_s)
     # The action's observation is still the answer.
     done = CmdOutputObservation(
-        task_id=TASK, source="ENVIRONMENT", cause=action.id, command="ls", content="",
-        exit_code=0, cwd="/workspace",
+        task_id=TASK,
+        source="ENVIRONMENT",
+        cause=action.id,
+        command="ls",
+        content="",
+        exit_code=0,
+        cwd="/workspace",
     )
     turn = _step(Turn(turn.state), done)
     assert turn.state.awaiting is Awaiting.AGENT

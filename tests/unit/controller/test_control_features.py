@@ -255,7 +255,10 @@ def test_network_egress_travels_with_each_execute_order_and_to_sub_tasks() -> No
     action = CmdRunAction(task_id=TASK, source="AGENT", cause=step.id, command="curl x")
     state = _apply(state, action).state
     verdict = SecurityVerdictObservation(
-        task_id=TASK, source="ENVIRONMENT", cause=action.id, verdict=Verdict.ALLOW,
+        task_id=TASK,
+        source="ENVIRONMENT",
+        cause=action.id,
+        verdict=Verdict.ALLOW,
         risk=RiskLevel.LOW,
     )
     service, execute = _apply(state, verdict).sent[-1]

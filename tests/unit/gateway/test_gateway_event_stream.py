@@ -50,9 +50,7 @@ class Log:
 
 
 @pytest.fixture
-async def events(
-    broker: NatsBroker, redis: Redis, unit_settings: GatewaySettings
-) -> EventService:
+async def events(broker: NatsBroker, redis: Redis, unit_settings: GatewaySettings) -> EventService:
     return build_context(unit_settings, broker, redis).events
 
 

@@ -28,9 +28,7 @@ from tools.procs import free_port, start_nats
 
 
 def service(redis: Redis, broker: NatsBroker) -> TaskService:
-    return TaskService(
-        TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60
-    )
+    return TaskService(TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60)
 
 
 def test_task_ids_and_derived_event_ids() -> None:
@@ -85,8 +83,10 @@ async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
             await tasks.create(NewTask(text))
         assert failure.value.status_code == 503
         # The one task it made is ERROR, not LOADING forever: no retry can reach it.
-        states = [await store.load(k.decode().rsplit(":", 1)[1])
-                  async for k in redis.scan_iter("deckhands:task:*")]
+        states = [
+            await store.load(k.decode().rsplit(":", 1)[1])
+            async for k in redis.scan_iter("deckhands:task:*")
+        ]
         [made] = [s for s in states if s is not None and s.task == text]
         assert made.agent_state is AgentState.ERROR
         assert made.reason == "the task could not be queued for the controller"
@@ -124,8 +124,10 @@ async def test_network_egress_is_refused_when_the_server_disallows_it(
     redis: Redis, broker: NatsBroker
 ) -> None:
     strict = TaskService(
-        TaskStateStore(redis), broker,
-        defaults=TaskDefaults(network_egress_allowed=False), idempotency_ttl_s=60,
+        TaskStateStore(redis),
+        broker,
+        defaults=TaskDefaults(network_egress_allowed=False),
+        idempotency_ttl_s=60,
     )
     with pytest.raises(EgressForbidden, match="DECKHANDS_ALLOW_NETWORK_EGRESS") as refused:
         await strict.create(NewTask("fetch a page", network_egress=True))

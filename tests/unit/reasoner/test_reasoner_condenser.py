@@ -77,8 +77,13 @@ def _long_task(steps: int = 8, output_chars: int = 400) -> list[Any]:
                 task_id=T, source=ENV, cause=run.id, verdict=Verdict.ALLOW, risk=RiskLevel.LOW
             ),
             CmdOutputObservation(
-                task_id=T, source=ENV, cause=run.id, command=run.command, content=body,
-                exit_code=i % 2, cwd="/workspace",
+                task_id=T,
+                source=ENV,
+                cause=run.id,
+                command=run.command,
+                content=body,
+                exit_code=i % 2,
+                cwd="/workspace",
             ),
         ]
     return _seq(*events)
@@ -100,7 +105,10 @@ def _plan(events: list[Any], *, native: bool = True, **overrides: Any) -> Conden
 
 def _condensed(events: list[Any], plan: Condensation) -> list[Any]:
     condensation = CondensationAction(
-        task_id=T, source=AGENT, cause="step-9", forgotten_up_to_seq=plan.forgotten_up_to_seq,
+        task_id=T,
+        source=AGENT,
+        cause="step-9",
+        forgotten_up_to_seq=plan.forgotten_up_to_seq,
         summary=plan.summary,
     )
     return [*events, condensation.model_copy(update={"seq": len(events) + 1})]
@@ -235,12 +243,18 @@ def test_the_summary_says_what_each_step_did_and_how_it_ended() -> None:
         FileWriteObservation(task_id=T, source=ENV, cause=write.id, path="a.py"),
         denied,
         ErrorObservation(
-            task_id=T, source=ENV, cause=denied.id, error_code="security_denied",
+            task_id=T,
+            source=ENV,
+            cause=denied.id,
+            error_code="security_denied",
             content="The security monitor denied this action",
         ),
         think,
         ErrorObservation(
-            task_id=T, source=AGENT, cause="step-4", error_code="bad_llm_reply",
+            task_id=T,
+            source=AGENT,
+            cause="step-4",
+            error_code="bad_llm_reply",
             content="the tool call is not valid JSON",
         ),
         MessageAction(task_id=T, source=USER, content="Use /tmp instead."),
@@ -264,7 +278,12 @@ def test_an_output_is_summed_up_by_its_size_and_its_end() -> None:
         MessageAction(task_id=T, source=USER, content=TASK),
         run,
         CmdOutputObservation(
-            task_id=T, source=ENV, cause=run.id, command="pytest", content=output, exit_code=1,
+            task_id=T,
+            source=ENV,
+            cause=run.id,
+            command="pytest",
+            content=output,
+            exit_code=1,
             cwd="/workspace",
         ),
     )

@@ -36,7 +36,10 @@ from shared.events import (
 
 T = "task1"
 USER, AGENT, ENV, SYSTEM = (
-    EventSource.USER, EventSource.AGENT, EventSource.ENVIRONMENT, EventSource.SYSTEM,
+    EventSource.USER,
+    EventSource.AGENT,
+    EventSource.ENVIRONMENT,
+    EventSource.SYSTEM,
 )
 
 
@@ -50,15 +53,24 @@ def _task(content: str = "Print the squares") -> MessageAction:
 
 def _run(command: str, call_id: str = "call_1", thought: str = "") -> CmdRunAction:
     return CmdRunAction(
-        task_id=T, source=AGENT, command=command, tool_call_id=call_id, thought=thought,
+        task_id=T,
+        source=AGENT,
+        command=command,
+        tool_call_id=call_id,
+        thought=thought,
         cause="step-x",
     )
 
 
 def _output(action: CmdRunAction, content: str, exit_code: int = 0) -> CmdOutputObservation:
     return CmdOutputObservation(
-        task_id=T, source=ENV, cause=action.id, command=action.command,
-        content=content, exit_code=exit_code, cwd="/workspace",
+        task_id=T,
+        source=ENV,
+        cause=action.id,
+        command=action.command,
+        content=content,
+        exit_code=exit_code,
+        cwd="/workspace",
     )
 
 
@@ -85,7 +97,11 @@ def test_starts_with_a_short_system_prompt_and_the_task() -> None:
 
 def test_a_tool_call_is_followed_by_its_observation() -> None:
     write = FileWriteAction(
-        task_id=T, source=AGENT, path="sq.py", content="print(1)", tool_call_id="call_w",
+        task_id=T,
+        source=AGENT,
+        path="sq.py",
+        content="print(1)",
+        tool_call_id="call_w",
         thought="Writing it.",
     )
     run = _run("python3 sq.py", "call_r")
@@ -94,7 +110,10 @@ def test_a_tool_call_is_followed_by_its_observation() -> None:
         AgentStateChangedObservation(task_id=T, source=SYSTEM, agent_state=AgentState.RUNNING),
         write,
         SecurityVerdictObservation(
-            task_id=T, source=ENV, cause=write.id, verdict=Verdict.ALLOW,
+            task_id=T,
+            source=ENV,
+            cause=write.id,
+            verdict=Verdict.ALLOW,
             risk=RiskLevel.LOW,
         ),
         FileWriteObservation(task_id=T, source=ENV, cause=write.id, path="sq.py"),
@@ -104,7 +123,12 @@ def test_a_tool_call_is_followed_by_its_observation() -> None:
     messages = build_messages(events, native=True)
     _assert_tool_calls_answered(messages)
     assert [m["role"] for m in messages] == [
-        "system", "user", "assistant", "tool", "assistant", "tool",
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
     ]
     call = messages[2]["tool_calls"][0]
     assert messages[2]["content"] == "Writing it."
@@ -117,17 +141,26 @@ def test_a_tool_call_is_followed_by_its_observation() -> None:
 def test_denied_action_is_answered_by_the_controllers_error_not_the_verdict() -> None:
     run = _run("rm -rf /")
     verdict = SecurityVerdictObservation(
-        task_id=T, source=ENV, cause=run.id, verdict=Verdict.DENY,
-        risk=RiskLevel.HIGH, rule="delete_root", reason="deletes the root",
+        task_id=T,
+        source=ENV,
+        cause=run.id,
+        verdict=Verdict.DENY,
+        risk=RiskLevel.HIGH,
+        rule="delete_root",
+        reason="deletes the root",
     )
     error = ErrorObservation(
-        task_id=T, source=ENV, cause=run.id, error_code="security_denied",
+        task_id=T,
+        source=ENV,
+        cause=run.id,
+        error_code="security_denied",
         content="The security monitor denied this action",
     )
     messages = build_messages(_seq(_task(), run, verdict, error), native=True)
     _assert_tool_calls_answered(messages)
     assert messages[-1] == {
-        "role": "tool", "tool_call_id": "call_1",
+        "role": "tool",
+        "tool_call_id": "call_1",
         "content": "ERROR: The security monitor denied this action",
     }
 
@@ -135,7 +168,11 @@ def test_denied_action_is_answered_by_the_controllers_error_not_the_verdict() ->
 def test_an_error_pointing_at_the_verdict_still_answers_the_action() -> None:
     run = _run("rm -rf /")
     verdict = SecurityVerdictObservation(
-        task_id=T, source=ENV, cause=run.id, verdict=Verdict.DENY, risk=RiskLevel.HIGH,
+        task_id=T,
+        source=ENV,
+        cause=run.id,
+        verdict=Verdict.DENY,
+        risk=RiskLevel.HIGH,
     )
     error = ErrorObservation(task_id=T, source=ENV, cause=verdict.id, content="denied")
     messages = build_messages(_seq(_task(), run, verdict, error), native=True)
@@ -160,7 +197,10 @@ def test_missing_observations_get_a_placeholder_and_a_user_message_waits_its_tur
 
 def test_an_invalid_reply_is_reported_to_the_model_as_a_user_message() -> None:
     bad = ErrorObservation(
-        task_id=T, source=AGENT, cause="a-step-id", error_code="bad_llm_reply",
+        task_id=T,
+        source=AGENT,
+        cause="a-step-id",
+        error_code="bad_llm_reply",
         content="there is no tool named 'frob'",
     )
     messages = build_messages(_seq(_task(), bad), native=True)
@@ -173,20 +213,20 @@ def test_llm_errors_and_refusals_of_user_requests_are_not_shown_to_the_model() -
     user = MessageAction(task_id=T, source=USER, content="again")
     events = _seq(
         _task(),
-        ErrorObservation(task_id=T, source=SYSTEM, cause="step", error_code="llm_error",
-                         content="down"),
+        ErrorObservation(
+            task_id=T, source=SYSTEM, cause="step", error_code="llm_error", content="down"
+        ),
         user,
-        ErrorObservation(task_id=T, source=ENV, cause=user.id,
-                         error_code="illegal_transition", content="Refused"),
+        ErrorObservation(
+            task_id=T, source=ENV, cause=user.id, error_code="illegal_transition", content="Refused"
+        ),
     )
     messages = build_messages(events, native=True)
     assert [m["content"] for m in messages[1:]] == ["Print the squares", "again"]
 
 
 def test_agent_question_and_user_answer() -> None:
-    question = MessageAction(
-        task_id=T, source=AGENT, content="Which file?", wait_for_response=True
-    )
+    question = MessageAction(task_id=T, source=AGENT, content="Which file?", wait_for_response=True)
     answer = MessageAction(task_id=T, source=USER, content="sq.py")
     messages = build_messages(_seq(_task(), question, answer), native=True)
     assert messages[2:] == [
@@ -197,7 +237,10 @@ def test_agent_question_and_user_answer() -> None:
 
 def test_finish_delegate_and_rejection_are_rendered() -> None:
     finish = AgentFinishAction(
-        task_id=T, source=AGENT, final_message="done", tool_call_id="call_f",
+        task_id=T,
+        source=AGENT,
+        final_message="done",
+        tool_call_id="call_f",
         outputs={"n": 1},
     )
     delegate = AgentDelegateAction(task_id=T, source=AGENT, task="sub", tool_call_id="call_d")
@@ -208,8 +251,13 @@ def test_finish_delegate_and_rejection_are_rendered() -> None:
         MessageAction(task_id=T, source=USER, content="one more thing"),
         delegate,
         AgentDelegateObservation(
-            task_id=T, source=ENV, cause=delegate.id, sub_task_id="s",
-            agent_state=AgentState.FINISHED, content="sub done", outputs={"x": 2},
+            task_id=T,
+            source=ENV,
+            cause=delegate.id,
+            sub_task_id="s",
+            agent_state=AgentState.FINISHED,
+            content="sub done",
+            outputs={"x": 2},
         ),
         run,
         UserRejectObservation(task_id=T, source=USER, cause=run.id),

@@ -31,7 +31,10 @@ from shared.events import (
 
 OLD, NEW = "recorded-task", "replaying-task"
 USER, AGENT, ENV, SYSTEM = (
-    EventSource.USER, EventSource.AGENT, EventSource.ENVIRONMENT, EventSource.SYSTEM,
+    EventSource.USER,
+    EventSource.AGENT,
+    EventSource.ENVIRONMENT,
+    EventSource.SYSTEM,
 )
 USAGE = LLMUsage(model="openai/gpt-4o-mini", prompt_tokens=900, completion_tokens=40, cost_usd=0.01)
 LONG_AGO = datetime(2024, 1, 1, tzinfo=UTC)
@@ -40,17 +43,33 @@ LONG_AGO = datetime(2024, 1, 1, tzinfo=UTC)
 def _recording() -> list[dict[str, Any]]:
     """An exported trajectory: every event of a finished task, as JSON objects."""
     write = FileWriteAction(
-        task_id=OLD, source=AGENT, cause="old-step-1", path="squares.py",
-        content="print([i * i for i in range(1, 11)])\n", thought="I will write it.",
-        tool_call_id="call_write", llm_usage=USAGE, timestamp=LONG_AGO,
+        task_id=OLD,
+        source=AGENT,
+        cause="old-step-1",
+        path="squares.py",
+        content="print([i * i for i in range(1, 11)])\n",
+        thought="I will write it.",
+        tool_call_id="call_write",
+        llm_usage=USAGE,
+        timestamp=LONG_AGO,
     )
     run = CmdRunAction(
-        task_id=OLD, source=AGENT, cause="old-step-3", command="python3 squares.py",
-        tool_call_id="call_run", llm_usage=USAGE, timestamp=LONG_AGO,
+        task_id=OLD,
+        source=AGENT,
+        cause="old-step-3",
+        command="python3 squares.py",
+        tool_call_id="call_run",
+        llm_usage=USAGE,
+        timestamp=LONG_AGO,
     )
     finish = AgentFinishAction(
-        task_id=OLD, source=AGENT, cause="old-step-5", final_message="Done.",
-        outputs={"file": "squares.py"}, tool_call_id="call_finish", llm_usage=USAGE,
+        task_id=OLD,
+        source=AGENT,
+        cause="old-step-5",
+        final_message="Done.",
+        outputs={"file": "squares.py"},
+        tool_call_id="call_finish",
+        llm_usage=USAGE,
     )
     events = [
         MessageAction(task_id=OLD, source=USER, content="Print the squares"),
@@ -62,8 +81,12 @@ def _recording() -> list[dict[str, Any]]:
         FileWriteObservation(task_id=OLD, source=ENV, cause=write.id, path="squares.py"),
         # A bad reply, a rate-limit notice and a condensation: none is an action to replay.
         ErrorObservation(
-            task_id=OLD, source=AGENT, cause="old-step-2", error_code="bad_llm_reply",
-            content="not JSON", llm_usage=USAGE,
+            task_id=OLD,
+            source=AGENT,
+            cause="old-step-2",
+            error_code="bad_llm_reply",
+            content="not JSON",
+            llm_usage=USAGE,
         ),
         ChangeAgentStateAction(
             task_id=OLD, source=SYSTEM, cause="old-step-3", agent_state=AgentState.RATE_LIMITED
@@ -71,8 +94,13 @@ def _recording() -> list[dict[str, Any]]:
         CondensationAction(task_id=OLD, source=AGENT, cause="old-step-4", forgotten_up_to_seq=2),
         run,
         CmdOutputObservation(
-            task_id=OLD, source=ENV, cause=run.id, command=run.command, content="[1, 4]\n",
-            exit_code=0, cwd="/workspace",
+            task_id=OLD,
+            source=ENV,
+            cause=run.id,
+            command=run.command,
+            content="[1, 4]\n",
+            exit_code=0,
+            cwd="/workspace",
         ),
         MessageAction(task_id=OLD, source=USER, content="Looks good, finish."),
         finish,
@@ -136,7 +164,9 @@ def test_a_replayed_action_keeps_what_was_recorded_and_answers_this_step() -> No
     action = replayed_action(step, _recording(), [])
     assert isinstance(action, FileWriteAction)
     assert (action.path, action.thought, action.tool_call_id) == (
-        "squares.py", "I will write it.", "call_write",
+        "squares.py",
+        "I will write it.",
+        "call_write",
     )
     assert action.content == "print([i * i for i in range(1, 11)])\n"
     assert action.source is AGENT

@@ -43,22 +43,36 @@ def _native(
 @pytest.mark.parametrize(
     ("name", "arguments", "kind", "fields"),
     [
-        ("execute_bash", {"command": "ls", "timeout": 30}, CmdRunAction,
-         {"command": "ls", "timeout_s": 30}),
+        (
+            "execute_bash",
+            {"command": "ls", "timeout": 30},
+            CmdRunAction,
+            {"command": "ls", "timeout_s": 30},
+        ),
         ("execute_python", {"code": "print(1)"}, RunPythonAction, {"code": "print(1)"}),
-        ("read_file", {"path": "a.py", "start_line": 2, "end_line": 4}, FileReadAction,
-         {"path": "a.py", "start_line": 2, "end_line": 4}),
-        ("write_file", {"path": "a.py", "content": "x"}, FileWriteAction,
-         {"path": "a.py", "content": "x"}),
+        (
+            "read_file",
+            {"path": "a.py", "start_line": 2, "end_line": 4},
+            FileReadAction,
+            {"path": "a.py", "start_line": 2, "end_line": 4},
+        ),
+        (
+            "write_file",
+            {"path": "a.py", "content": "x"},
+            FileWriteAction,
+            {"path": "a.py", "content": "x"},
+        ),
         ("think", {"thought": "plan"}, AgentThinkAction, {"thought": "plan"}),
         ("delegate", {"task": "sub"}, AgentDelegateAction, {"task": "sub"}),
-        ("finish", {"message": "done", "outputs": {"a": 1}}, AgentFinishAction,
-         {"final_message": "done", "outputs": {"a": 1}}),
+        (
+            "finish",
+            {"message": "done", "outputs": {"a": 1}},
+            AgentFinishAction,
+            {"final_message": "done", "outputs": {"a": 1}},
+        ),
     ],
 )
-def test_each_tool_becomes_its_action(
-    name: str, arguments: dict, kind: type, fields: dict
-) -> None:
+def test_each_tool_becomes_its_action(name: str, arguments: dict, kind: type, fields: dict) -> None:
     event = event_for_reply(STEP, _native(name, json.dumps(arguments)), native=True)
     assert isinstance(event, kind) and not isinstance(event, ErrorObservation)
     for key, value in fields.items():
@@ -82,8 +96,10 @@ def test_the_event_id_is_the_same_for_a_redelivered_step() -> None:
 def test_text_next_to_a_tool_call_is_the_thought_and_only_the_first_call_counts() -> None:
     reply = LLMReply(
         content="I will list files.",
-        tool_calls=[ToolCall("execute_bash", '{"command": "ls"}', "c1"),
-                    ToolCall("execute_bash", '{"command": "pwd"}', "c2")],
+        tool_calls=[
+            ToolCall("execute_bash", '{"command": "ls"}', "c1"),
+            ToolCall("execute_bash", '{"command": "pwd"}', "c2"),
+        ],
         usage=USAGE,
     )
     event = event_for_reply(STEP, reply, native=True)
@@ -92,8 +108,9 @@ def test_text_next_to_a_tool_call_is_the_thought_and_only_the_first_call_counts(
 
 
 def test_a_missing_call_id_is_made_up_from_the_event_id() -> None:
-    event = event_for_reply(STEP, _native("execute_bash", '{"command": "ls"}', call_id=None),
-                            native=True)
+    event = event_for_reply(
+        STEP, _native("execute_bash", '{"command": "ls"}', call_id=None), native=True
+    )
     assert isinstance(event, CmdRunAction)
     assert event.tool_call_id and event.tool_call_id.startswith("call_")
 
@@ -121,8 +138,9 @@ def test_a_malformed_tool_call_becomes_an_error_observation(
 
 
 def test_plain_text_is_a_question_for_the_user() -> None:
-    event = event_for_reply(STEP, LLMReply(content="Which Python version?", usage=USAGE),
-                            native=True)
+    event = event_for_reply(
+        STEP, LLMReply(content="Which Python version?", usage=USAGE), native=True
+    )
     assert isinstance(event, MessageAction)
     assert event.wait_for_response and event.content == "Which Python version?"
     assert event.source is EventSource.AGENT and event.tool_call_id is None
@@ -154,14 +172,26 @@ def test_native_mode_does_not_run_code_blocks_of_an_explanation() -> None:
 @pytest.mark.parametrize(
     ("text", "name", "arguments"),
     [
-        ('{"tool": "execute_bash", "arguments": {"command": "ls"}}', "execute_bash",
-         {"command": "ls"}),
-        ('```json\n{"tool": "write_file", "arguments": {"path": "a", "content": "b"}}\n```',
-         "write_file", {"path": "a", "content": "b"}),
-        ('Plan:\n```\n{"name": "finish", "arguments": {"message": "ok"}}\n```\nbye', "finish",
-         {"message": "ok"}),
-        ('{"name": "execute_bash", "arguments": "{\\"command\\": \\"ls\\"}"}', "execute_bash",
-         '{"command": "ls"}'),
+        (
+            '{"tool": "execute_bash", "arguments": {"command": "ls"}}',
+            "execute_bash",
+            {"command": "ls"},
+        ),
+        (
+            '```json\n{"tool": "write_file", "arguments": {"path": "a", "content": "b"}}\n```',
+            "write_file",
+            {"path": "a", "content": "b"},
+        ),
+        (
+            'Plan:\n```\n{"name": "finish", "arguments": {"message": "ok"}}\n```\nbye',
+            "finish",
+            {"message": "ok"},
+        ),
+        (
+            '{"name": "execute_bash", "arguments": "{\\"command\\": \\"ls\\"}"}',
+            "execute_bash",
+            '{"command": "ls"}',
+        ),
         ('{"tool": "execute_bash", "command": "ls"}', "execute_bash", {"command": "ls"}),
         ("Run it:\n```bash\npython3 sq.py\n```", "execute_bash", {"command": "python3 sq.py"}),
         ("```python\nprint(1)\n```", "execute_python", {"code": "print(1)\n"}),
@@ -175,8 +205,10 @@ def test_prompt_based_calls_are_read_from_the_text(text: str, name: str, argumen
 
 
 def test_prompt_based_reply_becomes_an_action_with_the_surrounding_text_as_thought() -> None:
-    text = 'I will write it.\n```json\n{"tool": "write_file", "arguments": ' \
-           '{"path": "sq.py", "content": "print(1)"}}\n```'
+    text = (
+        'I will write it.\n```json\n{"tool": "write_file", "arguments": '
+        '{"path": "sq.py", "content": "print(1)"}}\n```'
+    )
     event = event_for_reply(STEP, LLMReply(content=text, usage=USAGE), native=False)
     assert isinstance(event, FileWriteAction)
     assert event.path == "sq.py" and event.thought == "I will write it."

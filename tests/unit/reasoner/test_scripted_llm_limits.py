@@ -46,9 +46,7 @@ def test_a_prompt_over_the_context_window_is_refused() -> None:
 
 
 def test_requests_are_counted_per_task() -> None:
-    script = parse_script(
-        [{"content": "ok", "fail_first": {"status": 503, "times": 1}}]
-    )
+    script = parse_script([{"content": "ok", "fail_first": {"status": 503, "times": 1}}])
     with ScriptedLLMServer(script) as server:
         stats_url = server.base_url.removesuffix("/v1") + "/stats"
         assert httpx.get(stats_url, timeout=5).json() == {"requests": 0, "tasks": {}}
@@ -76,10 +74,14 @@ def test_condensed_history_counts_as_the_replies_it_stands_for() -> None:
     [
         ([{"content": "x", "fail_first": {"status": 429, "retry_after": -1}}], "retry_after"),
         ([{"content": "x", "fail_first": {"status": 429, "wait": 1}}], "fail_first"),
-        ({"conversations": [{"match": "a", "turns": [{"content": "x"}], "context_window": 0}]},
-         "context_window"),
-        ({"conversations": [{"match": "a", "turns": [{"content": "x"}], "window": 9}]},
-         "unknown keys"),
+        (
+            {"conversations": [{"match": "a", "turns": [{"content": "x"}], "context_window": 0}]},
+            "context_window",
+        ),
+        (
+            {"conversations": [{"match": "a", "turns": [{"content": "x"}], "window": 9}]},
+            "unknown keys",
+        ),
     ],
 )
 def test_bad_limits_are_refused(raw: Any, problem: str) -> None:

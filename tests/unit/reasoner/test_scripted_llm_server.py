@@ -36,9 +36,19 @@ def _conversation(*replies: str) -> list[dict[str, Any]]:
         {"role": "user", "content": "Write squares"},
     ]
     for i, output in enumerate(replies):
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": "execute_bash", "arguments": "{}"}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{i}",
+                        "type": "function",
+                        "function": {"name": "execute_bash", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": output})
     return messages
 
@@ -75,14 +85,16 @@ def test_the_same_conversation_gets_the_same_answer(seed_server: ScriptedLLMServ
 
 
 def test_an_invalid_reply_report_counts_as_a_turn() -> None:
-    script = parse_script([
-        {"tool": "execute_bash", "raw_arguments": "{\"command\": "},
-        {"content": "second"},
-    ])
+    script = parse_script(
+        [
+            {"tool": "execute_bash", "raw_arguments": '{"command": '},
+            {"content": "second"},
+        ]
+    )
     with ScriptedLLMServer(script) as server:
         messages = _conversation()
         bad = _chat(server, messages, tools=TOOLS).json()["choices"][0]["message"]
-        assert bad["tool_calls"][0]["function"]["arguments"] == "{\"command\": "
+        assert bad["tool_calls"][0]["function"]["arguments"] == '{"command": '
         messages.append({"role": "user", "content": "Your previous reply was invalid: bad JSON"})
         good = _chat(server, messages, tools=TOOLS).json()["choices"][0]
         assert good["message"]["content"] == "second" and good["finish_reason"] == "stop"
@@ -97,11 +109,13 @@ def test_without_tools_a_call_is_written_as_json_text(seed_server: ScriptedLLMSe
 
 
 def test_conversations_are_chosen_by_the_task_and_exhausted_turns_repeat() -> None:
-    script = parse_script({
-        "conversations": [{"match": "SUB-TASK", "turns": [{"content": "sub"}]}],
-        "turns": [{"content": "main"}],
-        "exhausted": {"content": "no more: {{turn}}"},
-    })
+    script = parse_script(
+        {
+            "conversations": [{"match": "SUB-TASK", "turns": [{"content": "sub"}]}],
+            "turns": [{"content": "main"}],
+            "exhausted": {"content": "no more: {{turn}}"},
+        }
+    )
     with ScriptedLLMServer(script) as server:
         sub = [{"role": "user", "content": "a sub-task for you"}]
         assert _chat(server, sub).json()["choices"][0]["message"]["content"] == "sub"
@@ -121,7 +135,10 @@ def test_scripted_failures_then_success() -> None:
 
 def test_streaming_answers_in_sse_chunks(seed_server: ScriptedLLMServer) -> None:
     response = _chat(
-        seed_server, _conversation(), tools=TOOLS, stream=True,
+        seed_server,
+        _conversation(),
+        tools=TOOLS,
+        stream=True,
         stream_options={"include_usage": True},
     )
     assert response.headers["content-type"].startswith("text/event-stream")

@@ -39,11 +39,24 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_every_setting_is_documented() -> None:
-    common = {"nats_url", "redis_url", "metrics_port", "log_level", "max_deliveries",
-              "retry_backoff_s", "retry_backoff_max_s", "ack_wait_s", "stream_max_age_days",
-              "otel_exporter", "otel_endpoint"}
-    undocumented = [name for name, field in RuntimeSettings.model_fields.items()
-                    if name not in common and not field.description]
+    common = {
+        "nats_url",
+        "redis_url",
+        "metrics_port",
+        "log_level",
+        "max_deliveries",
+        "retry_backoff_s",
+        "retry_backoff_max_s",
+        "ack_wait_s",
+        "stream_max_age_days",
+        "otel_exporter",
+        "otel_endpoint",
+    }
+    undocumented = [
+        name
+        for name, field in RuntimeSettings.model_fields.items()
+        if name not in common and not field.description
+    ]
     assert undocumented == []
 
 
@@ -96,9 +109,7 @@ async def test_pool_target_grows_with_acquisition_rate() -> None:
 
 def test_build_app_does_no_io() -> None:
     # Unreachable servers: building must still work (the AsyncAPI generator relies on it).
-    app = build_app(
-        RuntimeSettings(nats_url="nats://127.0.0.1:1", redis_url="redis://127.0.0.1:1")
-    )
+    app = build_app(RuntimeSettings(nats_url="nats://127.0.0.1:1", redis_url="redis://127.0.0.1:1"))
     subjects = [sub.subject.broker_address for sub in app.broker.subscribers]  # type: ignore[union-attr]
     assert subjects == ["deckhands.work.runtime.*"]
 

@@ -31,12 +31,18 @@ def _module() -> Any:
 
 class Executor:
     def __init__(self, workspace: Path) -> None:
-        env = {**os.environ, "DECKHANDS_WORKSPACE": str(workspace),
-               "HOME": str(workspace / ".home"),
-               "DECKHANDS_STATE_DIR": str(workspace / ".state")}
+        env = {
+            **os.environ,
+            "DECKHANDS_WORKSPACE": str(workspace),
+            "HOME": str(workspace / ".home"),
+            "DECKHANDS_STATE_DIR": str(workspace / ".state"),
+        }
         self.proc = subprocess.Popen(
-            [sys.executable, str(EXECUTOR)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=env, cwd=workspace,
+            [sys.executable, str(EXECUTOR)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=workspace,
         )
         self.n = 0
 
@@ -86,8 +92,12 @@ def test_ping_and_unknown_op(executor: Executor) -> None:
 
 
 def test_no_output_timeout_then_input_then_ctrl_c(executor: Executor) -> None:
-    quiet = executor.call("bash", command="echo asking; read answer; echo got $answer",
-                          no_output_timeout_s=0.5, timeout_s=10)
+    quiet = executor.call(
+        "bash",
+        command="echo asking; read answer; echo got $answer",
+        no_output_timeout_s=0.5,
+        timeout_s=10,
+    )
     assert quiet["running"] is True and quiet["exit_code"] == -1
     assert quiet["output"] == "asking\n"
     blocked = executor.call("bash", command="echo other")
@@ -129,17 +139,20 @@ def test_editor_commands(executor: Executor, tmp_path: Path) -> None:
     created = executor.call("edit", command="create", path="m.py", file_text="a = 1\nb = 2\n")
     assert created["ok"] and "+a = 1" in created["diff"]
     assert executor.call("edit", command="create", path="m.py", file_text="")["code"] == (
-        "file_exists")
-    replaced = executor.call("edit", command="str_replace", path="m.py", old_str="b = 2",
-                             new_str="b = 3")
+        "file_exists"
+    )
+    replaced = executor.call(
+        "edit", command="str_replace", path="m.py", old_str="b = 2", new_str="b = 3"
+    )
     assert "-b = 2" in replaced["diff"] and "+b = 3" in replaced["diff"]
     none = executor.call("edit", command="str_replace", path="m.py", old_str="zzz", new_str="")
     assert none["code"] == "no_match"
     (tmp_path / "dup.txt").write_text("x\nx\n")
     many = executor.call("edit", command="str_replace", path="dup.txt", old_str="x", new_str="y")
     assert many["code"] == "multiple_matches" and "lines 1, 2" in many["error"]
-    inserted = executor.call("edit", command="insert", path="m.py", insert_line=1,
-                             new_str="import os")
+    inserted = executor.call(
+        "edit", command="insert", path="m.py", insert_line=1, new_str="import os"
+    )
     assert (tmp_path / "m.py").read_text() == "a = 1\nimport os\nb = 3\n"
     assert "+import os" in inserted["diff"]
     view = executor.call("edit", command="view", path="m.py", view_range=[2, 3])
@@ -155,8 +168,9 @@ def test_editor_commands(executor: Executor, tmp_path: Path) -> None:
 def fetch_kept(executor: Executor, name: str, size: int | None = None) -> str:
     parts, offset = [], 0
     while True:
-        piece = executor.call("chunk", name=name, offset=offset, drop=True,
-                              **({"size": size} if size else {}))
+        piece = executor.call(
+            "chunk", name=name, offset=offset, drop=True, **({"size": size} if size else {})
+        )
         assert piece["ok"] is True, piece
         parts.append(piece["data"])
         offset = piece["next"]
@@ -166,8 +180,13 @@ def fetch_kept(executor: Executor, name: str, size: int | None = None) -> str:
 
 def test_long_output_is_cut_and_kept_whole(executor: Executor, tmp_path: Path) -> None:
     whole = "".join(f"{i} é€😀\n" for i in range(1, 50_001))
-    answer = executor.call("bash", command="for i in $(seq 1 50000); do echo \"$i é€😀\"; done",
-                           limit=1000, keep=4 << 20, timeout_s=60)
+    answer = executor.call(
+        "bash",
+        command='for i in $(seq 1 50000); do echo "$i é€😀"; done',
+        limit=1000,
+        keep=4 << 20,
+        timeout_s=60,
+    )
     assert answer["exit_code"] == 0 and "characters cut from the middle" in answer["output"]
     assert answer["kept"] == "bash.out"
     assert answer["kept_bytes"] == len(whole.encode())
