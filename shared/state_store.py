@@ -53,6 +53,9 @@ class TaskStateStore:
         raw = await self.redis.hget(self._key(task_id), "state")  # type: ignore[misc]
         return None if raw is None else TaskState.model_validate_json(raw)
 
+    async def exists(self, task_id: str) -> bool:
+        return bool(await self.redis.hexists(self._key(task_id), "state"))  # type: ignore[misc]
+
     async def save(self, state: TaskState) -> TaskState:
         """Write `state` as the next version of the one it was loaded as."""
         saved = state.model_copy(update={"version": state.version + 1})

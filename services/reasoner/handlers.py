@@ -24,11 +24,12 @@ from shared.blobs import BlobMissing, BlobStore
 from shared.commands import StepRequest
 from shared.delivery import PermanentError
 from shared.publishing import publish_event_to
+from shared.state_store import TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import TrajectoryError, load_trajectory
 
 from .condenser import Condensation, TokenCounter, plan_condensation, summary_lines
-from .history import HistoryCache
+from .history import HistoryCache, HistoryNotReady
 from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
 from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
 from .prompt import NoTaskError, PromptView, prompt_view
@@ -191,7 +192,13 @@ class StepHandler:
     ) -> ReasonerEvent:
         s = self.settings
         trajectory = await self._trajectory(step.task_id)
-        events = await self.history.fetch(step.task_id, step.after_seq)
+        try:
+            events = await self.history.fetch(step.task_id, step.after_seq)
+        except HistoryNotReady:
+            if self.redis is not None and not await TaskStateStore(self.redis).exists(step.task_id):
+                # Not a storage delay: no such task. Dead-lettered on this first delivery.
+                raise PermanentError(f"task {step.task_id} is unknown: nothing to step") from None
+            raise
         if trajectory is not None:
             replayed = replayed_action(step, trajectory, events)
             if replayed is not None:

@@ -113,7 +113,7 @@ async def harness(
     await nc.subscribe(HISTORY_SUBJECT, cb=storage.on_request)
     await app.start()
     try:
-        yield Harness(nc, storage, scripted_llm)
+        yield Harness(nc, storage, scripted_llm, isolated_settings.redis_url)
     finally:
         await app.stop()
         await nc.close()

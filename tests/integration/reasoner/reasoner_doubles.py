@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import nats
+import redis
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from pydantic import SecretStr
@@ -24,6 +25,7 @@ from shared.events import (
     MessageAction,
 )
 from shared.settings import CommonSettings
+from shared.state import TaskState
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 __all__ = ["Harness", "StorageDouble", "reasoner_settings"]
@@ -60,9 +62,12 @@ class StorageDouble:
 class Harness:
     """Publishes step requests to the reasoner and reads what it sends the controller."""
 
-    def __init__(self, nc: Client, storage: StorageDouble, llm_url: str = "") -> None:
+    def __init__(
+        self, nc: Client, storage: StorageDouble, llm_url: str = "", redis_url: str = ""
+    ) -> None:
         self.nc, self.js, self.storage = nc, nc.jetstream(), storage
         self.llm_url = llm_url
+        self.redis_url = redis_url
         self._subs: dict[str, Any] = {}
 
     async def llm_requests(self, task: str) -> int:
@@ -74,6 +79,12 @@ class Harness:
     def new_task(self, text: str) -> str:
         """A task as the controller starts it: the user's message, then RUNNING."""
         task_id = uuid.uuid4().hex
+        if self.redis_url:  # the State the controller writes: the reasoner steps known tasks
+            with redis.Redis.from_url(self.redis_url) as client:
+                state = TaskState(
+                    task_id=task_id, task=text, max_iterations=100, agent_state=AgentState.RUNNING
+                )
+                client.hset(f"deckhands:task:{task_id}", "state", state.model_dump_json())
         self.storage.append(
             MessageAction(task_id=task_id, source=EventSource.USER, content=text),
             AgentStateChangedObservation(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 
 from prometheus_client import REGISTRY
 from reasoner_doubles import Harness
@@ -23,6 +25,7 @@ from shared.events import (
     SecurityVerdictObservation,
     Verdict,
 )
+from shared.subjects import Service, dlq_subject
 
 SQUARES = "".join(f"{i} squared is {i * i}\n" for i in range(1, 11))
 
@@ -176,3 +179,18 @@ async def test_a_step_handled_twice_gives_one_answer(harness: Harness) -> None:
     first = await h.answer(task_id)
     assert first.id == step_event_id(step)
     assert await h.nothing_within(task_id, 2.0)
+
+
+async def test_a_step_for_an_unknown_task_is_dead_lettered_on_its_first_delivery(
+    harness: Harness,
+) -> None:
+    h = harness
+    dead = await h.nc.subscribe(dlq_subject(Service.REASONER))
+    task_id = uuid.uuid4().hex  # no State, no history: not a task anyone created
+    step = await h.step(task_id, request=_step(task_id, after_seq=3))
+    letter = await dead.next_msg(timeout=20)
+    await dead.unsubscribe()
+    assert json.loads(letter.data)["id"] == step.id
+    headers = letter.headers or {}
+    assert "is unknown" in headers["Deckhands-Dlq-Reason"]
+    assert headers["Deckhands-Dlq-Deliveries"] == "1"
