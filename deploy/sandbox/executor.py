@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     import re
     import select
     import signal
+    import stat
     import struct
     import subprocess
     import termios
@@ -66,6 +67,7 @@ _MODULES = (
     "re",
     "select",
     "signal",
+    "stat",
     "struct",
     "subprocess",
     "termios",
@@ -1025,16 +1027,69 @@ class Files:
         }
 
 
-def _read_text(path: str) -> str:
+# The most a file operation reads into memory: the sandbox's memory is the agent's, and a file
+# read whole (then cut for the answer) must not be what exhausts it.
+READ_MAX_BYTES = 32 << 20
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _open_regular(path: str, flags: int) -> int:
+    """A descriptor of the regular file at `path`, or a clear Fail.
+
+    Opened without blocking (a FIFO with no other end would wait for ever) and checked with
+    fstat before a byte moves: devices, FIFOs and sockets are refused, never read or written.
+    """
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
         raise Fail("file_not_found", f"{path} does not exist") from None
     except IsADirectoryError:
         raise Fail("is_a_directory", f"{path} is a directory") from None
     except PermissionError:
         raise Fail("permission_denied", f"permission denied: {path}") from None
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise Fail(
+                "not_a_regular_file",
+                f"{path} is a FIFO or socket, not a regular file; use a command for it",
+            ) from None
+        if exc.errno == errno.EROFS:
+            raise Fail("permission_denied", f"read-only file system: {path}") from None
+        raise Fail("io_error", f"{path}: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        os.set_blocking(fd, True)
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise Fail("is_a_directory", f"{path} is a directory")
+    raise Fail(
+        "not_a_regular_file",
+        f"{path} is a {_file_kind(mode)}, not a regular file; use a command for it",
+    )
+
+
+def _read_text(path: str) -> str:
+    fd = _open_regular(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(READ_MAX_BYTES + 1)  # bounded even if the file grows meanwhile
+    if len(data) > READ_MAX_BYTES:
+        raise Fail(
+            "file_too_large",
+            f"{path} is larger than the {READ_MAX_BYTES:,} bytes a file operation reads; look "
+            "at parts of it with a command (head, tail, sed -n 'A,Bp', grep)",
+        )
     if b"\x00" in data[:8192]:
         raise Fail("binary_file", f"{path} looks like a binary file ({len(data)} bytes)")
     return data.decode("utf-8", "replace")
@@ -1045,15 +1100,19 @@ def _write_text(path: str, content: str) -> None:
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(content)
-    except IsADirectoryError:
-        raise Fail("is_a_directory", f"{path} is a directory") from None
     except PermissionError:
         raise Fail("permission_denied", f"permission denied: {path}") from None
     except OSError as exc:
-        if exc.errno == errno.EROFS:
-            raise Fail("permission_denied", f"read-only file system: {path}") from None
+        raise Fail("io_error", f"{path}: {exc.strerror or exc}") from None
+    # Truncated only once it is known to be a regular file.
+    fd = _open_regular(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.truncate(0)
+            f.write(content.encode("utf-8"))
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise Fail("no_space", f"{path}: no space left on the device") from None
         raise Fail("io_error", f"{path}: {exc.strerror or exc}") from None
 
 

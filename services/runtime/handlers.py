@@ -33,6 +33,9 @@ from shared.events import (
     EventAdapter,
     EventBase,
     EventSource,
+    FileEditAction,
+    FileReadAction,
+    FileWriteAction,
     PythonOutputObservation,
     SandboxQueuedObservation,
 )
@@ -86,6 +89,9 @@ def _with_notice(sandbox: Sandbox, observation: RuntimeObservation) -> RuntimeOb
     notice, sandbox.notice = sandbox.notice, None
     return observation.model_copy(update={"content": f"{notice}\n{observation.content}"})
 
+
+# Run by the executor's files part: a slow one is not a dead sandbox.
+_FILE_ACTIONS = (FileReadAction, FileWriteAction, FileEditAction)
 
 # How often each replica looks for free seats to give to queued tasks (a release also looks).
 _ADMIT_EVERY_S = 1.0
@@ -452,6 +458,20 @@ class RuntimeService:
             observation = await run_action(sandbox, action, self.settings, self.blobs)
             observation = _with_notice(sandbox, observation)
         except (SandboxLost, TimeoutError) as exc:
+            if (
+                isinstance(exc, TimeoutError)
+                and isinstance(action, _FILE_ACTIONS)
+                and await sandbox.client.ping(5.0)
+            ):
+                # The executor answers: only this file operation is slow (its files part
+                # stays busy with it). The workspace is kept.
+                ACTIONS.labels(kind, "timeout").inc()
+                return error_observation(
+                    action,
+                    "The file operation did not finish in time. The sandbox and its files are "
+                    "fine; use a command to work with this path.",
+                    "timeout",
+                )
             if isinstance(exc, TimeoutError):
                 log.error(
                     "task %s: sandbox %s stopped answering", command.task_id, sandbox.short_id

@@ -433,3 +433,26 @@ async def test_a_long_output_is_cut_and_kept_whole_in_the_blob_store(
     with pytest.raises(BlobMissing):
         await blobs.get(uuid.uuid4().hex, read.content_ref.sha256)
     await ctl.release()
+
+
+async def test_file_actions_on_a_fifo_or_device_are_refused_and_the_workspace_stays(
+    runtime: Runtime, js: JetStreamContext
+) -> None:
+    from shared.events import FileWriteAction
+
+    task_id = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
+    await ctl.run(cmd(task_id, "mkfifo pipe && echo kept > notes.txt"))
+    started = asyncio.get_running_loop().time()
+    for action in (
+        FileReadAction(task_id=task_id, source=EventSource.AGENT, path="pipe"),
+        FileWriteAction(task_id=task_id, source=EventSource.AGENT, path="pipe", content="x"),
+        FileReadAction(task_id=task_id, source=EventSource.AGENT, path="/dev/zero"),
+    ):
+        refused = await ctl.run(action)
+        assert isinstance(refused, ErrorObservation), refused
+        assert refused.error_code == "not_a_regular_file"
+    assert asyncio.get_running_loop().time() - started < 10  # no wait for a 60 s timeout
+    after = await ctl.run(cmd(task_id, "cat notes.txt"))
+    assert isinstance(after, CmdOutputObservation) and after.content.strip() == "kept"
+    await ctl.release()

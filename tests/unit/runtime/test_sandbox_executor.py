@@ -209,3 +209,34 @@ def test_long_output_is_cut_and_kept_whole(executor: Executor, tmp_path: Path) -
     assert fetch_kept(executor, "read.out") == "line\n" * 3000
     escape = executor.call("chunk", name="../../etc/passwd", offset=0)
     assert escape["ok"] is False and escape["code"] == "bad_request"
+
+
+def test_file_operations_refuse_what_is_not_a_regular_file(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """A FIFO would block a read for ever and /dev/zero never ends: both are refused at once,
+    with the kind named, and the files part of the executor keeps working."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    for op, fields in (
+        ("read", {"path": str(fifo)}),
+        ("write", {"path": str(fifo), "content": "x"}),
+        ("edit", {"command": "view", "path": str(fifo)}),
+        ("read", {"path": "/dev/zero"}),
+        ("write", {"path": "/dev/null", "content": "x"}),
+    ):
+        answer = executor.call(op, **fields)
+        assert answer["ok"] is False and answer["code"] == "not_a_regular_file", answer
+    assert time.monotonic() - started < 5
+    assert "FIFO" in executor.call("read", path=str(fifo))["error"]
+    assert "character device" in executor.call("read", path="/dev/zero")["error"]
+
+    huge = tmp_path / "huge.log"
+    with open(huge, "wb") as f:
+        f.truncate(40 << 20)  # sparse: 40 MiB on paper, nothing on disk
+    too_large = executor.call("read", path=str(huge))
+    assert too_large["code"] == "file_too_large" and "head, tail" in too_large["error"]
+    assert executor.call("write", path=str(tmp_path / "ok.txt"), content="fine\n")["ok"]
+    assert executor.call("read", path=str(tmp_path / "ok.txt"))["content"] == "fine\n"
+    assert executor.call("write", path=str(tmp_path), content="x")["code"] == "is_a_directory"
