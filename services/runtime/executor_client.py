@@ -57,8 +57,18 @@ def open_attach_socket(api: Any, container_id: str) -> socket.socket:
     return sock
 
 
+# The longest line the executor ever writes is well below this (outputs are cut to a limit,
+# kept outputs come in 128 KiB pieces). More is not the executor: see `_violated`.
+MAX_LINE_BYTES = 4 << 20
+
+
 class ExecutorClient:
-    """Request/response over one attach stream; fails every waiter when the stream ends."""
+    """Request/response over one attach stream; fails every waiter when the stream ends.
+
+    The stream is treated as hostile: code in the sandbox may find a way to write to it. A line
+    longer than MAX_LINE_BYTES or one that is not a JSON object ends the sandbox (its waiters
+    fail with SandboxLost naming what was seen); nothing it sends can grow the runtime's memory.
+    """
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, name: str
@@ -69,6 +79,7 @@ class ExecutorClient:
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._prefix = os.urandom(4).hex()
         self.lost_reason: str | None = None
+        self.violated = False  # the sandbox wrote into the channel: the reason says what
         self._task = asyncio.create_task(self._read_loop(), name=f"executor-reader-{name}")
 
     @classmethod
@@ -141,7 +152,11 @@ class ExecutorClient:
                 while (end := buffer.find(b"\n")) >= 0:
                     line = bytes(buffer[:end])
                     del buffer[: end + 1]
-                    self._dispatch(line)
+                    if not self._dispatch(line):
+                        return
+                if len(buffer) > MAX_LINE_BYTES:
+                    self._violated(f"a line of more than {MAX_LINE_BYTES:,} bytes")
+                    return
         except asyncio.IncompleteReadError:
             self._lose("the sandbox's executor stopped (its container exited or was removed)")
         except (ConnectionError, OSError) as exc:
@@ -150,14 +165,24 @@ class ExecutorClient:
             self._lose("closed by the runtime")
             raise
 
-    def _dispatch(self, line: bytes) -> None:
+    def _violated(self, what: str) -> None:
+        log.warning("%s: the executor's channel carried %s; the sandbox is ended", self.name, what)
+        self.violated = self.lost_reason is None
+        self._lose(
+            f"something in the sandbox wrote to the executor's channel ({what}); the sandbox "
+            "was ended"
+        )
+
+    def _dispatch(self, line: bytes) -> bool:
+        """Hand an answer to its waiter; False (and the sandbox lost) if it is not one."""
         try:
             answer = json.loads(line)
         except ValueError:
-            log.warning("%s: unparseable executor output: %r", self.name, line[:200])
-            return
+            answer = None
         if not isinstance(answer, dict):
-            return
+            self._violated(f"a line that is not the executor's: {line[:80]!r}")
+            return False
         future = self._pending.get(str(answer.get("id")))
         if future is not None and not future.done():
             future.set_result(answer)
+        return True

@@ -193,14 +193,19 @@ class TaskSandboxes:
         async with self._lock(task_id):
             if self._local.get(task_id) is sandbox:
                 self._local.pop(task_id, None)
-            # The attach stream may end a moment before Docker records the exit and its cause.
-            info = await self.docker.inspect(sandbox.container_id)
-            for _ in range(10):
-                if info is None or not info.running:
-                    break
-                await asyncio.sleep(0.1)
+            client = sandbox.client
+            if client.violated and client.lost_reason:
+                reason = client.lost_reason  # the runtime ended it, for what it wrote
+            else:
+                # The attach stream may end a moment before Docker records the exit and its
+                # cause.
                 info = await self.docker.inspect(sandbox.container_id)
-            reason = describe_loss(info, sandbox.client.lost_reason)
+                for _ in range(10):
+                    if info is None or not info.running:
+                        break
+                    await asyncio.sleep(0.1)
+                    info = await self.docker.inspect(sandbox.container_id)
+                reason = describe_loss(info, client.lost_reason)
             SANDBOXES_LOST.labels("during_action").inc()
             await self._drop(task_id, sandbox.container_id, "lost")
             return reason

@@ -456,3 +456,31 @@ async def test_file_actions_on_a_fifo_or_device_are_refused_and_the_workspace_st
     after = await ctl.run(cmd(task_id, "cat notes.txt"))
     assert isinstance(after, CmdOutputObservation) and after.content.strip() == "kept"
     await ctl.release()
+
+
+async def test_writing_into_the_executors_channel_ends_only_that_sandbox(
+    runtime: Runtime, js: JetStreamContext
+) -> None:
+    """Docker's init (PID 1) holds the channel and runs as the sandbox user, so code in the
+    sandbox can write to it (issue 10). The runtime treats that as hostile: a foreign line, or a
+    flood of bytes with no end of line, ends that sandbox with the reason, and costs the runtime
+    no more than a bounded buffer."""
+    import resource
+
+    for probe, seen in (
+        ("printf 'not-json-probe\\n' > /proc/1/fd/1", "not the executor's"),
+        ("head -c 50000000 /dev/zero > /proc/1/fd/1", "more than 4,194,304 bytes"),
+    ):
+        task_id = uuid.uuid4().hex
+        ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
+        first = await ctl.run(cmd(task_id, "echo before > /workspace/a.txt"))
+        assert isinstance(first, CmdOutputObservation)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        ended = await ctl.run(cmd(task_id, probe, timeout_s=60))
+        assert isinstance(ended, ErrorObservation) and ended.error_code == "sandbox_lost", ended
+        assert seen in ended.content
+        grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
+        assert grown_kib < 64 * 1024  # the flood was not buffered
+        fresh = await ctl.run(cmd(task_id, "ls /workspace; echo fresh"))
+        assert isinstance(fresh, CmdOutputObservation) and fresh.content.strip() == "fresh"
+        await ctl.release()
