@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import LogConfig, Mount
+from docker.types import LogConfig, Mount, Ulimit
 
 from .executor_client import ExecutorClient, SandboxLost, open_attach_socket
 from .settings import RuntimeSettings
@@ -237,6 +237,11 @@ class DockerSandboxes:
             "mem_limit": s.sandbox_memory,
             "memswap_limit": s.sandbox_memory,  # equal to the memory limit: no swap
             "nano_cpus": int(s.sandbox_cpus * 1e9),
+            "ulimits": [
+                Ulimit(name="nofile", soft=s.sandbox_open_files, hard=s.sandbox_open_files),
+                # RLIMIT_FSIZE is in bytes: a write past it fails (EFBIG, or SIGXFSZ).
+                Ulimit(name="fsize", soft=s.max_file_bytes, hard=s.max_file_bytes),
+            ],
             "init": s.docker_init,
             "runtime": s.docker_runtime,
             "log_config": LogConfig(

@@ -84,6 +84,14 @@ class RuntimeSettings(CommonSettings):
         default=512, ge=32, description="Process/thread limit per sandbox (fork bombs stop here)."
     )
     sandbox_tmp_size: str = Field(default="512m", description="Size of the /tmp tmpfs.")
+    sandbox_open_files: int = Field(
+        default=4096, ge=64, le=1 << 20, description="Open files per process in a sandbox."
+    )
+    sandbox_max_file_size: str = Field(
+        default="2g",
+        description="Largest file a process in a sandbox may write (RLIMIT_FSIZE); writing "
+        "past it fails with 'File too large'.",
+    )
     sandbox_workspace: str = Field(
         default="volume",
         description="'volume': /workspace is an anonymous Docker volume (disk, removed with the "
@@ -178,8 +186,20 @@ class RuntimeSettings(CommonSettings):
         description="Task-to-sandbox bindings in Redis expire after this long without use.",
     )
 
+    @property
+    def max_file_bytes(self) -> int:
+        """sandbox_max_file_size in bytes (docker's suffixes: b, k, m, g)."""
+        value = self.sandbox_max_file_size.lower()
+        unit = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(value[-1], 1)
+        number = value[:-1] if value[-1] in "bkmg" else value
+        return int(float(number) * unit)
+
     @field_validator(
-        "sandbox_memory", "sandbox_tmp_size", "sandbox_workspace_size", "sandbox_log_max_size"
+        "sandbox_memory",
+        "sandbox_tmp_size",
+        "sandbox_workspace_size",
+        "sandbox_log_max_size",
+        "sandbox_max_file_size",
     )
     @classmethod
     def _size(cls, value: str) -> str:

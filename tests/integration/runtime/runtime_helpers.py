@@ -69,6 +69,7 @@ def make_settings(base: CommonSettings, image: str, pool: str, **overrides: Any)
         "pool_min_idle": 0,
         "sandbox_memory": "256m",
         "sandbox_pids": 128,
+        "sandbox_max_file_size": "8m",
         "action_timeout_s": 30.0,
         "pool_health_interval_s": 2.0,
     }

@@ -261,6 +261,8 @@ async def test_container_is_hardened(
     assert host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
     assert host["Init"] is True
+    limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
+    assert limits == {"nofile": (4096, 4096), "fsize": (8 << 20, 8 << 20)}
     assert host["LogConfig"]["Config"]["max-size"] == "1m"
     assert not host.get("Binds")
     assert attrs["Config"]["User"] == "1000:1000"
@@ -269,3 +271,22 @@ async def test_container_is_hardened(
         assert mount["Type"] in {"volume", "tmpfs"}, mount  # never a host path
         assert "docker.sock" not in str(mount)
     assert not attrs["NetworkSettings"]["Ports"]
+
+
+async def test_a_file_cannot_grow_past_the_size_limit(
+    shared_sandbox: Sandbox, runtime_settings: RuntimeSettings
+) -> None:
+    """RLIMIT_FSIZE (8 MiB in these tests): one process cannot fill the engine's disk with one
+    file; the write fails where the limit is, and the shell goes on."""
+    out = await run(
+        shared_sandbox,
+        cmd(
+            "head -c 9000000 /dev/zero > /workspace/big.bin; echo rc=$?; "
+            "stat -c %s /workspace/big.bin; ulimit -n; rm /workspace/big.bin"
+        ),
+        runtime_settings,
+    )
+    assert isinstance(out, CmdOutputObservation)
+    lines = out.content.strip().splitlines()
+    assert "File size limit exceeded" in out.content or lines[-3] != "rc=0", out.content
+    assert lines[-2:] == [str(8 << 20), "4096"]
