@@ -5,7 +5,7 @@ The events they carry (an action to review or run) are logged by the controller 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,12 @@ class StepRequest(_Command):
     kind: Literal["step_request"] = "step_request"
     after_seq: int = Field(description="The reasoner must see the log at least up to this seq.")
     iteration: int
+    events: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The log entries appended since the previous step request, up to "
+        "after_seq, when they are small (the controller's UNSEEN_MAX_BYTES): a reasoner that "
+        "has the log up to the first of them needs no storage read. Empty: read storage.",
+    )
 
 
 class ReviewAction(_Command):

@@ -75,6 +75,13 @@ class TaskState(BaseModel):
     max_budget_usd: float | None = Field(default=None, gt=0)
     initial_budget_usd: float | None = Field(default=None, gt=0)
     last_seq: int = 0
+    unseen_events: list[dict[str, Any]] | None = Field(
+        default_factory=list,
+        description="Log entries appended since the last step request, for the next one to "
+        "carry (the reasoner then reads no history from storage); None once they passed "
+        "UNSEEN_MAX_BYTES, and the reasoner reads them from storage.",
+    )
+    unseen_bytes: int = Field(default=0, ge=0, description="Encoded size of unseen_events.")
 
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH

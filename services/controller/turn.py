@@ -28,7 +28,11 @@ from shared.events import (
 from shared.state import Outgoing, TaskState
 from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
 
-__all__ = ["IllegalTransition", "Turn"]
+__all__ = ["UNSEEN_MAX_BYTES", "IllegalTransition", "Turn"]
+
+# Log entries a step request carries at most (their JSON): well below NATS' max_payload, and
+# what the State keeps between turns. Past it the reasoner reads storage, as before.
+UNSEEN_MAX_BYTES = 256 * 1024
 
 Command = StepRequest | ReviewAction | ExecuteAction | PrepareSandbox | ReleaseSandbox
 # What a turn may send: a work order, or an event into some task's controller inbox.
@@ -46,6 +50,7 @@ class Turn:
         self.state = state
         self.answer_retries = answer_retries
         self.logged: list[EventBase] = []
+        self._payloads: dict[str, str] = {}  # each logged entry's JSON, encoded once
         self.sent: list[tuple[Service, Message]] = []
         self.new_tasks: list[TaskState] = []
 
@@ -58,10 +63,37 @@ class Turn:
         stamped = event.model_copy(update={"seq": seq})
         self.update(last_seq=seq)
         self.logged.append(stamped)
+        self._payloads[stamped.id] = payload = stamped.model_dump_json()
+        self._keep_unseen(stamped, len(payload))
         return stamped
 
+    def _keep_unseen(self, event: EventBase, size: int) -> None:
+        """Remember the entry for the next step request, while the entries stay small."""
+        unseen = self.state.unseen_events
+        if unseen is None:
+            return
+        total = self.state.unseen_bytes + size
+        if total > UNSEEN_MAX_BYTES:
+            self.update(unseen_events=None, unseen_bytes=0)
+            return
+        self.update(unseen_events=[*unseen, event.model_dump(mode="json")], unseen_bytes=total)
+
     def send(self, service: Service, message: Message) -> None:
+        if isinstance(message, StepRequest):
+            message = self._with_unseen(message)
         self.sent.append((service, message))
+
+    def _with_unseen(self, step: StepRequest) -> StepRequest:
+        """The step carries the entries logged since the last one; then they count as seen.
+        Too many to carry (None): none, and the reasoner reads storage, from then on."""
+        unseen = self.state.unseen_events
+        carried = [e for e in unseen or [] if int(e.get("seq") or 0) <= step.after_seq]
+        later = [e for e in unseen or [] if int(e.get("seq") or 0) > step.after_seq]
+        self.update(
+            unseen_events=later,
+            unseen_bytes=self.state.unseen_bytes if later else 0,
+        )
+        return step.model_copy(update={"events": carried}) if carried else step
 
     def change_state(self, target: AgentState, reason: str = "", cause: str | None = None) -> None:
         current = self.state.agent_state
@@ -106,13 +138,14 @@ class Turn:
         )
 
     def outbox(self) -> list[Outgoing]:
-        """Log entries first, so a service reading history sees what it is asked about."""
+        """Log entries, then orders. Each subject keeps this order when published; subjects go
+        out side by side, and a service reading history waits for storage to catch up."""
         task = self.state.task_id
         out: list[Outgoing] = [
             Outgoing(
                 subject=event_subject(task),
                 stream=EVENTS_STREAM,
-                payload=e.model_dump_json(),
+                payload=self._payloads.get(e.id) or e.model_dump_json(),
                 msg_id=e.id,
             )
             for e in self.logged

@@ -193,7 +193,7 @@ class StepHandler:
         s = self.settings
         trajectory = await self._trajectory(step.task_id)
         try:
-            events = await self.history.fetch(step.task_id, step.after_seq)
+            events = await self.history.fetch(step.task_id, step.after_seq, step.events)
         except HistoryNotReady:
             if self.redis is not None and not await TaskStateStore(self.redis).exists(step.task_id):
                 # Not a storage delay: no such task. Dead-lettered on this first delivery.

@@ -9,9 +9,11 @@ from storage, and a restart loses nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,10 @@ _MAX_POLL_S = 0.1
 
 HISTORY_EVENTS_READ = Counter(
     "deckhands_reasoner_history_events_read_total", "Events read from storage for prompts"
+)
+HISTORY_EVENTS_GIVEN = Counter(
+    "deckhands_reasoner_history_events_given_total",
+    "Log entries that came with step requests (no storage read needed for them)",
 )
 HISTORY_CACHE_BYTES = Gauge(
     "deckhands_reasoner_history_cache_bytes", "Bytes of task history held for the next steps"
@@ -73,13 +79,19 @@ class HistoryCache:
         self._tasks: OrderedDict[str, _TaskHistory] = OrderedDict()
         self._size = 0
 
-    async def fetch(self, task_id: str, up_to_seq: int) -> list[Any]:
+    async def fetch(
+        self, task_id: str, up_to_seq: int, given: Sequence[dict[str, Any]] = ()
+    ) -> list[Any]:
         """The task's events with seq <= up_to_seq, in order.
 
+        `given` are the entries the step request carried (those logged since the previous
+        step): when they continue what is cached, or start the log, storage is not asked.
         Storage writes the log a little after the controller appends to it, so the newest events
         may be missing for a moment: ask again for up to `wait_s`, then give up with
         HistoryNotReady.
         """
+        if given:
+            self._take_given(task_id, given)
         known = self._tasks.get(task_id)
         if known is not None and known.last_seq >= up_to_seq:
             self._tasks.move_to_end(task_id)
@@ -100,6 +112,30 @@ class HistoryCache:
         self._tasks.move_to_end(task_id)
         self._evict()
         return [e for e in known.events if e.seq <= up_to_seq]
+
+    def _take_given(self, task_id: str, given: Sequence[dict[str, Any]]) -> None:
+        known = self._tasks.get(task_id)
+        last = known.last_seq if known is not None else 0
+        raw: list[dict[str, Any]] = []
+        for item in given:
+            seq = item.get("seq")
+            if not isinstance(seq, int) or seq <= last:
+                continue  # already cached
+            if seq != last + 1:
+                break  # not a continuation: storage fills the gap
+            raw.append(item)
+            last = seq
+        if not raw:
+            return
+        if known is None:
+            known = _TaskHistory()
+            self._remember(task_id, known)
+        size = sum(len(json.dumps(item)) for item in raw)
+        known.events.extend(_parse(task_id, raw))
+        known.last_seq = last
+        known.size += size
+        self._size += size
+        HISTORY_EVENTS_GIVEN.inc(len(raw))
 
     def _remember(self, task_id: str, entry: _TaskHistory) -> None:
         old = self._tasks.pop(task_id, None)

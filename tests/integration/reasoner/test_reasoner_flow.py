@@ -194,3 +194,41 @@ async def test_a_step_for_an_unknown_task_is_dead_lettered_on_its_first_delivery
     headers = letter.headers or {}
     assert "is unknown" in headers["Deckhands-Dlq-Reason"]
     assert headers["Deckhands-Dlq-Deliveries"] == "1"
+
+
+async def test_a_step_that_carries_its_new_entries_reads_no_history(harness: Harness) -> None:
+    """The controller sends the entries logged since the previous step with the next one: a
+    reasoner that has the log up to there (or a new task's whole log) asks storage nothing."""
+    h = harness
+    task_id = h.new_task("Write a Python script that prints the squares of 1 to 10 and run it")
+    first = list(h.storage.logs[task_id])  # the message and RUNNING, as the controller logged
+    before = h.storage.requests
+    await h.step(
+        task_id,
+        request=StepRequest(
+            task_id=task_id,
+            after_seq=2,
+            iteration=1,
+            events=first,
+        ),
+    )
+    write = await h.answer(task_id)
+    assert isinstance(write, FileWriteAction)
+    new = h.storage.append(
+        write,
+        FileWriteObservation(
+            task_id=task_id, source=EventSource.ENVIRONMENT, cause=write.id, path="squares.py"
+        ),
+    )
+    await h.step(
+        task_id,
+        request=StepRequest(
+            task_id=task_id,
+            after_seq=4,
+            iteration=2,
+            events=[e.model_dump(mode="json") for e in new],
+        ),
+    )
+    run = await h.answer(task_id)
+    assert isinstance(run, CmdRunAction) and run.command == "python3 squares.py"
+    assert h.storage.requests == before  # both steps read nothing from storage
