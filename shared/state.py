@@ -13,7 +13,12 @@ from .events import AgentState, RiskLevel, RunnableAction, utc_now
 __all__ = ["Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
 
 _PROCESSED_KEPT = 256
-_OUTBOXES_KEPT = 32
+# An outbox is needed again only when its input is redelivered: the controller died between
+# saving the State and publishing, and the task waits on what was not sent, so few inputs come
+# in between (a user message, a notice). Each outbox holds whole payloads (an observation, and
+# the step request carrying it), so this bounds the State: about 0.5 MB with 32 for a task of
+# 30 KB outputs, read and written on every turn.
+_OUTBOXES_KEPT = 8
 
 
 class Awaiting(StrEnum):
