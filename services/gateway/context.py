@@ -73,26 +73,28 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     return GatewayContext(settings, broker, redis, tasks, events, readiness, blobs)
 
 
-def get_context(request: Request) -> GatewayContext:
+# The dependencies are coroutines: FastAPI runs a plain `def` dependency on a worker thread,
+# two thread hops per request for what is an attribute lookup.
+async def get_context(request: Request) -> GatewayContext:
     context = getattr(request.app.state, "gateway", None)
     if not isinstance(context, GatewayContext):
         raise RuntimeError("the gateway has not started (its lifespan did not run)")
     return context
 
 
-def _tasks(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskService:
+async def _tasks(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskService:
     return context.tasks
 
 
-def _events(context: Annotated[GatewayContext, Depends(get_context)]) -> EventService:
+async def _events(context: Annotated[GatewayContext, Depends(get_context)]) -> EventService:
     return context.events
 
 
-def _readiness(context: Annotated[GatewayContext, Depends(get_context)]) -> ReadinessService:
+async def _readiness(context: Annotated[GatewayContext, Depends(get_context)]) -> ReadinessService:
     return context.readiness
 
 
-def _blobs(context: Annotated[GatewayContext, Depends(get_context)]) -> BlobService:
+async def _blobs(context: Annotated[GatewayContext, Depends(get_context)]) -> BlobService:
     return context.blobs
 
 
