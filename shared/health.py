@@ -12,6 +12,11 @@
 The HTTP server runs in threads (as prometheus_client's does), so /metrics answers even when
 the event loop is busy; the health answers themselves are computed *on* the event loop, so a
 wedged loop fails both probes (503 after the deadline) instead of a thread saying all is well.
+
+Two gauges come from here for the alerts (deploy/prometheus/alerts.yml): each durable
+consumer's `num_pending` (`deckhands_consumer_pending`, refreshed every
+`CONSUMER_GAUGE_REFRESH_S` and by every readiness probe) and whether this process' NATS
+connection is up (`deckhands_nats_connected`, read at scrape time).
 """
 
 from __future__ import annotations
@@ -30,9 +35,14 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from faststream import BaseMiddleware
 from nats.aio.msg import Msg
-from prometheus_client import REGISTRY, make_wsgi_app
+from prometheus_client import REGISTRY, Gauge, make_wsgi_app
+
+from .periodic import every
 
 __all__ = [
+    "CONSUMER_GAUGE_REFRESH_S",
+    "CONSUMER_PENDING",
+    "NATS_CONNECTED",
     "PROCESS_HEALTH",
     "HealthMonitor",
     "HealthReport",
@@ -41,6 +51,19 @@ __all__ = [
 ]
 
 log = logging.getLogger("deckhands.health")
+
+# Every replica of a service reports the same consumer's figure: dashboards and alerts take the
+# max per (stream, consumer). The labels are stream and durable names, a handful per system.
+CONSUMER_PENDING = Gauge(
+    "deckhands_consumer_pending",
+    "Messages of a durable JetStream consumer not yet delivered to anyone (num_pending)",
+    ["stream", "consumer"],
+)
+NATS_CONNECTED = Gauge(
+    "deckhands_nats_connected", "1 while this process' NATS connection is up, else 0"
+)
+# Often enough for a scrape every 15 s to see a queue build up; one small request per consumer.
+CONSUMER_GAUGE_REFRESH_S = 5.0
 
 
 @dataclass
@@ -79,6 +102,7 @@ class HealthMonitor:
     started_at: float = field(default_factory=time.monotonic)
     down_since: float | None = None
     _consumers: dict[str, _ConsumerProgress] = field(default_factory=dict)
+    _gauge_refresh: asyncio.Task[None] | None = None
 
     def configure(self, *, stall_s: float, reconnect_grace_s: float, deadline_s: float) -> None:
         self.stall_s, self.reconnect_grace_s = stall_s, reconnect_grace_s
@@ -121,6 +145,11 @@ class HealthMonitor:
         except Exception:  # FastStream raises before its first connect
             return None
 
+    def nats_connected(self) -> float:
+        """For NATS_CONNECTED, read by the metrics thread: only attributes, no event loop."""
+        connection = self._connection()
+        return 1.0 if connection is not None and connection.is_connected else 0.0
+
     def _nats_check(self) -> tuple[str, bool]:
         """(what to report, whether liveness holds)."""
         connection = self._connection()
@@ -152,9 +181,33 @@ class HealthMonitor:
             if stream is not None and durable:
                 yield stream.name, durable
 
-    async def _consumer_check(self, stream: str, durable: str) -> str:
+    async def _pending(self, stream: str, durable: str) -> int:
         info = await self.broker.connection.jetstream().consumer_info(stream, durable)
         pending = int(info.num_pending or 0)
+        CONSUMER_PENDING.labels(stream, durable).set(pending)
+        return pending
+
+    async def refresh_consumer_gauges(self) -> None:
+        """One round of CONSUMER_PENDING for every durable consumer (none while disconnected:
+        the gauges keep their last figure, and deckhands_nats_connected says why)."""
+        connection = self._connection()
+        if connection is None or not connection.is_connected:
+            return
+        for stream, durable in list(self._durable_consumers()):
+            async with asyncio.timeout(self.deadline_s):
+                await self._pending(stream, durable)
+
+    def start_gauge_refresh(self) -> None:
+        """Start the refresh rounds on the running loop, once per monitor."""
+        if self._gauge_refresh is None:
+            self._gauge_refresh = asyncio.get_running_loop().create_task(
+                every(
+                    CONSUMER_GAUGE_REFRESH_S, self.refresh_consumer_gauges, "consumer gauges", log
+                )
+            )
+
+    async def _consumer_check(self, stream: str, durable: str) -> str:
+        pending = await self._pending(stream, durable)
         progress = self._consumers.get(durable)
         last = progress.last_progress if progress is not None else self.started_at
         in_flight = progress.in_flight if progress is not None else 0
@@ -300,7 +353,10 @@ def _health_app(
 def serve_metrics_and_health(
     port: int, loop: asyncio.AbstractEventLoop, monitor: HealthMonitor = PROCESS_HEALTH
 ) -> WSGIServer:
-    """/metrics, /healthz and /readyz on `port` (all addresses), in daemon threads."""
+    """/metrics, /healthz and /readyz on `port` (all addresses), in daemon threads; and the
+    consumer gauges' refresh rounds on `loop`."""
+    NATS_CONNECTED.set_function(monitor.nats_connected)
+    loop.call_soon_threadsafe(monitor.start_gauge_refresh)
     server = make_server(
         "0.0.0.0",
         port,
