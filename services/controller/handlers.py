@@ -19,6 +19,7 @@ from shared.subjects import Service
 
 from .agent_loop import apply
 from .deadlines import AnswerDeadlines
+from .task_metrics import count_task_end
 from .turn import Turn
 
 __all__ = ["ControllerHandlers"]
@@ -101,6 +102,7 @@ class ControllerHandlers:
             except StateConflict:
                 CONFLICTS.inc()
                 continue
+            count_task_end(state, turn.state)
             return outbox
         raise RuntimeError(
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
