@@ -242,7 +242,9 @@ class DockerSandboxes:
                 # RLIMIT_FSIZE is in bytes: a write past it fails (EFBIG, or SIGXFSZ).
                 Ulimit(name="fsize", soft=s.max_file_bytes, hard=s.max_file_bytes),
             ],
-            "init": s.docker_init,
+            # Not under gVisor: Docker's init then runs the image's tini as its child, which
+            # needs PR_SET_CHILD_SUBREAPER that gVisor lacks; tini itself is PID 1 there.
+            "init": s.docker_init and not (s.docker_runtime or "").startswith("runsc"),
             "runtime": s.docker_runtime,
             "log_config": LogConfig(
                 type="json-file", config={"max-size": s.sandbox_log_max_size, "max-file": "1"}

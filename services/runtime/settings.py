@@ -116,7 +116,9 @@ class RuntimeSettings(CommonSettings):
         "network; false runs its actions nowhere and tells the agent why.",
     )
     docker_runtime: str | None = Field(
-        default=None, description="OCI runtime, e.g. 'runsc' for gVisor; empty uses the default."
+        default=None,
+        description="OCI runtime, e.g. 'runsc' for gVisor (registered in Docker with the "
+        "runtime argument --network=none); empty uses the engine's default.",
     )
     docker_init: bool = Field(
         default=True, description="Run Docker's init as PID 1 (reaps zombies, forwards signals)."
