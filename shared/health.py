@@ -251,6 +251,8 @@ def _as_ok(result: str, ok: bool) -> str:
 
 # Like prometheus_client's REGISTRY: one per process, filled in by build_broker.
 PROCESS_HEALTH = HealthMonitor()
+# Every process with a broker (the gateway too, which serves no probes here) reports it.
+NATS_CONNECTED.set_function(PROCESS_HEALTH.nats_connected)
 
 
 class ProgressMiddleware(BaseMiddleware):
