@@ -9,10 +9,10 @@ from typing import Any
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, PullSub
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
-from faststream.nats.prometheus import NatsPrometheusMiddleware
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import REGISTRY
 
+from .broker_metrics import BoundedNatsPrometheusMiddleware
 from .delivery import DeliveryGuard
 from .health import PROCESS_HEALTH, ProgressMiddleware
 from .settings import CommonSettings
@@ -108,7 +108,9 @@ def build_broker(
             ProgressMiddleware,  # first, so a message the guard dead-letters counts as progress
             guard,
             NatsTelemetryMiddleware(tracer_provider=tracer_provider),
-            NatsPrometheusMiddleware(registry=REGISTRY, app_name=f"deckhands-{service.value}"),
+            BoundedNatsPrometheusMiddleware(
+                registry=REGISTRY, app_name=f"deckhands-{service.value}"
+            ),
         ],
         max_reconnect_attempts=-1,
         logger=BROKER_LOG,

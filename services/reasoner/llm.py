@@ -122,6 +122,10 @@ class LLMClient:
         # What is scarce is the provider's concurrency, not the steps waiting on it: a step
         # holds one of these only while its request is on the wire, never while it backs off.
         self._in_flight = asyncio.Semaphore(settings.llm_max_concurrency)
+        # The model's series exist from the start: a rate needs a sample from before the first
+        # call, or the first minute of calls shows no rate at all.
+        LLM_LATENCY.labels(self.model)
+        LLM_CALLS.labels(self.model, "ok")
         # litellm reads this switch on every call; it sends `openai/` models (and any model
         # with an API base on the OpenAI route) through its own HTTP handler rather than the
         # OpenAI SDK (see llm_openai_sdk).

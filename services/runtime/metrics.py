@@ -66,6 +66,9 @@ ACTION_SECONDS = Histogram(
     ["kind"],
     buckets=_FAST,
 )
+# Every kind's series exists from the start: a rate needs a sample from before the first action.
+for _kind in ("run", "run_python", "read", "write", "edit"):
+    ACTION_SECONDS.labels(_kind)
 SEATS = Gauge(
     "deckhands_runtime_seats",
     "Tasks holding a sandbox seat (taken) and tasks waiting for one (queued), whole pool",

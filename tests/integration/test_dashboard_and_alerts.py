@@ -206,11 +206,5 @@ def test_no_deckhands_label_carries_a_task_id(scraped: Scraped) -> None:
     assert _unbounded_label_values(scraped.prometheus, selector) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FastStream's NatsPrometheusMiddleware labels its metrics with the message's subject "
-    '(handler="deckhands.work.controller.<task id>"); shared/broker.py needs a settings '
-    "provider that names the subscriber's subject pattern or the stream instead",
-)
 def test_no_faststream_label_carries_a_task_id(scraped: Scraped) -> None:
     assert _unbounded_label_values(scraped.prometheus, '{__name__=~"faststream_.*"}') == {}
