@@ -13,8 +13,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import docker
+import nats
 import pytest
-from runtime_helpers import make_settings, remove_pool_containers  # type: ignore[import-not-found]
+from nats.js import JetStreamContext
+from runtime_helpers import (  # type: ignore[import-not-found]
+    Runtime,
+    make_settings,
+    remove_pool_containers,
+)
 
 from services.runtime.containers import DockerSandboxes, Sandbox
 from services.runtime.settings import RuntimeSettings
@@ -83,3 +89,35 @@ async def fresh_sandbox(sandboxes: DockerSandboxes) -> AsyncIterator[Sandbox]:
     yield sandbox
     await sandbox.client.close()
     await sandboxes.remove(sandbox.container_id)
+
+
+# -- the runtime service, one per test module (a module may define its own instead)
+
+
+@pytest.fixture(scope="module")
+def module_pool(docker_client: docker.DockerClient) -> Iterator[str]:
+    name = f"test-svc-{uuid.uuid4().hex[:8]}"
+    yield name
+    remove_pool_containers(docker_client, name)
+
+
+@pytest.fixture(scope="module")
+def svc_settings(
+    isolated_settings: CommonSettings, sandbox_image: str, module_pool: str
+) -> RuntimeSettings:
+    return make_settings(isolated_settings, sandbox_image, module_pool, pool_min_idle=1)
+
+
+@pytest.fixture(scope="module")
+async def runtime(svc_settings: RuntimeSettings) -> AsyncIterator[Runtime]:
+    rt = Runtime(svc_settings)
+    await rt.start()
+    yield rt
+    await rt.stop()
+
+
+@pytest.fixture(scope="module")
+async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContext]:
+    nc = await nats.connect(isolated_settings.nats_url)
+    yield nc.jetstream()
+    await nc.close()

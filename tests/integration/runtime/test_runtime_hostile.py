@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import docker
-import nats
 import pytest
 from nats.js import JetStreamContext
 from runtime_helpers import (  # type: ignore[import-not-found]
@@ -22,41 +19,12 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     Runtime,
     cmd,
     eventually,
-    make_settings,
-    remove_pool_containers,
 )
 
 from services.runtime.containers import task_container_name
-from services.runtime.settings import RuntimeSettings
 from shared.events import CmdOutputObservation, ErrorObservation
-from shared.settings import CommonSettings
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def module_pool(docker_client: docker.DockerClient) -> Any:
-    name = f"test-hostile-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_pool_containers(docker_client, name)
-
-
-@pytest.fixture(scope="module")
-async def runtime(
-    isolated_settings: CommonSettings, sandbox_image: str, module_pool: str
-) -> AsyncIterator[Runtime]:
-    settings: RuntimeSettings = make_settings(isolated_settings, sandbox_image, module_pool)
-    rt = Runtime(settings)
-    await rt.start()
-    yield rt
-    await rt.stop()
-
-
-@pytest.fixture(scope="module")
-async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContext]:
-    nc = await nats.connect(isolated_settings.nats_url)
-    yield nc.jetstream()
-    await nc.close()
 
 
 async def _task(runtime: Runtime, js: JetStreamContext) -> tuple[str, Controller]:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import docker
-import nats
 import pytest
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
@@ -38,13 +36,6 @@ pytestmark = pytest.mark.docker
 
 async def _ignore(event: EventBase) -> None:
     return None
-
-
-@pytest.fixture(scope="module")
-async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContext]:
-    nc = await nats.connect(isolated_settings.nats_url)
-    yield nc.jetstream()
-    await nc.close()
 
 
 async def test_restart_adopts_live_sandboxes_and_removes_orphans(

@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import docker
-import nats
 import pytest
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
@@ -22,8 +20,6 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     Runtime,
     cmd,
     eventually,
-    make_settings,
-    remove_pool_containers,
 )
 
 from services.runtime.actions import observation_id
@@ -31,7 +27,6 @@ from services.runtime.containers import (
     LABEL_POOL,
     task_container_name,
 )
-from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction, PrepareSandbox
 from shared.events import (
     AgentState,
@@ -45,41 +40,11 @@ from shared.events import (
     PythonOutputObservation,
     RunPythonAction,
 )
-from shared.settings import CommonSettings
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def module_pool(docker_client: docker.DockerClient) -> Any:
-    name = f"test-svc-{uuid.uuid4().hex[:8]}"
-    yield name
-    remove_pool_containers(docker_client, name)
-
-
-@pytest.fixture(scope="module")
-def svc_settings(
-    isolated_settings: CommonSettings, sandbox_image: str, module_pool: str
-) -> RuntimeSettings:
-    return make_settings(isolated_settings, sandbox_image, module_pool, pool_min_idle=1)
-
-
-@pytest.fixture(scope="module")
-async def runtime(svc_settings: RuntimeSettings) -> AsyncIterator[Runtime]:
-    rt = Runtime(svc_settings)
-    await rt.start()
-    yield rt
-    await rt.stop()
-
-
-@pytest.fixture(scope="module")
-async def js(isolated_settings: CommonSettings) -> AsyncIterator[JetStreamContext]:
-    nc = await nats.connect(isolated_settings.nats_url)
-    yield nc.jetstream()
-    await nc.close()
 
 
 async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
