@@ -43,6 +43,7 @@ from shared.periodic import every
 from shared.redis_client import connect_redis
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
+from shared.waiting import wait_up_to
 
 from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
@@ -535,9 +536,7 @@ class RuntimeService:
 
         async def beat() -> None:
             while True:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_CLAIM_REFRESH_S):
-                        await done.wait()
+                await wait_up_to(_CLAIM_REFRESH_S, done.wait())
                 if done.is_set():
                     return
                 with contextlib.suppress(Exception):

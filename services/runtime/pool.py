@@ -23,6 +23,8 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from shared.waiting import wait_up_to
+
 from .containers import IDLE_PREFIX, LABEL_REPLICA, DockerSandboxes, Sandbox, SandboxStartError
 from .metrics import (
     ACQUIRE_SECONDS,
@@ -186,10 +188,7 @@ class WarmPool:
                         f"(pool at its maximum of {self.settings.pool_max_total})"
                     )
                 async with self._changed:
-                    # asyncio.timeout, not wait_for: 3.11's wait_for can lose a cancellation.
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(min(remaining, 1.0)):
-                            await self._changed.wait()
+                    await wait_up_to(min(remaining, 1.0), self._changed.wait())
         finally:
             self._waiting -= demand
         ACQUISITIONS.inc()
@@ -283,9 +282,7 @@ class WarmPool:
     async def _maintain(self) -> None:
         last_check = time.monotonic()
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._next_wait()):
-                    await self._wake.wait()
+            await wait_up_to(self._next_wait(), self._wake.wait())
             self._wake.clear()
             try:
                 self._refill()
