@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from services.controller.agent_loop import apply, sub_task_id
+from loop_steps import TASK, apply_event, run_once  # type: ignore[import-not-found]
+
+from services.controller.agent_loop import sub_task_id
 from services.controller.stuck import detect
-from services.controller.turn import Turn
 from shared.commands import ExecuteAction, StepRequest
 from shared.events import (
     AgentDelegateAction,
@@ -12,10 +13,8 @@ from shared.events import (
     AgentFinishAction,
     AgentState,
     ChangeAgentStateAction,
-    CmdOutputObservation,
     CmdRunAction,
     ErrorObservation,
-    EventBase,
     LLMUsage,
     MessageAction,
     RiskLevel,
@@ -26,13 +25,8 @@ from shared.events import (
 from shared.state import Awaiting, TaskState
 from shared.subjects import Service
 
-TASK = "t1"
-
-
-def _apply(state: TaskState, event: EventBase) -> Turn:
-    turn = Turn(state)
-    apply(turn, event)
-    return turn
+_apply = apply_event
+_run_once = run_once
 
 
 def _started(**fields: object) -> tuple[TaskState, StepRequest]:
@@ -41,29 +35,6 @@ def _started(**fields: object) -> tuple[TaskState, StepRequest]:
     step = turn.sent[-1][1]
     assert isinstance(step, StepRequest)
     return turn.state, step
-
-
-def _run_once(state: TaskState, step: StepRequest, command: str, output: str) -> Turn:
-    action = CmdRunAction(task_id=TASK, source="AGENT", cause=step.id, command=command)
-    state = _apply(state, action).state
-    verdict = SecurityVerdictObservation(
-        task_id=TASK,
-        source="ENVIRONMENT",
-        cause=action.id,
-        verdict=Verdict.ALLOW,
-        risk=RiskLevel.LOW,
-    )
-    state = _apply(state, verdict).state
-    obs = CmdOutputObservation(
-        task_id=TASK,
-        source="ENVIRONMENT",
-        cause=action.id,
-        command=command,
-        content=output,
-        exit_code=0,
-        cwd="/workspace",
-    )
-    return _apply(state, obs)
 
 
 def test_four_identical_steps_end_in_error_naming_the_pattern() -> None:

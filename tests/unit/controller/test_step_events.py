@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from services.controller.agent_loop import apply
+from loop_steps import TASK, apply_event, run_once  # type: ignore[import-not-found]
+
 from services.controller.turn import UNSEEN_MAX_BYTES, Turn
 from shared.commands import StepRequest
 from shared.events import (
-    CmdOutputObservation,
-    CmdRunAction,
     MessageAction,
-    RiskLevel,
-    SecurityVerdictObservation,
-    Verdict,
 )
 from shared.state import TaskState
-
-TASK = "t1"
-
-
-def _apply(state: TaskState, event: object) -> Turn:
-    turn = Turn(state)
-    apply(turn, event)  # type: ignore[arg-type]
-    return turn
 
 
 def _step_of(turn: Turn) -> StepRequest:
@@ -32,33 +20,14 @@ def _step_of(turn: Turn) -> StepRequest:
 
 def _one_step(state: TaskState, output: str) -> tuple[Turn, TaskState]:
     """The agent's command, its review and its output: the turn that asks for the next step."""
-    step_id = state.awaiting_id
-    action = CmdRunAction(task_id=TASK, source="AGENT", cause=step_id, command="ls")
-    state = _apply(state, action).state
-    verdict = SecurityVerdictObservation(
-        task_id=TASK,
-        source="ENVIRONMENT",
-        cause=action.id,
-        verdict=Verdict.ALLOW,
-        risk=RiskLevel.LOW,
-    )
-    state = _apply(state, verdict).state
-    done = CmdOutputObservation(
-        task_id=TASK,
-        source="ENVIRONMENT",
-        cause=action.id,
-        command="ls",
-        content=output,
-        exit_code=0,
-        cwd="/workspace",
-    )
-    turn = _apply(state, done)
+    assert state.awaiting_id is not None
+    turn = run_once(state, state.awaiting_id, "ls", output)
     return turn, turn.state
 
 
 def test_each_step_carries_the_entries_logged_since_the_previous_one() -> None:
     start = TaskState(task_id=TASK, task="do it", max_iterations=5)
-    first = _apply(start, MessageAction(task_id=TASK, source="USER", content="do it"))
+    first = apply_event(start, MessageAction(task_id=TASK, source="USER", content="do it"))
     step = _step_of(first)
     assert [e["seq"] for e in step.events] == list(range(1, step.after_seq + 1))
     assert step.events[0]["kind"] == "message" and step.events[0]["content"] == "do it"
@@ -78,7 +47,7 @@ def test_each_step_carries_the_entries_logged_since_the_previous_one() -> None:
 
 def test_entries_too_large_to_carry_are_left_to_storage_then_carrying_resumes() -> None:
     start = TaskState(task_id=TASK, task="do it", max_iterations=5)
-    state = _apply(start, MessageAction(task_id=TASK, source="USER", content="do it")).state
+    state = apply_event(start, MessageAction(task_id=TASK, source="USER", content="do it")).state
     turn, state = _one_step(state, "x" * (UNSEEN_MAX_BYTES + 1))
     assert _step_of(turn).events == []  # the reasoner reads these from storage
     assert state.unseen_events == [] and state.unseen_bytes == 0
