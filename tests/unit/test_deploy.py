@@ -24,7 +24,8 @@ from shared.subjects import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-K8S = DEPLOY / "k8s"
+# The kustomize base; overlays and components sit next to it (deploy/k8s/kustomization.yaml).
+K8S = DEPLOY / "k8s" / "base"
 COMPOSE = DEPLOY / "compose.yml"
 DOCKERFILE = DEPLOY / "service" / "Dockerfile"
 SERVICE_IMAGE = "deckhands/service"
@@ -311,7 +312,9 @@ def test_kustomize_builds_the_base_and_the_host_docker_component(tmp_path: Path)
         yaml.safe_dump(
             {
                 "resources": [base_path],
-                "components": [f"{base_path}/components/host-docker-socket"],
+                "components": [
+                    os.path.relpath(K8S.parent / "components" / "host-docker-socket", overlay)
+                ],
             }
         )
     )
