@@ -95,11 +95,3 @@ class TaskStateStore:
         except StateConflict:
             return False
         return True
-
-    async def claim_idempotency_key(self, key: str, task_id: str, ttl_s: int) -> str:
-        """Bind `key` to `task_id` unless it is bound already; return the bound task id."""
-        redis_key = f"{self.prefix}:idempotency:{key}"
-        if await self.redis.set(redis_key, task_id, nx=True, ex=ttl_s):
-            return task_id
-        bound = await self.redis.get(redis_key)
-        return bound.decode() if isinstance(bound, bytes) else str(bound)

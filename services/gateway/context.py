@@ -18,6 +18,7 @@ from .history import HistoryClient
 from .readiness_service import ReadinessService
 from .settings import GatewaySettings
 from .task_service import TaskDefaults, TaskService
+from .tenants import TenantStore
 
 __all__ = [
     "BlobServiceDep",
@@ -25,6 +26,7 @@ __all__ = [
     "GatewayContext",
     "ReadinessServiceDep",
     "TaskServiceDep",
+    "TenantStoreDep",
     "build_context",
     "get_context",
 ]
@@ -39,6 +41,7 @@ class GatewayContext:
     events: EventService
     readiness: ReadinessService
     blobs: BlobService
+    tenants: TenantStore
 
 
 def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
@@ -70,7 +73,9 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     )
     readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
     blobs = BlobService(tasks, BlobStore(lambda: broker.connection.jetstream()))
-    return GatewayContext(settings, broker, redis, tasks, events, readiness, blobs)
+    return GatewayContext(
+        settings, broker, redis, tasks, events, readiness, blobs, TenantStore(redis)
+    )
 
 
 # The dependencies are coroutines: FastAPI runs a plain `def` dependency on a worker thread,
@@ -98,7 +103,12 @@ async def _blobs(context: Annotated[GatewayContext, Depends(get_context)]) -> Bl
     return context.blobs
 
 
+async def _tenants(context: Annotated[GatewayContext, Depends(get_context)]) -> TenantStore:
+    return context.tenants
+
+
 TaskServiceDep = Annotated[TaskService, Depends(_tasks)]
 BlobServiceDep = Annotated[BlobService, Depends(_blobs)]
 EventServiceDep = Annotated[EventService, Depends(_events)]
 ReadinessServiceDep = Annotated[ReadinessService, Depends(_readiness)]
+TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]

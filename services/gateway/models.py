@@ -10,13 +10,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from shared.events import AgentState, EventAdapter, RiskLevel
 from shared.state import Awaiting, TaskState
 
+from .tenants import TENANT_ID_PATTERN, ApiKeyRecord, Tenant
+
 __all__ = [
     "AcceptedEvent",
+    "ApiKeyList",
+    "ApiKeyView",
     "ConfirmationRequest",
+    "CreateApiKeyRequest",
     "CreateTaskRequest",
+    "CreateTenantRequest",
     "ErrorResponse",
     "EventPage",
     "InvalidRequestResponse",
+    "IssuedApiKey",
     "MessageRequest",
     "ReadinessReport",
     "SubTaskView",
@@ -24,6 +31,8 @@ __all__ = [
     "TaskResultView",
     "TaskUsageView",
     "TaskView",
+    "TenantList",
+    "TenantView",
     "Trajectory",
 ]
 
@@ -263,3 +272,64 @@ class Trajectory(BaseModel):
 class ReadinessReport(BaseModel):
     ready: bool
     checks: dict[str, str] = Field(description="'ok' or what failed, per dependency.")
+
+
+# --- the admin API ---------------------------------------------------------------------------
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CreateTenantRequest(_Request):
+    id: str = Field(
+        pattern=TENANT_ID_PATTERN,
+        description="The tenant's id: lowercase letters, digits and '-', at most 63.",
+    )
+    name: str = Field(default="", max_length=200, description="A name for people; the id if empty.")
+
+
+class TenantView(_View):
+    id: str
+    name: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantView:
+        return cls(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+
+
+class TenantList(_View):
+    tenants: list[TenantView]
+
+
+class CreateApiKeyRequest(_Request):
+    name: str = Field(default="", max_length=200, description="What the key is for.")
+
+
+class ApiKeyView(_View):
+    """A key as lists show it: never the key itself, which only its creation answer carries."""
+
+    prefix: str = Field(description="The key's first characters (`dh_<id>`): how to name it.")
+    tenant_id: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, record: ApiKeyRecord) -> ApiKeyView:
+        return cls(
+            prefix=record.prefix,
+            tenant_id=record.tenant_id,
+            name=record.name,
+            created_at=record.created_at,
+            revoked_at=record.revoked_at,
+        )
+
+
+class IssuedApiKey(ApiKeyView):
+    key: str = Field(description="The key: shown this once, only its hash is kept.")
+
+
+class ApiKeyList(_View):
+    keys: list[ApiKeyView]

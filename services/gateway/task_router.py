@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Response, status
 
 from shared.events import AgentState
 
+from .auth import CallerDep
 from .context import TaskServiceDep
 from .models import (
     AcceptedEvent,
@@ -24,11 +25,17 @@ from .task_service import NewTask
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
-
 Responses = dict[int | str, dict[str, Any]]
 
-_NOT_FOUND: Responses = {404: {"model": ErrorResponse, "description": "Unknown task"}}
+UNAUTHORIZED: Responses = {
+    401: {"model": ErrorResponse, "description": "No API key, or an unknown or revoked one"}
+}
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=UNAUTHORIZED)
+
+_NOT_FOUND: Responses = {
+    404: {"model": ErrorResponse, "description": "No such task of the caller's tenant"}
+}
 _UNAVAILABLE: Responses = {
     503: {"model": ErrorResponse, "description": "NATS or Redis unavailable; retry"}
 }
@@ -78,6 +85,7 @@ IdempotencyKey = Annotated[
 async def create_task(
     body: CreateTaskRequest,
     tasks: TaskServiceDep,
+    caller: CallerDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> TaskCreated:
@@ -90,7 +98,7 @@ async def create_task(
         network_egress=body.network_egress,
         trajectory=body.trajectory,
     )
-    created = await tasks.create(new, idempotency_key)
+    created = await tasks.create(new, caller.tenant_id, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
     if created.replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -100,9 +108,9 @@ async def create_task(
 @router.get(
     "/{task_id}", response_model=TaskView, responses=_CONTROL_RESPONSES, summary="A task's state"
 )
-async def get_task(task_id: str, tasks: TaskServiceDep) -> TaskView:
-    state, sub_tasks = await tasks.get_with_sub_tasks(task_id)
-    return TaskView.from_state(state, sub_tasks, await tasks.queue_position(state))
+async def get_task(task_id: str, tasks: TaskServiceDep, caller: CallerDep) -> TaskView:
+    owned, sub_tasks = await tasks.get_with_sub_tasks(task_id, caller.tenant_id)
+    return TaskView.from_state(owned.state, sub_tasks, await tasks.queue_position(owned.state))
 
 
 def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:
@@ -120,20 +128,28 @@ async def send_message(
     task_id: str,
     body: MessageRequest,
     tasks: TaskServiceDep,
+    caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> AcceptedEvent:
-    event = await tasks.send_message(task_id, body.content, idempotency_key)
+    event = await tasks.send_message(task_id, body.content, caller.tenant_id, idempotency_key)
     return _accepted(task_id, event.id, "message")
 
 
 async def _change_state(
     tasks: TaskServiceDep,
+    caller: CallerDep,
     task_id: str,
     agent_state: AgentState,
     reason: str,
     idempotency_key: str | None,
 ) -> AcceptedEvent:
-    event = await tasks.change_state(task_id, agent_state, reason, idempotency_key=idempotency_key)
+    event = await tasks.change_state(
+        task_id,
+        agent_state,
+        reason,
+        tenant_id=caller.tenant_id,
+        idempotency_key=idempotency_key,
+    )
     return _accepted(task_id, event.id, "change_agent_state")
 
 
@@ -149,26 +165,28 @@ def _control_route(path: str, summary: str) -> Any:
 
 @_control_route("/{task_id}/stop", "Stop the task for good")
 async def stop_task(
-    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+    task_id: str, tasks: TaskServiceDep, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> AcceptedEvent:
     return await _change_state(
-        tasks, task_id, AgentState.STOPPED, "stopped by user", idempotency_key
+        tasks, caller, task_id, AgentState.STOPPED, "stopped by user", idempotency_key
     )
 
 
 @_control_route("/{task_id}/pause", "Pause the task")
 async def pause_task(
-    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+    task_id: str, tasks: TaskServiceDep, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> AcceptedEvent:
-    return await _change_state(tasks, task_id, AgentState.PAUSED, "paused by user", idempotency_key)
+    return await _change_state(
+        tasks, caller, task_id, AgentState.PAUSED, "paused by user", idempotency_key
+    )
 
 
 @_control_route("/{task_id}/resume", "Resume a paused task")
 async def resume_task(
-    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+    task_id: str, tasks: TaskServiceDep, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> AcceptedEvent:
     return await _change_state(
-        tasks, task_id, AgentState.RUNNING, "resumed by user", idempotency_key
+        tasks, caller, task_id, AgentState.RUNNING, "resumed by user", idempotency_key
     )
 
 
@@ -177,6 +195,7 @@ async def confirm_action(
     task_id: str,
     body: ConfirmationRequest,
     tasks: TaskServiceDep,
+    caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> AcceptedEvent:
     # OpenHands' convention: the answer is a state change whose cause is the action answered.
@@ -185,6 +204,7 @@ async def confirm_action(
         task_id,
         agent_state,
         "confirmed by user" if body.approve else "rejected by user",
+        tenant_id=caller.tenant_id,
         cause=body.action_id,
         idempotency_key=idempotency_key,
     )

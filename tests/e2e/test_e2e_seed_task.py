@@ -30,7 +30,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_seed_task_prints_the_squares_from_a_sandbox(stack: Stack) -> None:
     out = io.StringIO()
-    result = run_task(stack.config.gateway_url, SEED_TASK, timeout_s=180, out=out)
+    result = run_task(
+        stack.config.gateway_url, SEED_TASK, timeout_s=180, out=out, api_key=stack.api_key
+    )
     transcript = out.getvalue()
     assert result["state"] == "FINISHED", transcript
     assert "10 squared is 100" in result["result"]["final_message"], transcript
@@ -39,8 +41,16 @@ def test_seed_task_prints_the_squares_from_a_sandbox(stack: Stack) -> None:
 
 
 def test_events_are_stored_in_order_and_bad_requests_are_named(stack: Stack) -> None:
-    run = run_task(stack.config.gateway_url, SEED_TASK, timeout_s=180, out=io.StringIO())
-    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as http:
+    run = run_task(
+        stack.config.gateway_url,
+        SEED_TASK,
+        timeout_s=180,
+        out=io.StringIO(),
+        api_key=stack.api_key,
+    )
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+    ) as http:
         page = http.get(f"/v1/tasks/{run['id']}/events", params={"after": 0}).json()
         seqs = [e["seq"] for e in page["events"]]
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 10

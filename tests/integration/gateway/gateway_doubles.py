@@ -192,8 +192,10 @@ class SseReader:
 
 
 def gateway_env(settings: GatewaySettings) -> dict[str, str]:
+    admin_key = settings.admin_api_key
     return {
         **os.environ,
+        "DECKHANDS_ADMIN_API_KEY": "" if admin_key is None else admin_key.get_secret_value(),
         "DECKHANDS_NATS_URL": settings.nats_url,
         "DECKHANDS_REDIS_URL": settings.redis_url,
         "DECKHANDS_HOST": settings.host,
