@@ -24,7 +24,14 @@ NAMESPACE = "deckhands"
 
 # What an operator installs: the base as it is, the two overlays, and the base with each
 # opt-in component (rendered through a throwaway overlay, as an operator's own would).
-TARGETS = ("base", "prod", "dev", "base+hpa-cpu", "base+host-docker-socket")
+TARGETS = (
+    "base",
+    "prod",
+    "dev",
+    "base+hpa-cpu",
+    "base+host-docker-socket",
+    "base+gvisor-sandbox-nodes",
+)
 
 Document = dict[str, Any]
 

@@ -62,7 +62,7 @@ OUTSIDE_PODS = (
 )
 ADDRESSES = (
     Peer("internet", None, (), "203.0.113.7", _tcp(22, 80, 443)),
-    Peer("private-net", None, (), "10.20.30.40", _tcp(443, 5432)),
+    Peer("private-net", None, (), "10.20.30.40", _tcp(443, 2376, 5432)),
     Peer("cloud-metadata", None, (), "169.254.169.254", _tcp(80)),
 )
 WORKERS = ("controller", "reasoner", "security", "runtime", "storage")
@@ -79,13 +79,19 @@ _BASE = (
     | {("runtime", "internet", p) for p in (22, 80, 443)}  # image pulls, opted-in sandboxes
     | {("nats", "nats", 6222)}  # cluster routes
 )
+# On gVisor sandbox nodes the runtime reaches its node's engine (a private address, mutual TLS
+# on 2376); image pulls and sandbox traffic leave from that engine, not from the runtime pod.
+_SANDBOX_NODES = {f for f in _BASE if f[:2] != ("runtime", "internet")} | {
+    ("runtime", "private-net", 2376)
+}
 EXPECTED = {
     "base": _BASE,
     "dev": _BASE,
     "base+hpa-cpu": _BASE,
     "base+host-docker-socket": _BASE,
+    "base+gvisor-sandbox-nodes": _SANDBOX_NODES,
     # No scripted server; KEDA reads the consumers' backlog from NATS' monitor.
-    "prod": {f for f in _BASE if "scripted-llm" not in f} | {("keda", "nats", 8222)},
+    "prod": {f for f in _SANDBOX_NODES if "scripted-llm" not in f} | {("keda", "nats", 8222)},
 }
 
 
