@@ -53,6 +53,23 @@ class TaskStateStore:
         raw = await self.redis.hget(self._key(task_id), "state")  # type: ignore[misc]
         return None if raw is None else TaskState.model_validate_json(raw)
 
+    async def load_many(self, task_ids: list[str]) -> list[TaskState | None]:
+        """The States of `task_ids` (None where there is none), in one round trip."""
+        if not task_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hget(self._key(task_id), "state")
+            raws = await pipe.execute()
+        return [None if raw is None else TaskState.model_validate_json(raw) for raw in raws]
+
+    async def delete(self, task_id: str) -> None:
+        """Remove the task's State and its deadline (the task was deleted)."""
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.delete(self._key(task_id))
+            tx.zrem(self.deadlines_key, task_id)
+            await tx.execute()
+
     async def exists(self, task_id: str) -> bool:
         return bool(await self.redis.hexists(self._key(task_id), "state"))  # type: ignore[misc]
 

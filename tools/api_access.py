@@ -16,6 +16,7 @@ import httpx
 __all__ = [
     "auth_headers",
     "issue_key",
+    "key_works",
     "new_admin_key",
     "provision_tenant",
     "read_secret",
@@ -55,6 +56,14 @@ def issue_key(gateway: str, admin_key: str, tenant_id: str, *, name: str = "") -
     answer.raise_for_status()
     key: str = answer.json()["key"]
     return key
+
+
+def key_works(gateway: str, key: str) -> bool:
+    """Whether the gateway accepts `key` (an unknown or revoked one is a 401)."""
+    answer = httpx.get(
+        f"{gateway}/v1/tasks", params={"limit": 1}, headers=auth_headers(key), timeout=30
+    )
+    return answer.status_code != 401
 
 
 def read_secret(path: Path) -> str | None:

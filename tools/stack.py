@@ -28,7 +28,14 @@ from typing import Any
 
 import httpx
 
-from .api_access import auth_headers, issue_key, new_admin_key, read_secret, write_secret
+from .api_access import (
+    auth_headers,
+    issue_key,
+    key_works,
+    new_admin_key,
+    read_secret,
+    write_secret,
+)
 from .local_llm import LocalLLMError
 from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
 
@@ -129,12 +136,8 @@ class Stack:
         its data in run_dir), else make a new one."""
         gateway = self.config.gateway_url
         kept = read_secret(self.api_key_file)
-        if kept is not None:
-            answer = httpx.get(
-                f"{gateway}/v1/tasks/key-check", headers=auth_headers(kept), timeout=30
-            )
-            if answer.status_code != 401:
-                return
+        if kept is not None and key_works(gateway, kept):
+            return
         key = issue_key(gateway, self.admin_api_key, self.config.tenant, name="tools.stack")
         write_secret(self.api_key_file, key)
 

@@ -17,6 +17,8 @@ from .event_service import EventService
 from .history import HistoryClient
 from .readiness_service import ReadinessService
 from .settings import GatewaySettings
+from .task_deletion import TaskDeletion
+from .task_listing import TaskListing
 from .task_service import TaskDefaults, TaskService
 from .tenants import TenantStore
 
@@ -25,6 +27,8 @@ __all__ = [
     "EventServiceDep",
     "GatewayContext",
     "ReadinessServiceDep",
+    "TaskDeletionDep",
+    "TaskListingDep",
     "TaskServiceDep",
     "TenantStoreDep",
     "build_context",
@@ -42,6 +46,8 @@ class GatewayContext:
     readiness: ReadinessService
     blobs: BlobService
     tenants: TenantStore
+    listing: TaskListing
+    deletion: TaskDeletion
 
 
 def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
@@ -72,9 +78,22 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         max_streams_per_client=settings.max_event_streams_per_client,
     )
     readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
-    blobs = BlobService(tasks, BlobStore(lambda: broker.connection.jetstream()))
+    blob_store = BlobStore(lambda: broker.connection.jetstream())
+    blobs = BlobService(tasks, blob_store)
+    deletion = TaskDeletion(
+        tasks, history, broker, blob_store, stop_timeout_s=settings.delete_stop_timeout_s
+    )
     return GatewayContext(
-        settings, broker, redis, tasks, events, readiness, blobs, TenantStore(redis)
+        settings,
+        broker,
+        redis,
+        tasks,
+        events,
+        readiness,
+        blobs,
+        TenantStore(redis),
+        TaskListing(store, tasks.records),
+        deletion,
     )
 
 
@@ -107,8 +126,18 @@ async def _tenants(context: Annotated[GatewayContext, Depends(get_context)]) -> 
     return context.tenants
 
 
+async def _listing(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskListing:
+    return context.listing
+
+
+async def _deletion(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskDeletion:
+    return context.deletion
+
+
 TaskServiceDep = Annotated[TaskService, Depends(_tasks)]
 BlobServiceDep = Annotated[BlobService, Depends(_blobs)]
 EventServiceDep = Annotated[EventService, Depends(_events)]
 ReadinessServiceDep = Annotated[ReadinessService, Depends(_readiness)]
 TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]
+TaskListingDep = Annotated[TaskListing, Depends(_listing)]
+TaskDeletionDep = Annotated[TaskDeletion, Depends(_deletion)]

@@ -75,6 +75,12 @@ class GatewaySettings(CommonSettings):
     readiness_timeout_s: float = Field(
         default=2.0, gt=0, description="Time each /readyz check may take."
     )
+    delete_stop_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long DELETE /v1/tasks/{id} waits for a running task to stop before it "
+        "gives up (503, nothing removed).",
+    )
     admin_api_key: SecretStr | None = Field(
         default=None,
         description="The key of the admin API (/v1/admin: tenants and their API keys), at "

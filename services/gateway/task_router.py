@@ -1,26 +1,32 @@
-"""HTTP routes of /v1/tasks: create, read, and user input (messages, stop, pause, resume,
-confirmation). Logic lives in TaskService."""
+"""HTTP routes of /v1/tasks: create, list, read, delete, and user input (messages, stop, pause,
+resume, confirmation). Logic lives in TaskService, TaskListing and TaskDeletion."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from shared.events import AgentState
 
 from .auth import CallerDep
-from .context import TaskServiceDep
+from .context import TaskDeletionDep, TaskListingDep, TaskServiceDep
 from .models import (
+    MAX_LABELS,
     AcceptedEvent,
     ConfirmationRequest,
     CreateTaskRequest,
     ErrorResponse,
     InvalidRequestResponse,
+    Label,
     MessageRequest,
     TaskCreated,
+    TaskList,
+    TaskSummary,
     TaskView,
 )
+from .task_listing import TaskQuery
 from .task_service import NewTask
 
 __all__ = ["router"]
@@ -97,6 +103,7 @@ async def create_task(
         confirmation_threshold=body.confirmation_threshold,
         network_egress=body.network_egress,
         trajectory=body.trajectory,
+        labels=tuple(body.labels),
     )
     created = await tasks.create(new, caller.tenant_id, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
@@ -110,7 +117,72 @@ async def create_task(
 )
 async def get_task(task_id: str, tasks: TaskServiceDep, caller: CallerDep) -> TaskView:
     owned, sub_tasks = await tasks.get_with_sub_tasks(task_id, caller.tenant_id)
-    return TaskView.from_state(owned.state, sub_tasks, await tasks.queue_position(owned.state))
+    position = await tasks.queue_position(owned.state)
+    return TaskView.from_state(owned.state, sub_tasks, position, owned.labels)
+
+
+@router.get(
+    "",
+    response_model=TaskList,
+    responses={**_UNAVAILABLE, **_INVALID},
+    summary="The caller's tasks, newest first, a page at a time",
+)
+async def list_tasks(
+    listing: TaskListingDep,
+    caller: CallerDep,
+    state: Annotated[
+        list[AgentState] | None, Query(description="Only tasks in one of these states.")
+    ] = None,
+    label: Annotated[
+        list[Label] | None,
+        Query(max_length=MAX_LABELS, description="Only tasks carrying every one of these labels."),
+    ] = None,
+    created_after: Annotated[
+        datetime | None, Query(description="Only tasks created after this time (ISO 8601).")
+    ] = None,
+    created_before: Annotated[
+        datetime | None, Query(description="Only tasks created before this time (ISO 8601).")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=256, description="`next_cursor` of the previous page, as it is."),
+    ] = None,
+) -> TaskList:
+    query = TaskQuery(
+        limit=limit,
+        cursor=cursor,
+        states=frozenset(state or ()),
+        labels=frozenset(label or ()),
+        created_after=created_after,
+        created_before=created_before,
+    )
+    page = await listing.page(caller.tenant_id, query)
+    return TaskList(
+        tasks=[TaskSummary.of(s, labels) for s, labels in page.tasks],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.delete(
+    "/{task_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={
+        **_NOT_FOUND,
+        409: {"model": ErrorResponse, "description": "A sub-task: delete its root task"},
+        502: {"model": ErrorResponse, "description": "The storage service answered wrongly"},
+        503: {
+            "model": ErrorResponse,
+            "description": "The task did not stop in time, or NATS, Redis or storage is "
+            "unavailable; retry (what was removed stays removed)",
+        },
+    },
+    summary="Stop the task if need be, and remove it: State, log, blobs, sub-tasks",
+)
+async def delete_task(task_id: str, deletion: TaskDeletionDep, caller: CallerDep) -> Response:
+    await deletion.delete(task_id, caller.tenant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:

@@ -182,6 +182,13 @@ class TaskService:
         subs = [await self._load(sub_id) for sub_id in owned.state.sub_tasks]
         return owned, [sub for sub in subs if sub is not None]
 
+    async def forget(self, task_id: str, record: TaskRecord) -> None:
+        """Drop the gateway's record of a deleted task (the last of it to go) and free the
+        Idempotency-Key it was created with."""
+        if record.idempotency_key is not None:
+            await self.idempotency.release(record.tenant_id, record.idempotency_key)
+        await self.records.remove(task_id, record)
+
     async def _load(self, task_id: str) -> TaskState | None:
         try:
             return await self.store.load(task_id)

@@ -23,11 +23,13 @@ from nats.aio.client import Client as NatsClient
 
 from services.gateway.settings import GatewaySettings
 from shared.streams import ensure_streams
-from shared.subjects import HISTORY_SUBJECT
+from shared.subjects import FORGET_SUBJECT, HISTORY_SUBJECT
 from tools.api_access import auth_headers, issue_key, new_admin_key
 from tools.procs import free_port, start_nats, wait_for_port
 
 HEARTBEAT_S = 1.0
+# No controller runs beside these tests: a task that must stop before its deletion never does.
+DELETE_STOP_TIMEOUT_S = 1.0
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +52,7 @@ async def gateway_settings(gateway_nats_url: str, redis_url: str) -> GatewaySett
         sse_heartbeat_s=HEARTBEAT_S,
         sse_gap_retry_s=0.1,
         admin_api_key=new_admin_key(),
+        delete_stop_timeout_s=DELETE_STOP_TIMEOUT_S,
     )
     await ensure_streams(settings)
     return settings
@@ -118,6 +121,7 @@ async def _storage_double(gateway_nats_url: str) -> AsyncIterator[StorageDouble]
     client = await nats.connect(gateway_nats_url)
     double = StorageDouble()
     await client.subscribe(HISTORY_SUBJECT, cb=double.handle)
+    await client.subscribe(FORGET_SUBJECT, cb=double.handle_forget)
     await client.flush()
     yield double
     await client.close()

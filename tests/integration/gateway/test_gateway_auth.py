@@ -27,6 +27,7 @@ TASK_ROUTES = [
     ("POST", "/v1/tasks/{id}/pause", None),
     ("POST", "/v1/tasks/{id}/resume", None),
     ("POST", "/v1/tasks/{id}/confirmation", {"action_id": "a", "approve": True}),
+    ("DELETE", "/v1/tasks/{id}", None),
 ]
 
 
@@ -108,7 +109,7 @@ async def test_every_task_route_wants_a_key_and_the_probes_do_not(
     anonymous: httpx.AsyncClient, http: httpx.AsyncClient, storage: StorageDouble
 ) -> None:
     task_id = (await http.post("/v1/tasks", json={"task": "mine"})).json()["id"]
-    routes = [("POST", "/v1/tasks", {"task": "x"})] + [
+    routes = [("POST", "/v1/tasks", {"task": "x"}), ("GET", "/v1/tasks", None)] + [
         (method, path.format(id=task_id), body) for method, path, body in TASK_ROUTES
     ]
     for headers in (
