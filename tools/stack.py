@@ -131,7 +131,7 @@ class Stack:
         write_secret(self.admin_key_file, new_admin_key())
         return True
 
-    def _ensure_api_key(self) -> None:
+    def ensure_api_key(self) -> None:
         """Keep the tenant's key from an earlier `up` while the gateway accepts it (Redis keeps
         its data in run_dir), else make a new one."""
         gateway = self.config.gateway_url
@@ -275,7 +275,7 @@ class Stack:
         for name in SERVICES:
             self.start_service(name)
         self._wait_ready(timeout_s)
-        self._ensure_api_key()
+        self.ensure_api_key()
         return made_admin_key
 
     def _ready_url(self, name: str) -> str:
