@@ -28,6 +28,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 
 from .events import AnswerMissingObservation, EventSource
+from .outages import is_jetstream_outage
 from .publishing import MAX_MSG_ID_BYTES, MessageTooLarge, publish_event_to
 from .subjects import DLQ_STREAM, Service, dlq_subject
 
@@ -135,7 +136,8 @@ class _GuardMiddleware(BaseMiddleware):
             await self._dead_letter(msg, raw, exc, delivered)
             return None
         except Exception as exc:
-            if delivered >= self.guard.max_deliveries:
+            # A stream without a leader for a moment is no reason to give up on a message.
+            if delivered >= self.guard.max_deliveries and not is_jetstream_outage(exc):
                 await self._dead_letter(msg, raw, exc, delivered)
                 return None
             delay = backoff_delay(delivered, self.guard.backoff_s, self.guard.backoff_max_s)
