@@ -386,11 +386,14 @@ async def capacity(args: argparse.Namespace, settings: RuntimeSettings) -> None:
 async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None:
     try:
         import nats
+        from redis.asyncio import Redis
 
         from services.runtime.main import build_runtime
         from shared.commands import ExecuteAction
-        from shared.events import CmdRunAction, EventSource
+        from shared.events import AgentState, CmdRunAction, EventSource
         from shared.settings import CommonSettings
+        from shared.state import Approval, ApprovedBy, Awaiting, TaskState
+        from shared.state_store import TaskStateStore
         from shared.streams import ensure_streams
         from shared.subjects import WORK_STREAM, Service, work_subject
         from tools.procs import free_port, start_nats, start_redis
@@ -445,9 +448,26 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
             hops.append(time.perf_counter() - started)
         report("baseline: one JetStream hop (publish -> fetch -> ack)", hops)
 
+        states = TaskStateStore(Redis.from_url(common.redis_url))
+
         async def action(task: str, sub: Any, command: str) -> tuple[float, dict[str, Any]]:
             act = CmdRunAction(task_id=task, source=EventSource.AGENT, command=command)
             order = ExecuteAction(task_id=task, action=act)
+            # As the controller does before it sends the order: the State awaits the action,
+            # approved (the runtime runs nothing else). Not timed: the controller's part.
+            state = await states.load(task)
+            assert state is not None
+            approval = Approval(action_id=act.id, by=ApprovedBy.SECURITY, answer_id=act.id)
+            await states.save(
+                state.model_copy(
+                    update={
+                        "awaiting": Awaiting.RUNTIME,
+                        "awaiting_id": act.id,
+                        "pending_action": act,
+                        "approval": approval,
+                    }
+                )
+            )
             started = time.perf_counter()
             await js.publish(
                 work_subject(Service.RUNTIME, task),
@@ -461,6 +481,11 @@ async def over_nats(args: argparse.Namespace, settings: RuntimeSettings) -> None
 
         async def new_task() -> tuple[str, Any]:
             task = uuid.uuid4().hex
+            await states.create(
+                TaskState(
+                    task_id=task, task="bench", max_iterations=1000, agent_state=AgentState.RUNNING
+                )
+            )
             sub = await js.pull_subscribe(
                 work_subject(Service.CONTROLLER, task), durable=None, stream=WORK_STREAM
             )

@@ -6,6 +6,7 @@ made through the admin API."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config = StackConfig.isolated(
         Path(tmp_path_factory.mktemp("security")),
         llm_script=SCRIPT,
-        extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"},
+        extra_env={
+            "DECKHANDS_POOL_MIN_IDLE": "1",
+            # The scripted model has no list price: give it one, so that budgets can be spent.
+            "DECKHANDS_LLM_INPUT_COST_PER_TOKEN": "0.000001",
+            "DECKHANDS_LLM_OUTPUT_COST_PER_TOKEN": "0.000002",
+        },
     )
     with running(config) as stack:
         yield stack
@@ -64,8 +70,16 @@ class Tenant:
         return list(answer.json()["events"])
 
 
-def _tenant(stack: Stack, name: str) -> Iterator[Tenant]:
+def _tenant(stack: Stack, name: str, **limits: Any) -> Iterator[Tenant]:
     key = issue_key(stack.config.gateway_url, stack.admin_api_key, name, name="security suite")
+    if limits:
+        answer = httpx.put(
+            f"{stack.config.gateway_url}/v1/admin/tenants/{name}/limits",
+            json=limits,
+            headers=auth_headers(stack.admin_api_key),
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
     with httpx.Client(
         base_url=stack.config.gateway_url, headers=auth_headers(key), timeout=30
     ) as http:
@@ -97,3 +111,18 @@ def llm_requests(stack: Stack) -> Any:
         return int(stats["tasks"].get(task, 0))
 
     return count
+
+
+@pytest.fixture
+def new_tenant(stack: Stack) -> Iterator[Any]:
+    """Make a tenant of the test's own, with the limits given (the admin's PUT .../limits)."""
+    made: list[Iterator[Tenant]] = []
+
+    def make(**limits: Any) -> Tenant:
+        tenants = _tenant(stack, f"t-{uuid.uuid4().hex[:10]}", **limits)
+        made.append(tenants)
+        return next(tenants)
+
+    yield make
+    for tenants in made:
+        tenants.close()
