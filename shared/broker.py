@@ -69,6 +69,8 @@ class ServiceBroker(NatsBroker):
     """
 
     stopping = False
+    # The delivery policy, for handlers that settle a batch's messages one by one.
+    guard: DeliveryGuard
 
     async def stop(self, *args: Any, **kwargs: Any) -> None:
         self.stopping = True  # our own close: not a loss
@@ -120,20 +122,35 @@ def build_broker(
         disconnected_cb=PROCESS_HEALTH.disconnected,
         reconnected_cb=PROCESS_HEALTH.reconnected,
     )
+    broker.guard = guard
     holder.append(broker)
     PROCESS_HEALTH.watch(broker)
     return broker
 
 
 def durable_subscription(
-    settings: CommonSettings, stream: JStream, durable: str, *, workers: int = 1
+    settings: CommonSettings,
+    stream: JStream,
+    durable: str,
+    *,
+    workers: int = 1,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for `broker.subscriber`: a pull consumer shared by every replica."""
+    """Keyword arguments for `broker.subscriber`: a pull consumer shared by every replica.
+
+    With `batch_size`, the handler gets up to that many messages at once (a list; FastStream's
+    per-message work is paid once per batch) and settles each of them itself, with the
+    broker's `guard`; `workers` is then the number of batches handled at once."""
+    pull: PullSub[Any]
+    if batch_size is not None:
+        pull = PullSub(batch_size=batch_size, timeout=1.0, batch=True)
+    else:
+        # Small fetches: a replica takes what it can start now and leaves the rest to others.
+        pull = PullSub(batch_size=max(1, min(workers, _FETCH_BATCH)), timeout=1.0)
     return {
         "stream": stream,
         "durable": durable,
-        # Small fetches: a replica takes what it can start now and leaves the rest to others.
-        "pull_sub": PullSub(batch_size=max(1, min(workers, _FETCH_BATCH)), timeout=1.0),
+        "pull_sub": pull,
         "max_workers": workers,
         "ack_policy": AckPolicy.MANUAL,
         # The guard bounds deliveries itself; the server must never drop a message silently.

@@ -20,8 +20,14 @@ class StorageSettings(CommonSettings):
         pattern=r"^[A-Za-z0-9_-]+$",
         description="Each replica keeps a full copy under its own durable consumer name.",
     )
-    workers: int = Field(
-        default=256,
+    batch_size: int = Field(
+        default=128,
         ge=1,
-        description="Events stored concurrently; their rows share a commit (one fsync per group).",
+        le=1024,
+        description="Events taken from the log at once; a batch's rows share one commit.",
+    )
+    workers: int = Field(
+        default=4,
+        ge=1,
+        description="Batches stored concurrently; rows waiting together share a commit.",
     )
