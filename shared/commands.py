@@ -15,6 +15,8 @@ from .events import RunnableAction, new_id
 # by name.
 __all__ = [
     "ExecuteAction",
+    "ForgetTaskReply",
+    "ForgetTaskRequest",
     "HistoryReply",
     "HistoryRequest",
     "PrepareSandbox",
@@ -116,3 +118,20 @@ class HistoryReply(BaseModel):
         description="Highest seq stored for the task, 0 if none; when the events stop before a "
         "seq that is still being stored, the seq before it (so a reader knows to ask again later)."
     )
+
+
+class ForgetTaskRequest(BaseModel):
+    """Gateway → every storage replica (request/reply, no queue group): remove the task's
+    stored events, for DELETE /v1/tasks/{id}. The first replica's reply answers the request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+
+
+class ForgetTaskReply(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    removed: int = Field(default=0, description="Events this replica removed.")
+    error: str | None = Field(default=None, description="Why the replica could not remove them.")

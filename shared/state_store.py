@@ -53,6 +53,23 @@ class TaskStateStore:
         raw = await self.redis.hget(self._key(task_id), "state")  # type: ignore[misc]
         return None if raw is None else TaskState.model_validate_json(raw)
 
+    async def load_many(self, task_ids: list[str]) -> list[TaskState | None]:
+        """The States of `task_ids` (None where there is none), in one round trip."""
+        if not task_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hget(self._key(task_id), "state")
+            raws = await pipe.execute()
+        return [None if raw is None else TaskState.model_validate_json(raw) for raw in raws]
+
+    async def delete(self, task_id: str) -> None:
+        """Remove the task's State and its deadline (the task was deleted)."""
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.delete(self._key(task_id))
+            tx.zrem(self.deadlines_key, task_id)
+            await tx.execute()
+
     async def exists(self, task_id: str) -> bool:
         return bool(await self.redis.hexists(self._key(task_id), "state"))  # type: ignore[misc]
 
@@ -95,11 +112,3 @@ class TaskStateStore:
         except StateConflict:
             return False
         return True
-
-    async def claim_idempotency_key(self, key: str, task_id: str, ttl_s: int) -> str:
-        """Bind `key` to `task_id` unless it is bound already; return the bound task id."""
-        redis_key = f"{self.prefix}:idempotency:{key}"
-        if await self.redis.set(redis_key, task_id, nx=True, ex=ttl_s):
-            return task_id
-        bound = await self.redis.get(redis_key)
-        return bound.decode() if isinstance(bound, bytes) else str(bound)

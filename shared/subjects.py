@@ -5,6 +5,7 @@ Layout:
   deckhands.work.<service>.<task>    work orders to one service (stream WORK, work queue)
   deckhands.dlq.<service>            messages a service gave up on (stream DLQ)
   deckhands.storage.history          request/reply, core NATS
+  deckhands.storage.forget           request/reply, core NATS, every storage replica
   object store BLOBS_BUCKET          large content an event refers to (claim checks)
 """
 
@@ -16,6 +17,7 @@ __all__ = [
     "BLOBS_BUCKET",
     "DLQ_STREAM",
     "EVENTS_STREAM",
+    "FORGET_SUBJECT",
     "HISTORY_SUBJECT",
     "WORK_STREAM",
     "Service",
@@ -30,6 +32,7 @@ DLQ_STREAM = "DECKHANDS_DLQ"
 BLOBS_BUCKET = "deckhands-blobs"
 
 HISTORY_SUBJECT = "deckhands.storage.history"
+FORGET_SUBJECT = "deckhands.storage.forget"
 
 
 class Service(StrEnum):

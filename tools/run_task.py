@@ -1,19 +1,27 @@
 """Post a task to the gateway, print each event as it arrives, end with the result.
 
-python -m tools.run_task "Write a Python script ..." [--gateway URL] [--timeout S]
+python -m tools.run_task "Write a Python script ..." [--gateway URL] [--timeout S] [--api-key K]
+
+The API key is --api-key, else DECKHANDS_API_KEY, else the one `make up` wrote to .run/api_key.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-__all__ = ["SEED_TASK", "main", "run_task"]
+from .api_access import auth_headers, read_secret
+
+__all__ = ["SEED_TASK", "default_api_key", "main", "run_task"]
+
+LOCAL_API_KEY_FILE = Path(__file__).resolve().parent.parent / ".run" / "api_key"
 
 SEED_TASK = "Write a Python script that prints the squares of 1 to 10 and run it"
 _ENDED = {"FINISHED", "ERROR", "STOPPED", "REJECTED", "AWAITING_USER_INPUT"}
@@ -42,8 +50,14 @@ def _describe(event: dict[str, Any]) -> str:
     return f"#{event['seq']:<3} {event['source']:<11} {kind:<20} {body}"
 
 
-def run_task(gateway: str, task: str, timeout_s: float, out: Any = sys.stdout) -> dict[str, Any]:
-    with httpx.Client(base_url=gateway, timeout=30) as http:
+def default_api_key() -> str | None:
+    return os.environ.get("DECKHANDS_API_KEY") or read_secret(LOCAL_API_KEY_FILE)
+
+
+def run_task(
+    gateway: str, task: str, timeout_s: float, out: Any = sys.stdout, *, api_key: str
+) -> dict[str, Any]:
+    with httpx.Client(base_url=gateway, timeout=30, headers=auth_headers(api_key)) as http:
         created = http.post("/v1/tasks", json={"task": task})
         created.raise_for_status()
         task_id = created.json()["id"]
@@ -70,8 +84,12 @@ def main() -> None:
     parser.add_argument("task", nargs="?", default=SEED_TASK)
     parser.add_argument("--gateway", default="http://127.0.0.1:8000")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--api-key", default=None, help="default: DECKHANDS_API_KEY, .run/api_key")
     args = parser.parse_args()
-    result = run_task(args.gateway, args.task, args.timeout)
+    api_key = args.api_key or default_api_key()
+    if not api_key:
+        parser.error("no API key: pass --api-key, set DECKHANDS_API_KEY, or `make up` first")
+    result = run_task(args.gateway, args.task, args.timeout, api_key=api_key)
     sys.exit(0 if result.get("state") == "FINISHED" else 1)
 
 

@@ -4,6 +4,11 @@ Starts nats-server (JetStream), redis-server, an LLM server unless a provider is
 (DECKHANDS_LLM_MODEL), and the six services as separate processes. The LLM server is the local
 model (DECKHANDS_STACK_LLM=local, the default) or the scripted one (=scripted). State, logs and
 pids live under `.run/`.
+
+The gateway wants an API key on every request. `up` starts it with an admin key
+(DECKHANDS_ADMIN_API_KEY, or one it makes and keeps in `.run/admin_api_key`), then creates the
+tenant DECKHANDS_STACK_TENANT (`local`) through the admin API and keeps an API key of it in
+`.run/api_key` (reused while it works).
 """
 
 from __future__ import annotations
@@ -23,6 +28,14 @@ from typing import Any
 
 import httpx
 
+from .api_access import (
+    auth_headers,
+    issue_key,
+    key_works,
+    new_admin_key,
+    read_secret,
+    write_secret,
+)
 from .local_llm import LocalLLMError
 from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
 
@@ -50,6 +63,8 @@ class StackConfig:
     pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
     # Each worker's /metrics, /healthz and /readyz port (DECKHANDS_METRICS_PORT); none: off.
     metrics_ports: dict[str, int] = field(default_factory=dict)
+    # The tenant `up` makes an API key for (written to run_dir/api_key).
+    tenant: str = os.environ.get("DECKHANDS_STACK_TENANT", "local")
 
     @classmethod
     def isolated(cls, run_dir: Path, **overrides: Any) -> StackConfig:
@@ -80,6 +95,51 @@ class Stack:
         self.config = config
         self.pids = config.run_dir / "pids"
         self.logs = config.run_dir / "logs"
+        self.api_key_file = config.run_dir / "api_key"
+        self.admin_key_file = config.run_dir / "admin_api_key"
+
+    def given_admin_key(self) -> str | None:
+        return self.config.extra_env.get("DECKHANDS_ADMIN_API_KEY") or os.environ.get(
+            "DECKHANDS_ADMIN_API_KEY"
+        )
+
+    @property
+    def admin_api_key(self) -> str:
+        """The gateway's admin key: the one given in the environment, or the one `up` made."""
+        key = self.given_admin_key() or read_secret(self.admin_key_file)
+        if key is None:
+            raise RuntimeError(f"no admin key: start the stack first ({self.admin_key_file})")
+        return key
+
+    @property
+    def api_key(self) -> str:
+        """An API key of the stack's tenant, made by `up`."""
+        key = read_secret(self.api_key_file)
+        if key is None:
+            raise RuntimeError(f"no API key: start the stack first ({self.api_key_file})")
+        return key
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """Headers that authenticate as the stack's tenant."""
+        return auth_headers(self.api_key)
+
+    def _ensure_admin_key(self) -> bool:
+        """Make an admin key unless one was given or made before; True if it made one."""
+        if self.given_admin_key() or read_secret(self.admin_key_file):
+            return False
+        write_secret(self.admin_key_file, new_admin_key())
+        return True
+
+    def ensure_api_key(self) -> None:
+        """Keep the tenant's key from an earlier `up` while the gateway accepts it (Redis keeps
+        its data in run_dir), else make a new one."""
+        gateway = self.config.gateway_url
+        kept = read_secret(self.api_key_file)
+        if kept is not None and key_works(gateway, kept):
+            return
+        key = issue_key(gateway, self.admin_api_key, self.config.tenant, name="tools.stack")
+        write_secret(self.api_key_file, key)
 
     def _env(self) -> dict[str, str]:
         c = self.config
@@ -95,6 +155,9 @@ class Stack:
             "DECKHANDS_POOL_NAME": c.pool_name,
             **c.extra_env,
         }
+        admin_key = self.given_admin_key() or read_secret(self.admin_key_file)
+        if admin_key is not None:
+            env["DECKHANDS_ADMIN_API_KEY"] = admin_key
         if not env.get("DECKHANDS_LLM_MODEL") and c.llm == "local":
             from .local_llm import llm_env
 
@@ -169,7 +232,8 @@ class Stack:
             alive[pid_file.stem] = pid
         return alive
 
-    def up(self, timeout_s: float = 90.0) -> None:
+    def up(self, timeout_s: float = 90.0) -> bool:
+        """Start everything; True if it made a new admin key (see admin_api_key)."""
         if self.running():
             self.down()
         c = self.config
@@ -188,6 +252,7 @@ class Stack:
             ensure(say=lambda line: print(f"local-llm: {line}", flush=True))
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+        made_admin_key = self._ensure_admin_key()
         self._record("nats", start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
         redis = start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
         self._record("redis", redis)
@@ -210,6 +275,8 @@ class Stack:
         for name in SERVICES:
             self.start_service(name)
         self._wait_ready(timeout_s)
+        self.ensure_api_key()
+        return made_admin_key
 
     def _ready_url(self, name: str) -> str:
         if name == "gateway":
@@ -351,7 +418,7 @@ def main() -> None:
     stack = Stack(StackConfig())
     if args.command == "up":
         try:
-            stack.up()
+            made_admin_key = stack.up()
         except LocalLLMError as exc:
             stack.down()
             sys.exit(
@@ -360,6 +427,11 @@ def main() -> None:
                 "DECKHANDS_STACK_LLM=scripted to run on the scripted LLM server."
             )
         print(f"deckhands is up: gateway {stack.config.gateway_url} (logs in {stack.logs})")
+        print(
+            f"API key of tenant {stack.config.tenant!r} (in {stack.api_key_file}): {stack.api_key}"
+        )
+        if made_admin_key:
+            print(f"admin key (in {stack.admin_key_file}): {stack.admin_api_key}")
     elif args.command == "down":
         stack.down()
         print("deckhands is down")

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
+from .auth import CallerDep
 from .context import BlobServiceDep
 
 __all__ = ["router"]
@@ -18,7 +19,8 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "The content, as it was produced (UTF-8 text)",
         "content": {"text/plain": {"schema": {"type": "string"}}},
     },
-    404: {"description": "Unknown task, or the task has no such blob"},
+    401: {"description": "No API key, or an unknown or revoked one"},
+    404: {"description": "No such task of the caller's tenant, or the task has no such blob"},
 }
 
 
@@ -34,8 +36,9 @@ async def get_blob(
         str, Path(pattern=r"^[0-9a-f]{64}$", description="`content_ref.sha256` of the event.")
     ],
     blobs: BlobServiceDep,
+    caller: CallerDep,
 ) -> Response:
-    data = await blobs.get(task_id, sha256)
+    data = await blobs.get(task_id, sha256, caller.tenant_id)
     return Response(
         data,
         media_type="text/plain; charset=utf-8",

@@ -15,8 +15,8 @@ class BlobService:
         self.tasks = tasks
         self.blobs = blobs
 
-    async def get(self, task_id: str, sha256: str) -> bytes:
-        await self.tasks.get(task_id)  # an unknown task is a 404 of its own
+    async def get(self, task_id: str, sha256: str, tenant_id: str) -> bytes:
+        await self.tasks.get(task_id, tenant_id)  # an unknown task is a 404 of its own
         try:
             return await self.blobs.get(task_id, sha256)
         except BlobMissing:

@@ -17,14 +17,20 @@ from .event_service import EventService
 from .history import HistoryClient
 from .readiness_service import ReadinessService
 from .settings import GatewaySettings
+from .task_deletion import TaskDeletion
+from .task_listing import TaskListing
 from .task_service import TaskDefaults, TaskService
+from .tenants import TenantStore
 
 __all__ = [
     "BlobServiceDep",
     "EventServiceDep",
     "GatewayContext",
     "ReadinessServiceDep",
+    "TaskDeletionDep",
+    "TaskListingDep",
     "TaskServiceDep",
+    "TenantStoreDep",
     "build_context",
     "get_context",
 ]
@@ -39,6 +45,9 @@ class GatewayContext:
     events: EventService
     readiness: ReadinessService
     blobs: BlobService
+    tenants: TenantStore
+    listing: TaskListing
+    deletion: TaskDeletion
 
 
 def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
@@ -69,8 +78,23 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         max_streams_per_client=settings.max_event_streams_per_client,
     )
     readiness = ReadinessService(broker, redis, timeout_s=settings.readiness_timeout_s)
-    blobs = BlobService(tasks, BlobStore(lambda: broker.connection.jetstream()))
-    return GatewayContext(settings, broker, redis, tasks, events, readiness, blobs)
+    blob_store = BlobStore(lambda: broker.connection.jetstream())
+    blobs = BlobService(tasks, blob_store)
+    deletion = TaskDeletion(
+        tasks, history, broker, blob_store, stop_timeout_s=settings.delete_stop_timeout_s
+    )
+    return GatewayContext(
+        settings,
+        broker,
+        redis,
+        tasks,
+        events,
+        readiness,
+        blobs,
+        TenantStore(redis),
+        TaskListing(store, tasks.records),
+        deletion,
+    )
 
 
 # The dependencies are coroutines: FastAPI runs a plain `def` dependency on a worker thread,
@@ -98,7 +122,22 @@ async def _blobs(context: Annotated[GatewayContext, Depends(get_context)]) -> Bl
     return context.blobs
 
 
+async def _tenants(context: Annotated[GatewayContext, Depends(get_context)]) -> TenantStore:
+    return context.tenants
+
+
+async def _listing(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskListing:
+    return context.listing
+
+
+async def _deletion(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskDeletion:
+    return context.deletion
+
+
 TaskServiceDep = Annotated[TaskService, Depends(_tasks)]
 BlobServiceDep = Annotated[BlobService, Depends(_blobs)]
 EventServiceDep = Annotated[EventService, Depends(_events)]
 ReadinessServiceDep = Annotated[ReadinessService, Depends(_readiness)]
+TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]
+TaskListingDep = Annotated[TaskListing, Depends(_listing)]
+TaskDeletionDep = Annotated[TaskDeletion, Depends(_deletion)]

@@ -12,15 +12,21 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 __all__ = [
+    "ApiKeyNotFound",
     "EgressForbidden",
     "GatewayError",
     "IdempotencyConflict",
+    "InvalidCursor",
     "PayloadTooLarge",
     "PublishFailed",
     "StorageBadReply",
     "StorageUnavailable",
     "TaskNotFound",
+    "TaskNotStopped",
+    "TenantExists",
+    "TenantNotFound",
     "TooManyStreams",
+    "Unauthorized",
     "install_error_handlers",
 ]
 
@@ -31,10 +37,40 @@ class GatewayError(Exception):
     """A failure with an HTTP status and a message the client can act on."""
 
     status_code = 500
+    headers: dict[str, str] | None = None
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class Unauthorized(GatewayError):
+    """No API key, or one that is unknown or revoked. The answer never says which, so that it
+    tells a guesser nothing."""
+
+    status_code = 401
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class TenantNotFound(GatewayError):
+    status_code = 404
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} not found")
+
+
+class TenantExists(GatewayError):
+    status_code = 409
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} already exists")
+
+
+class ApiKeyNotFound(GatewayError):
+    status_code = 404
+
+    def __init__(self, tenant_id: str, prefix: str) -> None:
+        super().__init__(f"tenant {tenant_id!r} has no API key {prefix!r}")
 
 
 class TaskNotFound(GatewayError):
@@ -52,6 +88,13 @@ class BlobNotFound(GatewayError):
         super().__init__(f"task {task_id!r} has no blob {sha256!r}")
 
 
+class TaskNotStopped(GatewayError):
+    """A task to delete did not reach a final state in time (its controller is busy or down);
+    nothing was deleted, the client may retry."""
+
+    status_code = 503
+
+
 class EgressForbidden(GatewayError):
     """The task asked for network egress, which the operator disallowed."""
 
@@ -59,6 +102,10 @@ class EgressForbidden(GatewayError):
 
 
 class IdempotencyConflict(GatewayError):
+    status_code = 422
+
+
+class InvalidCursor(GatewayError):
     status_code = 422
 
 
@@ -149,9 +196,11 @@ async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
     retry_after = _RETRY_AFTER_S.get(exc.status_code)
-    headers = {"Retry-After": retry_after} if retry_after else None
+    headers = dict(exc.headers or {})
+    if retry_after:
+        headers["Retry-After"] = retry_after
     return JSONResponse(
-        status_code=exc.status_code, content={"detail": exc.detail}, headers=headers
+        status_code=exc.status_code, content={"detail": exc.detail}, headers=headers or None
     )
 
 

@@ -10,6 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from shared.commands import MAX_SEQ
 
+from .auth import CallerDep
 from .context import EventServiceDep
 from .event_service import EventStream
 from .models import ErrorResponse, EventPage, Trajectory
@@ -20,7 +21,8 @@ __all__ = ["router"]
 router = APIRouter(prefix="/v1/tasks", tags=["events"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorResponse, "description": "Unknown task"},
+    401: {"model": ErrorResponse, "description": "No API key, or an unknown or revoked one"},
+    404: {"model": ErrorResponse, "description": "No such task of the caller's tenant"},
     502: {"model": ErrorResponse, "description": "The storage service answered with an error"},
     503: {"model": ErrorResponse, "description": "The storage service did not answer in time"},
 }
@@ -35,12 +37,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def list_events(
     task_id: str,
     events: EventServiceDep,
+    caller: CallerDep,
     after: Annotated[
         int, Query(ge=0, le=MAX_SEQ, description="Return events with seq greater than this.")
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> EventPage:
-    return await events.page(task_id, after, limit)
+    return await events.page(task_id, caller.tenant_id, after, limit)
 
 
 @router.get(
@@ -49,8 +52,8 @@ async def list_events(
     responses=_ERRORS,
     summary="The whole event log of the task, for replay and debugging",
 )
-async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
-    return await events.trajectory(task_id)
+async def get_trajectory(task_id: str, events: EventServiceDep, caller: CallerDep) -> Trajectory:
+    return await events.trajectory(task_id, caller.tenant_id)
 
 
 @router.get(
@@ -73,6 +76,7 @@ async def get_trajectory(task_id: str, events: EventServiceDep) -> Trajectory:
 async def stream_events(
     task_id: str,
     events: EventServiceDep,
+    caller: CallerDep,
     request: Request,
     after: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Start after this seq.")] = 0,
     close_on_terminal: Annotated[
@@ -91,7 +95,11 @@ async def stream_events(
     start = last_event_id if last_event_id is not None else after
     client = request.client.host if request.client else "unknown"
     stream = await events.open_stream(
-        task_id, start, client=client, close_on_terminal=close_on_terminal
+        task_id,
+        start,
+        tenant_id=caller.tenant_id,
+        client=client,
+        close_on_terminal=close_on_terminal,
     )
     return _EventStreamResponse(stream)
 

@@ -248,8 +248,8 @@ class EventService:
         self._held: dict[EventStream, str] = {}
         self._per_client: dict[str, int] = {}
 
-    async def page(self, task_id: str, after: int, limit: int) -> EventPage:
-        await self.tasks.get(task_id)
+    async def page(self, task_id: str, tenant_id: str, after: int, limit: int) -> EventPage:
+        await self.tasks.get(task_id, tenant_id)
         reply = await self.history.page(task_id, after, limit)
         next_after = (event_seq(reply.events[-1]) or after) if reply.events else after
         return EventPage(
@@ -260,10 +260,10 @@ class EventService:
             has_more=next_after < reply.last_seq,
         )
 
-    async def trajectory(self, task_id: str) -> Trajectory:
+    async def trajectory(self, task_id: str, tenant_id: str) -> Trajectory:
         """Every event up to the State's last seq: storage consumes the log on its own, so
         right after a task ends it may still be storing the last events; wait for them."""
-        state = await self.tasks.get(task_id)
+        state = await self.tasks.get(task_id, tenant_id)
         events = [event async for event in self.history.all_after(task_id)]
         deadline = time.monotonic() + self.catch_up_s
         while time.monotonic() < deadline:
@@ -275,7 +275,13 @@ class EventService:
         return Trajectory(task_id=task_id, task=state.task, events=events)
 
     async def open_stream(
-        self, task_id: str, after: int, *, client: str = "unknown", close_on_terminal: bool = False
+        self,
+        task_id: str,
+        after: int,
+        *,
+        tenant_id: str,
+        client: str = "unknown",
+        close_on_terminal: bool = False,
     ) -> EventStream:
         held = self._per_client.get(client, 0)
         if held >= self.max_streams_per_client:
@@ -284,7 +290,7 @@ class EventService:
                 f"may hold (DECKHANDS_MAX_EVENT_STREAMS_PER_CLIENT); close one, or resume later "
                 "with Last-Event-ID"
             )
-        await self.tasks.get(task_id)
+        await self.tasks.get(task_id, tenant_id)
         stream = EventStream(
             task_id,
             after,

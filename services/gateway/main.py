@@ -23,7 +23,7 @@ from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
 from shared.telemetry import setup_logging, setup_tracing
 
-from . import blob_router, event_router, health_router, task_router
+from . import admin_router, blob_router, event_router, health_router, task_router
 from .context import build_context
 from .errors import install_error_handlers
 from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
@@ -127,6 +127,7 @@ def build_app(
     app.include_router(event_router.router)
     app.include_router(blob_router.router)
     app.include_router(health_router.router)
+    app.include_router(admin_router.router)
     return app
 
 

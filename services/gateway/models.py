@@ -3,31 +3,60 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from shared.events import AgentState, EventAdapter, RiskLevel
 from shared.state import Awaiting, TaskState
 
+from .tenants import TENANT_ID_PATTERN, ApiKeyRecord, Tenant
+
 __all__ = [
+    "LABEL_PATTERN",
+    "MAX_LABELS",
     "AcceptedEvent",
+    "ApiKeyList",
+    "ApiKeyView",
     "ConfirmationRequest",
+    "CreateApiKeyRequest",
     "CreateTaskRequest",
+    "CreateTenantRequest",
     "ErrorResponse",
     "EventPage",
     "InvalidRequestResponse",
+    "IssuedApiKey",
+    "Label",
     "MessageRequest",
     "ReadinessReport",
     "SubTaskView",
     "TaskCreated",
+    "TaskList",
     "TaskResultView",
+    "TaskSummary",
     "TaskUsageView",
     "TaskView",
+    "TenantList",
+    "TenantView",
     "Trajectory",
 ]
 
 _MAX_TEXT = 200_000  # well under NATS' 1 MB payload limit once wrapped in an event
+# Enough for a listing to show what each task is without carrying 200,000 characters of it.
+_SUMMARY_TEXT = 1_000
+
+MAX_LABELS = 16
+# Letters, digits and a few separators, so that `team=payments` or `ticket:ABC-12` fit and a
+# label is safe in a URL's query as it is.
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/=@+-]{0,127}$"
+Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
 
 
 def _not_blank(value: str) -> str:
@@ -65,8 +94,21 @@ class CreateTaskRequest(_Request):
         description="Replay: the events of an earlier task (GET .../trajectory, its `events` or "
         "the whole object); the agent's recorded actions are replayed instead of asking the LLM.",
     )
+    labels: list[Label] = Field(
+        default_factory=list,
+        max_length=MAX_LABELS,
+        description="Up to 16 distinct labels (1-128 characters: letters, digits, `._:/=@+-`), "
+        "to find the task with GET /v1/tasks?label=...",
+    )
 
     _task_not_blank = field_validator("task")(_not_blank)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("labels must be distinct")
+        return value
 
     @field_validator("trajectory", mode="before")
     @classmethod
@@ -218,6 +260,7 @@ class TaskView(BaseModel):
         description="While the task's action waits for a sandbox (every seat of the pool is "
         "taken): its place in the first-come-first-served queue, 1 being next.",
     )
+    labels: list[str] = Field(default_factory=list, description="Set at creation.")
 
     @classmethod
     def from_state(
@@ -225,10 +268,12 @@ class TaskView(BaseModel):
         state: TaskState,
         sub_tasks: list[TaskState] | None = None,
         queue_position: int | None = None,
+        labels: tuple[str, ...] = (),
     ) -> TaskView:
         pending = state.pending_action
         return cls(
             queue_position=queue_position,
+            labels=list(labels),
             **_summary(state),
             max_budget_usd=state.max_budget_usd,
             created_at=state.created_at,
@@ -242,6 +287,47 @@ class TaskView(BaseModel):
             parent_task_id=state.parent_task_id,
             sub_tasks=[SubTaskView.from_state(sub) for sub in sub_tasks or []],
         )
+
+
+class TaskSummary(BaseModel):
+    """A task as a listing shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    task: str = Field(description=f"The task's text, its first {_SUMMARY_TEXT} characters.")
+    state: AgentState
+    reason: str
+    labels: list[str]
+    iterations: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, state: TaskState, labels: tuple[str, ...]) -> TaskSummary:
+        return cls(
+            id=state.task_id,
+            task=state.task[:_SUMMARY_TEXT],
+            state=state.agent_state,
+            reason=state.reason,
+            labels=list(labels),
+            iterations=state.iteration,
+            created_at=state.created_at,
+            updated_at=state.updated_at,
+            finished_at=state.finished_at,
+        )
+
+
+class TaskList(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tasks: list[TaskSummary] = Field(description="Newest first.")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null: there is none. A page may hold "
+        "fewer tasks than `limit` while this is set (filters look at a bounded number of tasks "
+        "per request)."
+    )
 
 
 class EventPage(BaseModel):
@@ -263,3 +349,64 @@ class Trajectory(BaseModel):
 class ReadinessReport(BaseModel):
     ready: bool
     checks: dict[str, str] = Field(description="'ok' or what failed, per dependency.")
+
+
+# --- the admin API ---------------------------------------------------------------------------
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CreateTenantRequest(_Request):
+    id: str = Field(
+        pattern=TENANT_ID_PATTERN,
+        description="The tenant's id: lowercase letters, digits and '-', at most 63.",
+    )
+    name: str = Field(default="", max_length=200, description="A name for people; the id if empty.")
+
+
+class TenantView(_View):
+    id: str
+    name: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantView:
+        return cls(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+
+
+class TenantList(_View):
+    tenants: list[TenantView]
+
+
+class CreateApiKeyRequest(_Request):
+    name: str = Field(default="", max_length=200, description="What the key is for.")
+
+
+class ApiKeyView(_View):
+    """A key as lists show it: never the key itself, which only its creation answer carries."""
+
+    prefix: str = Field(description="The key's first characters (`dh_<id>`): how to name it.")
+    tenant_id: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, record: ApiKeyRecord) -> ApiKeyView:
+        return cls(
+            prefix=record.prefix,
+            tenant_id=record.tenant_id,
+            name=record.name,
+            created_at=record.created_at,
+            revoked_at=record.revoked_at,
+        )
+
+
+class IssuedApiKey(ApiKeyView):
+    key: str = Field(description="The key: shown this once, only its hash is kept.")
+
+
+class ApiKeyList(_View):
+    keys: list[ApiKeyView]

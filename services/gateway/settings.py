@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 
 from shared.events import RiskLevel
 from shared.settings import CommonSettings
@@ -75,3 +75,24 @@ class GatewaySettings(CommonSettings):
     readiness_timeout_s: float = Field(
         default=2.0, gt=0, description="Time each /readyz check may take."
     )
+    delete_stop_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long DELETE /v1/tasks/{id} waits for a running task to stop before it "
+        "gives up (503, nothing removed).",
+    )
+    admin_api_key: SecretStr | None = Field(
+        default=None,
+        description="The key of the admin API (/v1/admin: tenants and their API keys), at "
+        "least 32 characters; unset or empty: the admin API answers 401 to everyone. On "
+        "Kubernetes it comes from the Secret deckhands-gateway-admin.",
+    )
+
+    @field_validator("admin_api_key")
+    @classmethod
+    def _admin_key_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        if len(value.get_secret_value()) < 32:
+            raise ValueError("must be at least 32 characters (e.g. `openssl rand -hex 32`)")
+        return value

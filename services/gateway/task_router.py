@@ -1,34 +1,47 @@
-"""HTTP routes of /v1/tasks: create, read, and user input (messages, stop, pause, resume,
-confirmation). Logic lives in TaskService."""
+"""HTTP routes of /v1/tasks: create, list, read, delete, and user input (messages, stop, pause,
+resume, confirmation). Logic lives in TaskService, TaskListing and TaskDeletion."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Response, status
+from fastapi import APIRouter, Header, Query, Response, status
 
 from shared.events import AgentState
 
-from .context import TaskServiceDep
+from .auth import CallerDep
+from .context import TaskDeletionDep, TaskListingDep, TaskServiceDep
 from .models import (
+    MAX_LABELS,
     AcceptedEvent,
     ConfirmationRequest,
     CreateTaskRequest,
     ErrorResponse,
     InvalidRequestResponse,
+    Label,
     MessageRequest,
     TaskCreated,
+    TaskList,
+    TaskSummary,
     TaskView,
 )
+from .task_listing import TaskQuery
 from .task_service import NewTask
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
-
 Responses = dict[int | str, dict[str, Any]]
 
-_NOT_FOUND: Responses = {404: {"model": ErrorResponse, "description": "Unknown task"}}
+UNAUTHORIZED: Responses = {
+    401: {"model": ErrorResponse, "description": "No API key, or an unknown or revoked one"}
+}
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=UNAUTHORIZED)
+
+_NOT_FOUND: Responses = {
+    404: {"model": ErrorResponse, "description": "No such task of the caller's tenant"}
+}
 _UNAVAILABLE: Responses = {
     503: {"model": ErrorResponse, "description": "NATS or Redis unavailable; retry"}
 }
@@ -78,6 +91,7 @@ IdempotencyKey = Annotated[
 async def create_task(
     body: CreateTaskRequest,
     tasks: TaskServiceDep,
+    caller: CallerDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> TaskCreated:
@@ -89,8 +103,9 @@ async def create_task(
         confirmation_threshold=body.confirmation_threshold,
         network_egress=body.network_egress,
         trajectory=body.trajectory,
+        labels=tuple(body.labels),
     )
-    created = await tasks.create(new, idempotency_key)
+    created = await tasks.create(new, caller.tenant_id, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
     if created.replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -100,9 +115,74 @@ async def create_task(
 @router.get(
     "/{task_id}", response_model=TaskView, responses=_CONTROL_RESPONSES, summary="A task's state"
 )
-async def get_task(task_id: str, tasks: TaskServiceDep) -> TaskView:
-    state, sub_tasks = await tasks.get_with_sub_tasks(task_id)
-    return TaskView.from_state(state, sub_tasks, await tasks.queue_position(state))
+async def get_task(task_id: str, tasks: TaskServiceDep, caller: CallerDep) -> TaskView:
+    owned, sub_tasks = await tasks.get_with_sub_tasks(task_id, caller.tenant_id)
+    position = await tasks.queue_position(owned.state)
+    return TaskView.from_state(owned.state, sub_tasks, position, owned.labels)
+
+
+@router.get(
+    "",
+    response_model=TaskList,
+    responses={**_UNAVAILABLE, **_INVALID},
+    summary="The caller's tasks, newest first, a page at a time",
+)
+async def list_tasks(
+    listing: TaskListingDep,
+    caller: CallerDep,
+    state: Annotated[
+        list[AgentState] | None, Query(description="Only tasks in one of these states.")
+    ] = None,
+    label: Annotated[
+        list[Label] | None,
+        Query(max_length=MAX_LABELS, description="Only tasks carrying every one of these labels."),
+    ] = None,
+    created_after: Annotated[
+        datetime | None, Query(description="Only tasks created after this time (ISO 8601).")
+    ] = None,
+    created_before: Annotated[
+        datetime | None, Query(description="Only tasks created before this time (ISO 8601).")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=256, description="`next_cursor` of the previous page, as it is."),
+    ] = None,
+) -> TaskList:
+    query = TaskQuery(
+        limit=limit,
+        cursor=cursor,
+        states=frozenset(state or ()),
+        labels=frozenset(label or ()),
+        created_after=created_after,
+        created_before=created_before,
+    )
+    page = await listing.page(caller.tenant_id, query)
+    return TaskList(
+        tasks=[TaskSummary.of(s, labels) for s, labels in page.tasks],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.delete(
+    "/{task_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={
+        **_NOT_FOUND,
+        409: {"model": ErrorResponse, "description": "A sub-task: delete its root task"},
+        502: {"model": ErrorResponse, "description": "The storage service answered wrongly"},
+        503: {
+            "model": ErrorResponse,
+            "description": "The task did not stop in time, or NATS, Redis or storage is "
+            "unavailable; retry (what was removed stays removed)",
+        },
+    },
+    summary="Stop the task if need be, and remove it: State, log, blobs, sub-tasks",
+)
+async def delete_task(task_id: str, deletion: TaskDeletionDep, caller: CallerDep) -> Response:
+    await deletion.delete(task_id, caller.tenant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:
@@ -120,20 +200,28 @@ async def send_message(
     task_id: str,
     body: MessageRequest,
     tasks: TaskServiceDep,
+    caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> AcceptedEvent:
-    event = await tasks.send_message(task_id, body.content, idempotency_key)
+    event = await tasks.send_message(task_id, body.content, caller.tenant_id, idempotency_key)
     return _accepted(task_id, event.id, "message")
 
 
 async def _change_state(
     tasks: TaskServiceDep,
+    caller: CallerDep,
     task_id: str,
     agent_state: AgentState,
     reason: str,
     idempotency_key: str | None,
 ) -> AcceptedEvent:
-    event = await tasks.change_state(task_id, agent_state, reason, idempotency_key=idempotency_key)
+    event = await tasks.change_state(
+        task_id,
+        agent_state,
+        reason,
+        tenant_id=caller.tenant_id,
+        idempotency_key=idempotency_key,
+    )
     return _accepted(task_id, event.id, "change_agent_state")
 
 
@@ -149,26 +237,28 @@ def _control_route(path: str, summary: str) -> Any:
 
 @_control_route("/{task_id}/stop", "Stop the task for good")
 async def stop_task(
-    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+    task_id: str, tasks: TaskServiceDep, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> AcceptedEvent:
     return await _change_state(
-        tasks, task_id, AgentState.STOPPED, "stopped by user", idempotency_key
+        tasks, caller, task_id, AgentState.STOPPED, "stopped by user", idempotency_key
     )
 
 
 @_control_route("/{task_id}/pause", "Pause the task")
 async def pause_task(
-    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+    task_id: str, tasks: TaskServiceDep, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> AcceptedEvent:
-    return await _change_state(tasks, task_id, AgentState.PAUSED, "paused by user", idempotency_key)
+    return await _change_state(
+        tasks, caller, task_id, AgentState.PAUSED, "paused by user", idempotency_key
+    )
 
 
 @_control_route("/{task_id}/resume", "Resume a paused task")
 async def resume_task(
-    task_id: str, tasks: TaskServiceDep, idempotency_key: IdempotencyKey = None
+    task_id: str, tasks: TaskServiceDep, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> AcceptedEvent:
     return await _change_state(
-        tasks, task_id, AgentState.RUNNING, "resumed by user", idempotency_key
+        tasks, caller, task_id, AgentState.RUNNING, "resumed by user", idempotency_key
     )
 
 
@@ -177,6 +267,7 @@ async def confirm_action(
     task_id: str,
     body: ConfirmationRequest,
     tasks: TaskServiceDep,
+    caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> AcceptedEvent:
     # OpenHands' convention: the answer is a state change whose cause is the action answered.
@@ -185,6 +276,7 @@ async def confirm_action(
         task_id,
         agent_state,
         "confirmed by user" if body.approve else "rejected by user",
+        tenant_id=caller.tenant_id,
         cause=body.action_id,
         idempotency_key=idempotency_key,
     )

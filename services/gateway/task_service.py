@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import re
 import uuid
@@ -30,16 +32,18 @@ from shared.trajectory import save_trajectory
 
 from .errors import (
     EgressForbidden,
-    IdempotencyConflict,
     PayloadTooLarge,
     PublishFailed,
     StorageUnavailable,
     TaskNotFound,
 )
+from .idempotency import IdempotencyKeys, request_fingerprint
+from .task_records import TaskRecord, TaskRecords
 
 __all__ = [
     "CreatedTask",
     "NewTask",
+    "OwnedTask",
     "TaskDefaults",
     "TaskService",
     "derived_event_id",
@@ -54,6 +58,8 @@ USER_EVENTS = Counter(
 )
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+# A sub-task belongs to its root task's tenant; delegation is far shallower than this.
+_MAX_DELEGATION_DEPTH = 64
 _ID_NAMESPACE = uuid.UUID("6f1f3c52-7d1e-4d8a-9a57-1c1f0d2a9b10")
 
 
@@ -79,6 +85,7 @@ class NewTask:
     confirmation_threshold: RiskLevel | None = None
     network_egress: bool = False
     trajectory: list[dict[str, Any]] | None = None
+    labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,19 @@ class CreatedTask:
     replayed: bool  # an earlier request with the same Idempotency-Key made this task
 
 
+@dataclass(frozen=True)
+class OwnedTask:
+    """A task the caller may see: its State and, for a task created through the API (not a
+    sub-task), the gateway's record of it."""
+
+    state: TaskState
+    record: TaskRecord | None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return () if self.record is None else self.record.labels
+
+
 class TaskService:
     def __init__(
         self,
@@ -109,7 +129,8 @@ class TaskService:
         self.store = store
         self.broker = broker
         self.defaults = defaults
-        self.idempotency_ttl_s = idempotency_ttl_s
+        self.records = TaskRecords(store.redis)
+        self.idempotency = IdempotencyKeys(store.redis, idempotency_ttl_s)
         self.pool_name = pool_name
 
     async def queue_position(self, state: TaskState) -> int | None:
@@ -118,19 +139,55 @@ class TaskService:
             return None
         return await queue_position(self.store.redis, self.pool_name, state.task_id)
 
-    async def get(self, task_id: str) -> TaskState:
+    async def get(self, task_id: str, tenant_id: str) -> TaskState:
+        return (await self.get_owned(task_id, tenant_id)).state
+
+    async def get_owned(self, task_id: str, tenant_id: str) -> OwnedTask:
+        """The task, if it is the tenant's. Another tenant's task is not found, exactly like a
+        task that does not exist: its id tells a caller nothing."""
         if not valid_task_id(task_id):
             raise TaskNotFound(task_id)
-        state = await self._load(task_id)
-        if state is None:
+        try:
+            state, record = await asyncio.gather(
+                self.store.load(task_id), self.records.get(task_id)
+            )
+            owner = None if state is None else await self._owner(state, record)
+        except RedisError as exc:
+            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
+        if state is None or owner != tenant_id:
             raise TaskNotFound(task_id)
-        return state
+        return OwnedTask(state, record)
 
-    async def get_with_sub_tasks(self, task_id: str) -> tuple[TaskState, list[TaskState]]:
+    async def _owner(self, state: TaskState, record: TaskRecord | None) -> str | None:
+        """The tenant of a task: its record's, or for a sub-task its root task's."""
+        for _ in range(_MAX_DELEGATION_DEPTH):
+            if record is not None:
+                return record.tenant_id
+            parent_id = state.parent_task_id
+            if parent_id is None:
+                return None  # made before tenants existed, or by hand: nobody's
+            record = await self.records.get(parent_id)
+            if record is None:
+                parent = await self.store.load(parent_id)
+                if parent is None:
+                    return None
+                state = parent
+        return None
+
+    async def get_with_sub_tasks(
+        self, task_id: str, tenant_id: str
+    ) -> tuple[OwnedTask, list[TaskState]]:
         """The task and the sub-tasks it delegated (those whose State exists)."""
-        state = await self.get(task_id)
-        subs = [await self._load(sub_id) for sub_id in state.sub_tasks]
-        return state, [sub for sub in subs if sub is not None]
+        owned = await self.get_owned(task_id, tenant_id)
+        subs = [await self._load(sub_id) for sub_id in owned.state.sub_tasks]
+        return owned, [sub for sub in subs if sub is not None]
+
+    async def forget(self, task_id: str, record: TaskRecord) -> None:
+        """Drop the gateway's record of a deleted task (the last of it to go) and free the
+        Idempotency-Key it was created with."""
+        if record.idempotency_key is not None:
+            await self.idempotency.release(record.tenant_id, record.idempotency_key)
+        await self.records.remove(task_id, record)
 
     async def _load(self, task_id: str) -> TaskState | None:
         try:
@@ -138,13 +195,17 @@ class TaskService:
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
-    async def create(self, new: NewTask, idempotency_key: str | None = None) -> CreatedTask:
-        """Save the task's State, then queue its first user message for the controller.
+    async def create(
+        self, new: NewTask, tenant_id: str, idempotency_key: str | None = None
+    ) -> CreatedTask:
+        """Save the task's record and State, then queue its first user message for the
+        controller.
 
         With an Idempotency-Key every step is safe to repeat, so a retry after any partial
         failure (key claimed, state saved, publish lost) finishes the same task:
-        - the key is bound to one task id in Redis (set-if-absent);
-        - the State is created only if missing;
+        - the key is bound to this request and one task id in Redis (set-if-absent), in the
+          tenant's namespace; the same key with another request is refused;
+        - the record and the State are created only if missing;
         - the first message has an id derived from the task id, so publishing it again is
           deduplicated, and it is published again only while the task is still LOADING,
           i.e. before the controller has taken it.
@@ -163,19 +224,20 @@ class TaskService:
             task_id = (
                 candidate
                 if idempotency_key is None
-                else await self.store.claim_idempotency_key(
-                    f"tasks:{idempotency_key}", candidate, self.idempotency_ttl_s
+                else await self.idempotency.claim(
+                    tenant_id,
+                    idempotency_key,
+                    request_fingerprint("POST /v1/tasks", dataclasses.asdict(new)),
+                    candidate,
                 )
             )
             replayed = task_id != candidate
             state = await self.store.load(task_id) if replayed else None
             if state is None:
-                state = await self._create_state(task_id, new)
-            elif state.task != new.task:
-                raise IdempotencyConflict(
-                    "this Idempotency-Key was already used for a different task; "
-                    "use a new key for a new task"
+                record = TaskRecord(
+                    tenant_id=tenant_id, labels=new.labels, idempotency_key=idempotency_key
                 )
+                state = await self._create_state(task_id, new, record)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
@@ -197,13 +259,16 @@ class TaskService:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
 
-    async def _create_state(self, task_id: str, new: NewTask) -> TaskState:
+    async def _create_state(self, task_id: str, new: NewTask, record: TaskRecord) -> TaskState:
+        record = await self.records.put(task_id, record)
         d = self.defaults
         max_iterations = new.max_iterations or d.max_iterations
         budget = new.max_budget_usd if new.max_budget_usd is not None else d.max_budget_usd
         state = TaskState(
             task_id=task_id,
             task=new.task,
+            created_at=record.created_at,
+            updated_at=record.created_at,
             agent_state=AgentState.LOADING,
             # The initial limits are what a resuming user message adds again (seed 001).
             max_iterations=max_iterations,
@@ -241,11 +306,13 @@ class TaskService:
             log.warning("task %s: could not mark unqueued task failed: %s", state.task_id, exc)
 
     async def send_message(
-        self, task_id: str, content: str, idempotency_key: str | None = None
+        self, task_id: str, content: str, tenant_id: str, idempotency_key: str | None = None
     ) -> EventBase:
-        await self.get(task_id)
+        await self.get(task_id, tenant_id)
         event = MessageAction(
-            id=self._event_id(task_id, "message", idempotency_key),
+            id=await self._event_id(
+                tenant_id, task_id, "message", idempotency_key, content=content
+            ),
             task_id=task_id,
             source=EventSource.USER,
             content=content,
@@ -259,13 +326,16 @@ class TaskService:
         agent_state: AgentState,
         reason: str,
         *,
+        tenant_id: str,
         cause: str | None = None,
         idempotency_key: str | None = None,
     ) -> EventBase:
         """Ask the controller for a state change; it alone decides whether it is legal."""
-        await self.get(task_id)
+        await self.get(task_id, tenant_id)
         event = ChangeAgentStateAction(
-            id=self._event_id(task_id, f"state:{agent_state.value}:{cause}", idempotency_key),
+            id=await self._event_id(
+                tenant_id, task_id, f"state:{agent_state.value}:{cause}", idempotency_key
+            ),
             task_id=task_id,
             source=EventSource.USER,
             agent_state=agent_state,
@@ -275,11 +345,28 @@ class TaskService:
         await self._publish(event)
         return event
 
-    @staticmethod
-    def _event_id(task_id: str, purpose: str, idempotency_key: str | None) -> str:
+    async def _event_id(
+        self,
+        tenant_id: str,
+        task_id: str,
+        purpose: str,
+        idempotency_key: str | None,
+        **body: Any,
+    ) -> str:
+        """A new id; with an Idempotency-Key, one derived from it (a retried publish is
+        deduplicated), once the key is bound to this very request."""
         if idempotency_key is None:
             return new_id()
-        return derived_event_id(task_id, purpose, idempotency_key)
+        event_id = derived_event_id(task_id, purpose, idempotency_key)
+        try:
+            return await self.idempotency.claim(
+                tenant_id,
+                idempotency_key,
+                request_fingerprint(f"{purpose} /v1/tasks/{task_id}", body),
+                event_id,
+            )
+        except RedisError as exc:
+            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
     def _fits(self, event: EventBase, what: str) -> None:
         """Refuse, before anything is stored, what no message could carry."""

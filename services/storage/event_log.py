@@ -71,6 +71,8 @@ class EventLog:
         self._pending: list[tuple[_Row, asyncio.Future[bool]]] = []
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        # One writer connection: a group commit and a removal never use it at once.
+        self._write_lock = asyncio.Lock()
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +138,9 @@ class EventLog:
     async def _commit(self, group: list[tuple[_Row, asyncio.Future[bool]]]) -> None:
         assert self._writer is not None
         try:
-            outcomes = await asyncio.to_thread(_write_group, self._writer, [r for r, _ in group])
+            async with self._write_lock:
+                rows = [r for r, _ in group]
+                outcomes = await asyncio.to_thread(_write_group, self._writer, rows)
         except Exception as exc:  # the disk failed: every handler in the group retries
             for _, waiter in group:
                 if not waiter.done():
@@ -150,6 +154,13 @@ class EventLog:
                 waiter.set_exception(outcome)
             else:
                 waiter.set_result(outcome)
+
+    async def forget(self, task_id: str) -> int:
+        """Remove every stored event of the task (it was deleted); how many there were."""
+        if self._writer is None:
+            raise RuntimeError("event log is not open")
+        async with self._write_lock:
+            return await asyncio.to_thread(_delete_task, self._writer, task_id)
 
     async def read(self, task_id: str, after: int, limit: int, max_bytes: int) -> HistoryPage:
         """Events with seq > after, in order, without a gap, at most `limit` of them and about
@@ -171,6 +182,10 @@ def _write_group(db: sqlite3.Connection, rows: list[_Row]) -> list[bool | Except
         db.execute("ROLLBACK")
         raise
     return outcomes
+
+
+def _delete_task(db: sqlite3.Connection, task_id: str) -> int:
+    return db.execute("DELETE FROM events WHERE task_id = ?", (task_id,)).rowcount
 
 
 def _insert(db: sqlite3.Connection, row: _Row) -> bool | Exception:

@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from shared.commands import HistoryReply, HistoryRequest
+from shared.commands import ForgetTaskReply, ForgetTaskRequest, HistoryReply, HistoryRequest
 from shared.delivery import DeliveryGuard, PermanentError
 from shared.events import Event, EventAdapter
 
@@ -87,6 +87,18 @@ class StorageHandlers:
                 error=f"storage failed to read the history: {type(exc).__name__}",
             )
         return HistoryReply(task_id=request.task_id, events=page.events, last_seq=page.last_seq)
+
+    async def on_forget(self, request: ForgetTaskRequest) -> ForgetTaskReply:
+        """Every replica removes its copy of a deleted task's events."""
+        try:
+            removed = await self.log.forget(request.task_id)
+        except Exception as exc:
+            log.exception("removing the events of task %s failed", request.task_id)
+            return ForgetTaskReply(
+                task_id=request.task_id, error=f"storage failed: {type(exc).__name__}"
+            )
+        log.info("task %s deleted: %d stored events removed", request.task_id, removed)
+        return ForgetTaskReply(task_id=request.task_id, removed=removed)
 
 
 def _logged_event(data: bytes) -> Event:

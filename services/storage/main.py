@@ -10,7 +10,7 @@ from faststream.nats.message import NatsBatchMessage
 
 from shared.broker import EVENTS, build_broker, durable_subscription
 from shared.streams import ensure_streams
-from shared.subjects import HISTORY_SUBJECT, Service, event_subject
+from shared.subjects import FORGET_SUBJECT, HISTORY_SUBJECT, Service, event_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .event_log import EventLog
@@ -48,6 +48,11 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
         title="storage.history",
         description="Request/reply: a task's events after a seq, in order.",
     )(handlers.on_history)
+    broker.subscriber(
+        FORGET_SUBJECT,  # no queue group: every replica keeps a copy, every one removes it
+        title="storage.forget",
+        description="Request/reply: remove a deleted task's events.",
+    )(handlers.on_forget)
 
     app = FastStream(broker)
 

@@ -139,7 +139,10 @@ def test_200_tasks_share_20_seats_first_come_first_served(stack: Stack) -> None:
     async def scenario() -> tuple[dict[str, dict[str, Any]], dict[str, int], dict[str, list[Any]]]:
         limits = httpx.Limits(max_connections=32)
         async with httpx.AsyncClient(
-            base_url=stack.config.gateway_url, timeout=30, limits=limits
+            base_url=stack.config.gateway_url,
+            headers=stack.auth_headers,
+            timeout=30,
+            limits=limits,
         ) as client:
             ids = [await _post(client, f"short: task {i}") for i in range(TASKS)]
             positions: dict[str, int] = {}
@@ -176,7 +179,9 @@ def test_a_restart_below_the_seats_in_use_admits_nobody_until_seats_free(stack: 
     with 3 seats. New tasks queue (no overshoot); the waiting tasks' sandboxes are stopped, files
     kept, and their seats go to the queue; answered, the waiting tasks get a seat again and find
     their files."""
-    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as client:
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+    ) as client:
         holders = [
             client.post("/v1/tasks", json={"task": f"hold: {i}"}).json()["id"] for i in range(6)
         ]
@@ -201,7 +206,7 @@ def test_a_restart_below_the_seats_in_use_admits_nobody_until_seats_free(stack: 
 
                 async def wait_new() -> dict[str, dict[str, Any]]:
                     async with httpx.AsyncClient(
-                        base_url=stack.config.gateway_url, timeout=30
+                        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
                     ) as ac:
                         return await _until_ended(ac, newcomers, 180, positions)
 
@@ -218,7 +223,7 @@ def test_a_restart_below_the_seats_in_use_admits_nobody_until_seats_free(stack: 
 
                 async def wait_holders() -> dict[str, dict[str, Any]]:
                     async with httpx.AsyncClient(
-                        base_url=stack.config.gateway_url, timeout=30
+                        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
                     ) as ac:
                         return await _until_ended(ac, holders, 180, {})
 

@@ -41,7 +41,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture
 def http(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as client:
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+    ) as client:
         yield client
 
 
@@ -148,7 +150,11 @@ def test_replayed_trajectory_reproduces_the_original_without_the_llm(
     http: httpx.Client, stack: Stack
 ) -> None:
     original = run_task(
-        stack.config.gateway_url, "print the squares", timeout_s=120, out=io.StringIO()
+        stack.config.gateway_url,
+        "print the squares",
+        timeout_s=120,
+        out=io.StringIO(),
+        api_key=stack.api_key,
     )
     trajectory = http.get(f"/v1/tasks/{original['id']}/trajectory").json()
     llm = f"http://127.0.0.1:{stack.config.llm_port}/stats"

@@ -55,7 +55,9 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
     )
     with (
         running(config) as stack,
-        httpx.Client(base_url=stack.config.gateway_url, timeout=10) as client,
+        httpx.Client(
+            base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=10
+        ) as client,
     ):
         ids = []
         for i in range(TASKS):

@@ -49,7 +49,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture
 def http(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as client:
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+    ) as client:
         yield client
 
 

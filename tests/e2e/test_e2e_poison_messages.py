@@ -13,6 +13,7 @@ import io
 import json
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -171,5 +172,11 @@ async def test_a_message_near_max_payload_on_every_subject_is_dead_lettered_once
 
     # And the system still does its work.
     seed = "Write a Python script that prints the squares of 1 to 10 and run it"
-    result = await asyncio.to_thread(run_task, stack.config.gateway_url, seed, 120, io.StringIO())
+    result = await asyncio.to_thread(
+        partial(run_task, api_key=stack.api_key),
+        stack.config.gateway_url,
+        seed,
+        120,
+        io.StringIO(),
+    )
     assert result["state"] == "FINISHED", result

@@ -35,7 +35,9 @@ def test_down_leaves_no_container_and_no_volume(tmp_path: Path) -> None:
     try:
         with (
             running(config) as stack,
-            httpx.Client(base_url=stack.config.gateway_url, timeout=30) as http,
+            httpx.Client(
+                base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+            ) as http,
         ):
             ids = [http.post("/v1/tasks", json={"task": f"t{i}"}).json()["id"] for i in range(3)]
             deadline = time.monotonic() + 90

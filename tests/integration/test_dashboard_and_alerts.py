@@ -113,7 +113,13 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
         try:
             _wait_all_targets_up(prometheus, expected=1 + len(config.metrics_ports))
             for _ in range(TASKS):
-                result = run_task(config.gateway_url, SEED_TASK, timeout_s=60, out=io.StringIO())
+                result = run_task(
+                    config.gateway_url,
+                    SEED_TASK,
+                    timeout_s=60,
+                    out=io.StringIO(),
+                    api_key=stack.api_key,
+                )
                 assert result["state"] == "FINISHED", result
             # The consumer gauges refresh every 5 s; a few scrapes after that.
             time.sleep(6)

@@ -75,7 +75,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, local_llm_port: int) -> Iter
 
 def test_local_model_solves_the_seed_task(stack: Stack) -> None:
     out = io.StringIO()
-    result = run_task(stack.config.gateway_url, TASK, timeout_s=TASK_TIMEOUT_S, out=out)
+    result = run_task(
+        stack.config.gateway_url,
+        TASK,
+        timeout_s=TASK_TIMEOUT_S,
+        out=out,
+        api_key=stack.api_key,
+    )
     transcript = out.getvalue()
     assert result["state"] == "FINISHED", transcript
     # The line was printed in the sandbox: a run/python output observation carries it.

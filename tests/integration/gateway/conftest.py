@@ -1,6 +1,9 @@
 """The gateway as a real process (`python -m services.gateway`) on real nats-server and
 redis-server, with the storage service played by `gateway_doubles.StorageDouble`.
 
+The gateway starts with an admin key; the session's tenant (`tests`) and its API key are made
+through the admin API, and the `http` client sends that key.
+
 The gateway tests get a nats-server of their own: the tasks they create stay queued for a
 controller that never comes, and must not be picked up by another suite's controller.
 """
@@ -20,10 +23,13 @@ from nats.aio.client import Client as NatsClient
 
 from services.gateway.settings import GatewaySettings
 from shared.streams import ensure_streams
-from shared.subjects import HISTORY_SUBJECT
+from shared.subjects import FORGET_SUBJECT, HISTORY_SUBJECT
+from tools.api_access import auth_headers, issue_key, new_admin_key
 from tools.procs import free_port, start_nats, wait_for_port
 
 HEARTBEAT_S = 1.0
+# No controller runs beside these tests: a task that must stop before its deletion never does.
+DELETE_STOP_TIMEOUT_S = 1.0
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +51,23 @@ async def gateway_settings(gateway_nats_url: str, redis_url: str) -> GatewaySett
         history_timeout_s=1.0,
         sse_heartbeat_s=HEARTBEAT_S,
         sse_gap_retry_s=0.1,
+        admin_api_key=new_admin_key(),
+        delete_stop_timeout_s=DELETE_STOP_TIMEOUT_S,
     )
     await ensure_streams(settings)
     return settings
+
+
+@pytest.fixture(scope="session")
+def admin_key(gateway_settings: GatewaySettings) -> str:
+    assert gateway_settings.admin_api_key is not None
+    return gateway_settings.admin_api_key.get_secret_value()
+
+
+@pytest.fixture(scope="session")
+def api_key(gateway_url: str, admin_key: str) -> str:
+    """An API key of the tenant `tests`, which every test's `http` client acts as."""
+    return issue_key(gateway_url, admin_key, "tests", name="gateway tests")
 
 
 @pytest.fixture(scope="session")
@@ -80,8 +100,10 @@ def gateway_url(
 
 
 @pytest.fixture
-async def http(gateway_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=gateway_url, timeout=15) as client:
+async def http(gateway_url: str, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        base_url=gateway_url, headers=auth_headers(api_key), timeout=15
+    ) as client:
         yield client
 
 
@@ -99,6 +121,7 @@ async def _storage_double(gateway_nats_url: str) -> AsyncIterator[StorageDouble]
     client = await nats.connect(gateway_nats_url)
     double = StorageDouble()
     await client.subscribe(HISTORY_SUBJECT, cb=double.handle)
+    await client.subscribe(FORGET_SUBJECT, cb=double.handle_forget)
     await client.flush()
     yield double
     await client.close()

@@ -20,7 +20,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from services.gateway.settings import GatewaySettings
-from shared.commands import HistoryReply, HistoryRequest
+from shared.commands import ForgetTaskReply, ForgetTaskRequest, HistoryReply, HistoryRequest
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 __all__ = [
@@ -34,12 +34,21 @@ __all__ = [
 
 
 class StorageDouble:
-    """Answers HistoryRequests from `events`, like the storage service would."""
+    """Answers HistoryRequests from `events`, and removes a task's events on a
+    ForgetTaskRequest, like the storage service would."""
 
     def __init__(self) -> None:
         self.events: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[HistoryRequest] = []
+        self.forgotten: list[str] = []
         self.answering = True
+
+    async def handle_forget(self, msg: Msg) -> None:
+        request = ForgetTaskRequest.model_validate_json(msg.data)
+        self.forgotten.append(request.task_id)
+        removed = len(self.events.pop(request.task_id, []))
+        reply = ForgetTaskReply(task_id=request.task_id, removed=removed)
+        await msg.respond(reply.model_dump_json().encode())
 
     def add(self, *events: dict[str, Any]) -> None:
         for event in events:
@@ -192,8 +201,10 @@ class SseReader:
 
 
 def gateway_env(settings: GatewaySettings) -> dict[str, str]:
+    admin_key = settings.admin_api_key
     return {
         **os.environ,
+        "DECKHANDS_ADMIN_API_KEY": "" if admin_key is None else admin_key.get_secret_value(),
         "DECKHANDS_NATS_URL": settings.nats_url,
         "DECKHANDS_REDIS_URL": settings.redis_url,
         "DECKHANDS_HOST": settings.host,
@@ -202,4 +213,5 @@ def gateway_env(settings: GatewaySettings) -> dict[str, str]:
         "DECKHANDS_SSE_HEARTBEAT_S": str(settings.sse_heartbeat_s),
         "DECKHANDS_SSE_GAP_RETRY_S": str(settings.sse_gap_retry_s),
         "DECKHANDS_DEFAULT_MAX_ITERATIONS": "30",
+        "DECKHANDS_DELETE_STOP_TIMEOUT_S": str(settings.delete_stop_timeout_s),
     }

@@ -264,7 +264,9 @@ async def test_a_client_that_goes_away_releases_its_stream(
     task_id = await new_task(http)
     storage.add(*make_events(task_id, 1, 1))
     before = await open_streams(http)
-    async with httpx.AsyncClient(base_url=str(http.base_url), timeout=STREAM_TIMEOUT) as other:
+    async with httpx.AsyncClient(
+        base_url=str(http.base_url), headers=http.headers, timeout=STREAM_TIMEOUT
+    ) as other:
         async with other.stream("GET", f"/v1/tasks/{task_id}/events/stream") as resp:
             reader = SseReader(resp)
             await reader.next_events(1)

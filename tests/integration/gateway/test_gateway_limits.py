@@ -20,6 +20,7 @@ import pytest
 from gateway_doubles import StorageDouble, gateway_env
 
 from services.gateway.settings import GatewaySettings
+from tools.api_access import auth_headers
 from tools.procs import free_port, wait_for_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -180,9 +181,11 @@ async def test_a_chunked_body_is_refused_once_it_passes_the_limit(gateway: Gatew
 
 
 async def test_a_body_within_the_limit_still_works(
-    gateway: Gateway, storage: StorageDouble
+    gateway: Gateway, storage: StorageDouble, api_key: str
 ) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
+    async with httpx.AsyncClient(
+        base_url=gateway.url, headers=auth_headers(api_key), timeout=10
+    ) as http:
         # 100,000 characters escaped as \u00e9: 600 KB of JSON, 200 KB once the gateway sends it.
         body = json.dumps({"task": "\u00e9" * 100_000})
         assert BODY_LIMIT / 2 < len(body) < BODY_LIMIT
@@ -252,10 +255,12 @@ async def test_an_idle_keep_alive_connection_is_closed(gateway: Gateway) -> None
 
 
 async def test_event_streams_per_client_are_capped(
-    gateway: Gateway, storage: StorageDouble
+    gateway: Gateway, storage: StorageDouble, api_key: str
 ) -> None:
     timeout = httpx.Timeout(10, read=30)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=timeout) as http:
+    async with httpx.AsyncClient(
+        base_url=gateway.url, headers=auth_headers(api_key), timeout=timeout
+    ) as http:
         created = await http.post("/v1/tasks", json={"task": "stream me"})
         task_id = created.json()["id"]
         path = f"/v1/tasks/{task_id}/events/stream"

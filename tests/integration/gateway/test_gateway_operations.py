@@ -15,8 +15,10 @@ import httpx
 import pytest
 from gateway_doubles import StorageDouble, gateway_env
 
+from services.gateway.api_keys import issue_api_key
 from services.gateway.main import build_app
 from services.gateway.settings import GatewaySettings
+from tools.api_access import auth_headers
 from tools.procs import free_port, start_nats, start_redis, wait_for_port
 
 
@@ -50,6 +52,9 @@ async def test_health_ready_metrics_and_docs(http: httpx.AsyncClient) -> None:
         "/v1/tasks/{task_id}/resume",
         "/v1/tasks/{task_id}/confirmation",
         "/v1/tasks/{task_id}/trajectory",
+        "/v1/admin/tenants",
+        "/v1/admin/tenants/{tenant_id}/keys",
+        "/v1/admin/tenants/{tenant_id}/keys/{prefix}",
         "/healthz",
         "/readyz",
         "/metrics",
@@ -94,8 +99,10 @@ async def test_readyz_names_what_is_down(
             assert body["detail"] == "not ready: redis unavailable"
             # The process itself is still alive.
             assert (await http.get("/healthz")).status_code == 200
-            # And a request that needs Redis says so instead of failing obscurely.
-            resp = await http.post("/v1/tasks", json={"task": "x"})
+            # And a request that needs Redis says so instead of failing obscurely (checking
+            # its key is the first thing that needs it).
+            any_key = auth_headers(issue_api_key().key)
+            resp = await http.post("/v1/tasks", json={"task": "x"}, headers=any_key)
             assert resp.status_code == 503 and "Redis" in resp.json()["detail"]
 
             nats_proc.terminate()
@@ -162,10 +169,11 @@ def second_gateway(
 async def test_shutdown_ends_open_streams_and_exits(
     second_gateway: tuple[GatewaySettings, subprocess.Popen[bytes], Path],
     storage: StorageDouble,
+    api_key: str,
 ) -> None:
     settings, proc, log = second_gateway
     base = f"http://{settings.host}:{settings.port}"
-    async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+    async with httpx.AsyncClient(base_url=base, headers=auth_headers(api_key), timeout=20) as http:
         task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
         async with http.stream("GET", f"/v1/tasks/{task_id}/events/stream") as resp:
             assert resp.status_code == 200

@@ -4,6 +4,7 @@ queued for the controller, and what the client is told."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 
 import httpx
@@ -11,11 +12,22 @@ from gateway_doubles import controller_inbox
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
+from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
+from services.gateway.task_records import TaskRecord, TaskRecords
+from services.gateway.task_service import NewTask
 from shared.events import AgentState, CmdRunAction, EventSource, new_id
 from shared.state import Awaiting, TaskResult, TaskState
 from shared.state_store import TaskStateStore
 
 SEED = "Write a Python script that prints the squares of 1 to 10 and run it"
+TENANT = "tests"  # the tenant of the `http` client's key (conftest)
+
+
+async def claim_key_as_a_dead_request_would(redis: Redis, key: str, task_id: str) -> None:
+    """What a creation with this key and the body {"task": SEED} does first."""
+    fingerprint = request_fingerprint("POST /v1/tasks", dataclasses.asdict(NewTask(SEED)))
+    bound = await IdempotencyKeys(redis, 60).claim(TENANT, key, fingerprint, task_id)
+    assert bound == task_id
 
 
 async def test_create_saves_state_and_queues_the_first_user_message(
@@ -195,12 +207,38 @@ async def test_concurrent_retries_with_one_key_make_one_task(
     assert len(await controller_inbox(nc, ids.pop(), expect=1, settle_s=1.0)) == 1
 
 
-async def test_reusing_a_key_for_another_task_is_refused(http: httpx.AsyncClient) -> None:
+async def test_reusing_a_key_for_another_request_is_refused(http: httpx.AsyncClient) -> None:
     key = {"Idempotency-Key": new_id()}
-    assert (await http.post("/v1/tasks", json={"task": "a"}, headers=key)).status_code == 202
-    resp = await http.post("/v1/tasks", json={"task": "b"}, headers=key)
-    assert resp.status_code == 422
-    assert "Idempotency-Key" in resp.json()["detail"]
+    first = await http.post("/v1/tasks", json={"task": "a"}, headers=key)
+    assert first.status_code == 202
+    task_id = first.json()["id"]
+    # The whole request counts, not only the task's text; and a key is one request, whatever
+    # the route.
+    for path, body in [
+        ("/v1/tasks", {"task": "b"}),
+        ("/v1/tasks", {"task": "a", "max_iterations": 3}),
+        ("/v1/tasks", {"task": "a", "network_egress": True}),
+        (f"/v1/tasks/{task_id}/messages", {"content": "a"}),
+        (f"/v1/tasks/{task_id}/stop", None),
+    ]:
+        resp = await http.post(path, json=body, headers=key)
+        assert resp.status_code == 422, (path, body, resp.text)
+        assert "Idempotency-Key" in resp.json()["detail"]
+    again = await http.post("/v1/tasks", json={"task": "a"}, headers=key)
+    assert again.status_code == 202 and again.json()["id"] == task_id
+
+
+async def test_a_message_key_reused_with_other_content_is_refused(
+    http: httpx.AsyncClient, nc: NatsClient
+) -> None:
+    task_id = (await http.post("/v1/tasks", json={"task": "x"})).json()["id"]
+    key = {"Idempotency-Key": new_id()}
+    path = f"/v1/tasks/{task_id}/messages"
+    assert (await http.post(path, json={"content": "hi"}, headers=key)).status_code == 202
+    resp = await http.post(path, json={"content": "bye"}, headers=key)
+    assert resp.status_code == 422, resp.text
+    queued = await controller_inbox(nc, task_id, expect=2, settle_s=1.0)
+    assert [q.get("content") for q in queued] == ["x", "hi"]
 
 
 async def test_retry_completes_a_creation_that_died_before_saving_the_state(
@@ -210,7 +248,7 @@ async def test_retry_completes_a_creation_that_died_before_saving_the_state(
     key = new_id()
     orphan_id = new_id()
     store = TaskStateStore(redis)
-    assert await store.claim_idempotency_key(f"tasks:{key}", orphan_id, 60) == orphan_id
+    await claim_key_as_a_dead_request_would(redis, key, orphan_id)
 
     resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})
     assert resp.status_code == 202 and resp.json()["id"] == orphan_id
@@ -223,11 +261,13 @@ async def test_retry_completes_a_creation_that_died_before_saving_the_state(
 async def test_retry_completes_a_creation_that_died_before_publishing(
     http: httpx.AsyncClient, nc: NatsClient, redis: Redis
 ) -> None:
-    # A first attempt claimed the key and saved the state, then died before publishing.
+    # A first attempt claimed the key and saved the record and the state, then died before
+    # publishing.
     key = new_id()
     task_id = new_id()
     store = TaskStateStore(redis)
-    await store.claim_idempotency_key(f"tasks:{key}", task_id, 60)
+    await claim_key_as_a_dead_request_would(redis, key, task_id)
+    await TaskRecords(redis).put(task_id, TaskRecord(tenant_id=TENANT, idempotency_key=key))
     assert await store.create(TaskState(task_id=task_id, task=SEED, max_iterations=5))
 
     resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})

@@ -24,6 +24,8 @@ from shared.commands import HistoryReply, HistoryRequest
 from shared.events import new_id
 from shared.subjects import event_subject
 
+TENANT = "unit-tests"
+
 
 def event(task_id: str, seq: int) -> dict[str, Any]:
     return {"id": f"e{seq}", "task_id": task_id, "seq": seq, "kind": "message", "content": "c"}
@@ -56,7 +58,7 @@ async def events(broker: NatsBroker, redis: Redis, unit_settings: GatewaySetting
 
 @pytest.fixture
 async def task_id(events: EventService) -> str:
-    created = await events.tasks.create(NewTask("x"))
+    created = await events.tasks.create(NewTask("x"), TENANT)
     return created.state.task_id
 
 
@@ -109,7 +111,7 @@ async def test_a_long_history_is_paged_then_live_events_follow(
     events: EventService, task_id: str, log: Log, unit_settings: GatewaySettings
 ) -> None:
     log.store(1, 7)  # the page size is 2 in these tests
-    reader = Reader(await events.open_stream(task_id, after=0))
+    reader = Reader(await events.open_stream(task_id, after=0, tenant_id=TENANT))
     try:
         assert await reader.take(7) == [1, 2, 3, 4, 5, 6, 7]
         log.store(8, 9)
@@ -123,7 +125,7 @@ async def test_a_gap_waits_out_a_storage_outage(
     events: EventService, task_id: str, log: Log, unit_settings: GatewaySettings
 ) -> None:
     log.store(1, 1)
-    reader = Reader(await events.open_stream(task_id, after=0))
+    reader = Reader(await events.open_stream(task_id, after=0, tenant_id=TENANT))
     try:
         assert await reader.take(1) == [1]
         log.answering = False
@@ -140,7 +142,7 @@ async def test_a_gap_waits_out_a_storage_outage(
 async def test_heartbeats_keep_an_idle_stream_open(
     events: EventService, task_id: str, log: Log
 ) -> None:
-    reader = Reader(await events.open_stream(task_id, after=0))
+    reader = Reader(await events.open_stream(task_id, after=0, tenant_id=TENANT))
     try:
         with pytest.raises(TimeoutError):
             await reader.take(1, timeout_s=1.3)  # heartbeat every 0.5s in these tests
@@ -154,7 +156,7 @@ async def test_closing_the_stream_unsubscribes(
 ) -> None:
     log.store(1, 1)
     before = len(broker.connection._subs)
-    stream = await events.open_stream(task_id, after=0)
+    stream = await events.open_stream(task_id, after=0, tenant_id=TENANT)
     assert len(broker.connection._subs) == before + 1
     reader = Reader(stream)
     assert await reader.take(1) == [1]
@@ -168,10 +170,10 @@ async def test_opening_fails_before_streaming_when_storage_is_silent(
     log.answering = False
     before = len(broker.connection._subs)
     with pytest.raises(StorageUnavailable):
-        await events.open_stream(task_id, after=0)
+        await events.open_stream(task_id, after=0, tenant_id=TENANT)
     assert len(broker.connection._subs) == before  # nothing left subscribed
     with pytest.raises(TaskNotFound):
-        await events.open_stream(new_id(), after=0)
+        await events.open_stream(new_id(), after=0, tenant_id=TENANT)
 
 
 async def test_stopping_streams_ends_them_and_forgets_them(
@@ -179,7 +181,7 @@ async def test_stopping_streams_ends_them_and_forgets_them(
 ) -> None:
     log.store(1, 1)
     before = len(broker.connection._subs)
-    streams = [await events.open_stream(task_id, after=0) for _ in range(3)]
+    streams = [await events.open_stream(task_id, after=0, tenant_id=TENANT) for _ in range(3)]
     readers = [asyncio.create_task(_collect(s)) for s in streams]
     await asyncio.sleep(0.2)
     events.stop_streams()

@@ -26,6 +26,8 @@ from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, work_subject
 from tools.procs import free_port, start_nats
 
+TENANT = "unit-tests"
+
 
 def service(redis: Redis, broker: NatsBroker) -> TaskService:
     return TaskService(TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60)
@@ -42,7 +44,7 @@ def test_task_ids_and_derived_event_ids() -> None:
 
 async def test_an_id_that_cannot_be_a_task_is_not_found(redis: Redis, broker: NatsBroker) -> None:
     with pytest.raises(TaskNotFound, match="not found"):
-        await service(redis, broker).get("a.b.>")
+        await service(redis, broker).get("a.b.>", TENANT)
 
 
 @pytest.fixture
@@ -80,7 +82,7 @@ async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
         store = TaskStateStore(redis)
         text = f"task {new_id()}"
         with pytest.raises(PublishFailed, match="nothing was accepted") as failure:
-            await tasks.create(NewTask(text))
+            await tasks.create(NewTask(text), TENANT)
         assert failure.value.status_code == 503
         # The one task it made is ERROR, not LOADING forever: no retry can reach it.
         states = [
@@ -103,17 +105,17 @@ async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
     try:
         tasks = service(redis, broker)
         with pytest.raises(PublishFailed):
-            await tasks.create(NewTask("build it", max_iterations=4), idempotency_key=key)
+            await tasks.create(NewTask("build it", max_iterations=4), TENANT, key)
 
         await ensure_streams(nats_without_streams)  # NATS is back to normal
-        created = await tasks.create(NewTask("build it", max_iterations=4), idempotency_key=key)
+        created = await tasks.create(NewTask("build it", max_iterations=4), TENANT, key)
         assert created.replayed
         assert created.state.agent_state is AgentState.LOADING
         assert created.state.max_iterations == 4
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
 
         # And again: the first message's id is derived from the task, so it is stored once.
-        again = await tasks.create(NewTask("build it", max_iterations=4), idempotency_key=key)
+        again = await tasks.create(NewTask("build it", max_iterations=4), TENANT, key)
         assert again.state.task_id == created.state.task_id
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
     finally:
@@ -130,7 +132,7 @@ async def test_network_egress_is_refused_when_the_server_disallows_it(
         idempotency_ttl_s=60,
     )
     with pytest.raises(EgressForbidden, match="DECKHANDS_ALLOW_NETWORK_EGRESS") as refused:
-        await strict.create(NewTask("fetch a page", network_egress=True))
+        await strict.create(NewTask("fetch a page", network_egress=True), TENANT)
     assert refused.value.status_code == 403
-    created = await strict.create(NewTask("offline work"))  # no egress asked: fine
+    created = await strict.create(NewTask("offline work"), TENANT)  # no egress asked: fine
     assert not created.state.network_egress

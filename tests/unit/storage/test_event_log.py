@@ -103,3 +103,18 @@ async def test_events_survive_reopening(tmp_path: Path) -> None:
         assert (await again.read("t", 0, 10, 1 << 20)).last_seq == 1
     finally:
         await again.close()
+
+
+async def test_forgetting_a_task_removes_its_events_only_even_while_others_are_stored(
+    log: EventLog,
+) -> None:
+    for seq in range(1, 6):
+        await store(log, "doomed", seq)
+    # Removal and group commits share the writer connection: run them side by side.
+    removed, *stored = await asyncio.gather(
+        log.forget("doomed"), *(store(log, "kept", seq) for seq in range(1, 51))
+    )
+    assert removed == 5 and all(stored)
+    assert (await log.read("doomed", 0, 100, 1 << 20)).events == []
+    assert len((await log.read("kept", 0, 100, 1 << 20)).events) == 50
+    assert await log.forget("doomed") == 0

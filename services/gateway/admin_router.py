@@ -1,0 +1,102 @@
+"""HTTP routes of /v1/admin: tenants and their API keys, for the operator (the admin key).
+Logic lives in TenantStore."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, status
+
+from .api_keys import KEY_PREFIX_PATTERN
+from .auth import AdminDep
+from .context import TenantStoreDep
+from .models import (
+    ApiKeyList,
+    ApiKeyView,
+    CreateApiKeyRequest,
+    CreateTenantRequest,
+    ErrorResponse,
+    InvalidRequestResponse,
+    IssuedApiKey,
+    TenantList,
+    TenantView,
+)
+from .tenants import TENANT_ID_PATTERN
+
+__all__ = ["router"]
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "No admin key, or a wrong one"},
+    422: {"model": InvalidRequestResponse, "description": "An invalid field (each named)"},
+    503: {"model": ErrorResponse, "description": "Redis unavailable; retry"},
+}
+_NO_TENANT: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "Unknown tenant"}
+}
+
+router = APIRouter(
+    prefix="/v1/admin", tags=["admin"], dependencies=[AdminDep], responses=_RESPONSES
+)
+
+TenantId = Annotated[str, Path(pattern=TENANT_ID_PATTERN)]
+
+
+@router.post(
+    "/tenants",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TenantView,
+    responses={409: {"model": ErrorResponse, "description": "The tenant exists already"}},
+    summary="Create a tenant",
+)
+async def create_tenant(body: CreateTenantRequest, tenants: TenantStoreDep) -> TenantView:
+    return TenantView.of(await tenants.create_tenant(body.id, body.name or body.id))
+
+
+@router.get("/tenants", response_model=TenantList, summary="Every tenant, oldest first")
+async def list_tenants(tenants: TenantStoreDep) -> TenantList:
+    return TenantList(tenants=[TenantView.of(t) for t in await tenants.list_tenants()])
+
+
+@router.get(
+    "/tenants/{tenant_id}", response_model=TenantView, responses=_NO_TENANT, summary="A tenant"
+)
+async def get_tenant(tenant_id: TenantId, tenants: TenantStoreDep) -> TenantView:
+    return TenantView.of(await tenants.get_tenant(tenant_id))
+
+
+@router.post(
+    "/tenants/{tenant_id}/keys",
+    status_code=status.HTTP_201_CREATED,
+    response_model=IssuedApiKey,
+    responses=_NO_TENANT,
+    summary="Issue an API key to the tenant (the answer is the only time the key is shown)",
+)
+async def issue_key(
+    tenant_id: TenantId, body: CreateApiKeyRequest, tenants: TenantStoreDep
+) -> IssuedApiKey:
+    issued = await tenants.issue_key(tenant_id, body.name)
+    return IssuedApiKey(**ApiKeyView.of(issued.record).model_dump(), key=issued.key)
+
+
+@router.get(
+    "/tenants/{tenant_id}/keys",
+    response_model=ApiKeyList,
+    responses=_NO_TENANT,
+    summary="The tenant's keys by prefix, revoked ones included, oldest first",
+)
+async def list_keys(tenant_id: TenantId, tenants: TenantStoreDep) -> ApiKeyList:
+    return ApiKeyList(keys=[ApiKeyView.of(k) for k in await tenants.list_keys(tenant_id)])
+
+
+@router.delete(
+    "/tenants/{tenant_id}/keys/{prefix}",
+    response_model=ApiKeyView,
+    responses={404: {"model": ErrorResponse, "description": "Unknown tenant or key"}},
+    summary="Revoke a key: it fails from the next request on (revoking it again changes nothing)",
+)
+async def revoke_key(
+    tenant_id: TenantId,
+    prefix: Annotated[str, Path(pattern=KEY_PREFIX_PATTERN, description="`dh_<id>`")],
+    tenants: TenantStoreDep,
+) -> ApiKeyView:
+    return ApiKeyView.of(await tenants.revoke_key(tenant_id, prefix))

@@ -1,0 +1,99 @@
+"""The security suite attacks a whole running system from outside, as a client would: every
+service a process of its own on real NATS, Redis and Docker, the LLM the scripted server
+(scripts/). Two tenants, `alpha` (the victim) and `beta` (the attacker), each with an API key
+made through the admin API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tools.api_access import auth_headers, issue_key
+from tools.stack import Stack, StackConfig, running
+
+SCRIPT = Path(__file__).parent / "scripts" / "tenants.json"
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    config = StackConfig.isolated(
+        Path(tmp_path_factory.mktemp("security")),
+        llm_script=SCRIPT,
+        extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"},
+    )
+    with running(config) as stack:
+        yield stack
+
+
+@dataclass
+class Tenant:
+    """One tenant's client, and what a test asks of the system on its behalf."""
+
+    name: str
+    key: str
+    http: httpx.Client
+
+    def create(self, **body: Any) -> str:
+        answer = self.http.post("/v1/tasks", json=body)
+        assert answer.status_code == 202, answer.text
+        return str(answer.json()["id"])
+
+    def view(self, task_id: str) -> dict[str, Any]:
+        answer = self.http.get(f"/v1/tasks/{task_id}")
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    def wait(self, task_id: str, *states: str, timeout_s: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        view = self.view(task_id)
+        while view["state"] not in states:
+            assert time.monotonic() < deadline, f"{task_id} never reached {states}: {view}"
+            time.sleep(0.2)
+            view = self.view(task_id)
+        return view
+
+    def log(self, task_id: str) -> list[dict[str, Any]]:
+        answer = self.http.get(f"/v1/tasks/{task_id}/trajectory")
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["events"])
+
+
+def _tenant(stack: Stack, name: str) -> Iterator[Tenant]:
+    key = issue_key(stack.config.gateway_url, stack.admin_api_key, name, name="security suite")
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=auth_headers(key), timeout=30
+    ) as http:
+        yield Tenant(name, key, http)
+
+
+@pytest.fixture(scope="session")
+def alpha(stack: Stack) -> Iterator[Tenant]:
+    yield from _tenant(stack, "alpha")
+
+
+@pytest.fixture(scope="session")
+def beta(stack: Stack) -> Iterator[Tenant]:
+    yield from _tenant(stack, "beta")
+
+
+@pytest.fixture
+def anonymous(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.config.gateway_url, timeout=30) as http:
+        yield http
+
+
+@pytest.fixture
+def llm_requests(stack: Stack) -> Any:
+    """The scripted LLM's count of chat requests per task text: what an agent did."""
+
+    def count(task: str) -> int:
+        stats = httpx.get(f"http://127.0.0.1:{stack.config.llm_port}/stats", timeout=10).json()
+        return int(stats["tasks"].get(task, 0))
+
+    return count
