@@ -140,9 +140,12 @@ def durable_subscription(
 
     With `batch_size`, the handler gets up to that many messages at once (a list; FastStream's
     per-message work is paid once per batch) and settles each of them itself, with the
-    broker's `guard`; `workers` is then the number of batches handled at once."""
+    broker's `guard`; batches are handled one at a time (FastStream has no concurrent batches),
+    so `workers` must stay 1."""
     pull: PullSub[Any]
     if batch_size is not None:
+        if workers != 1:
+            raise ValueError("a batch subscription handles one batch at a time (workers=1)")
         pull = PullSub(batch_size=batch_size, timeout=1.0, batch=True)
     else:
         # Small fetches: a replica takes what it can start now and leaves the rest to others.

@@ -35,7 +35,6 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
             settings,
             EVENTS,
             settings.replica,
-            workers=settings.workers,
             batch_size=settings.batch_size,
         ),
     )

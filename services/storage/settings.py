@@ -24,10 +24,6 @@ class StorageSettings(CommonSettings):
         default=128,
         ge=1,
         le=1024,
-        description="Events taken from the log at once; a batch's rows share one commit.",
-    )
-    workers: int = Field(
-        default=4,
-        ge=1,
-        description="Batches stored concurrently; rows waiting together share a commit.",
+        description="Events taken from the log at once; a batch's rows share one commit (one "
+        "fsync), and one batch is stored at a time.",
     )
