@@ -174,6 +174,20 @@ async def run_tasks(
 
 
 async def events_of(client: httpx.AsyncClient, task_id: str) -> list[dict[str, Any]]:
+    """A finished task's whole log. Storage writes the log a moment after the State says the
+    task ended, so this reads until the log holds the end (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        events = await _stored_events(client, task_id)
+        ended = any(
+            e.get("kind") == "agent_state_changed" and e.get("agent_state") in ENDED for e in events
+        )
+        if ended or time.monotonic() > deadline:
+            return events
+        await asyncio.sleep(0.05)
+
+
+async def _stored_events(client: httpx.AsyncClient, task_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     after = 0
     while True:

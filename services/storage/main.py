@@ -36,6 +36,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
             EVENTS,
             settings.replica,
             batch_size=settings.batch_size,
+            batch_wait_s=settings.batch_wait_s,
         ),
     )
     async def on_events(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:

@@ -27,3 +27,10 @@ class StorageSettings(CommonSettings):
         description="Events taken from the log at once; a batch's rows share one commit (one "
         "fsync), and one batch is stored at a time.",
     )
+    batch_wait_s: float = Field(
+        default=0.1,
+        gt=0,
+        le=5,
+        description="How long a batch waits to fill: the longest an event waits to be stored "
+        "when events come one by one.",
+    )
