@@ -31,7 +31,7 @@ def blob_name(task_id: str, sha256: str) -> str:
     return f"{task_id}/{sha256}"
 
 
-async def ensure_blob_bucket(js: JetStreamContext, max_bytes: int) -> None:
+async def ensure_blob_bucket(js: JetStreamContext, max_bytes: int, replicas: int = 1) -> None:
     """Create the bucket unless it exists (idempotent, every service may call it)."""
     try:
         await js.object_store(BLOBS_BUCKET)
@@ -42,6 +42,7 @@ async def ensure_blob_bucket(js: JetStreamContext, max_bytes: int) -> None:
                 description="Large content that deckhands events refer to (claim checks).",
                 max_bytes=max_bytes,
                 storage=StorageType.FILE,
+                replicas=replicas,
             ),
         )
 

@@ -104,7 +104,7 @@ def build_broker(
             await holder[0].connection_closed()
 
     broker = ServiceBroker(
-        settings.nats_url,
+        settings.nats_servers,
         name=f"deckhands-{service.value}",
         middlewares=[
             ProgressMiddleware,  # first, so a message the guard dead-letters counts as progress

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .events import RunnableAction, new_id
 
-# Every name here is a command model (a test checks the schema has each); MAX_SEQ is imported
-# by name.
+# Every name here is a command model (a test checks the schema has each); MAX_SEQ and
+# ORDER_REFUSED are imported by name.
 __all__ = [
     "ExecuteAction",
     "ForgetTaskReply",
@@ -67,6 +67,11 @@ class ExecuteAction(_Command):
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",
     )
+
+
+# The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:
+# not the action the task's State awaits, not approved, or the task stopped or paused.
+ORDER_REFUSED = "order_refused"
 
 
 class PrepareSandbox(_Command):

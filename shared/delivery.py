@@ -28,6 +28,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 
 from .events import AnswerMissingObservation, EventSource
+from .outages import is_jetstream_outage
 from .publishing import MAX_MSG_ID_BYTES, MessageTooLarge, publish_event_to
 from .subjects import DLQ_STREAM, Service, dlq_subject
 
@@ -119,7 +120,9 @@ class DeliveryGuard:
         """One JetStream message whose processing failed: dead-letter it if it can never
         succeed or has used its deliveries, otherwise nack it with backoff."""
         delivered = raw.metadata.num_delivered
-        if self.is_permanent(exc) or delivered >= self.max_deliveries:
+        # A stream without a leader for a moment is no reason to give up on a message.
+        exhausted = delivered >= self.max_deliveries and not is_jetstream_outage(exc)
+        if self.is_permanent(exc) or exhausted:
             await self.dead_letter(broker, raw, exc, delivered)
             return
         delay = backoff_delay(delivered, self.backoff_s, self.backoff_max_s)

@@ -8,12 +8,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["CommonSettings"]
 
 
+def _check_url(value: str) -> None:
+    if "://" not in value:
+        raise ValueError(f"{value!r} is not a URL (expected scheme://host:port)")
+
+
 class CommonSettings(BaseSettings):
     """Read from DECKHANDS_* environment variables; a bad value stops start-up with its name."""
 
     model_config = SettingsConfigDict(env_prefix="DECKHANDS_", extra="ignore", frozen=True)
 
-    nats_url: str = "nats://127.0.0.1:4222"
+    nats_url: str = Field(
+        default="nats://127.0.0.1:4222",
+        description="The NATS server, or a cluster's servers separated by commas (a client "
+        "connects to any of them and moves to another when it goes down).",
+    )
     redis_url: str = "redis://127.0.0.1:6379/0"
     metrics_port: int = Field(
         default=0, ge=0, le=65535, description="/metrics, /healthz and /readyz; 0: none."
@@ -50,6 +59,13 @@ class CommonSettings(BaseSettings):
         default=60.0, gt=0, description="A silent consumer's message is redelivered after this."
     )
     stream_max_age_days: float = Field(default=30.0, gt=0)
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Copies of each stream (and the blob store) in a JetStream cluster: 3 "
+        "survives the loss of one server; at most the number of servers.",
+    )
     blob_store_max_bytes: int = Field(
         default=8 << 30,
         ge=1 << 20,
@@ -62,12 +78,23 @@ class CommonSettings(BaseSettings):
     )
     otel_endpoint: str = "http://127.0.0.1:4318/v1/traces"
 
-    @field_validator("nats_url", "redis_url")
+    @field_validator("nats_url")
     @classmethod
-    def _has_scheme(cls, value: str) -> str:
-        if "://" not in value:
-            raise ValueError(f"{value!r} is not a URL (expected scheme://host:port)")
+    def _are_urls(cls, value: str) -> str:
+        for url in value.split(","):
+            _check_url(url.strip())
         return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _is_url(cls, value: str) -> str:
+        _check_url(value)
+        return value
+
+    @property
+    def nats_servers(self) -> list[str]:
+        """The servers of nats_url, as nats-py takes them."""
+        return [url.strip() for url in self.nats_url.split(",") if url.strip()]
 
     @field_validator("otel_exporter")
     @classmethod

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import AgentState, RiskLevel, RunnableAction, utc_now
+from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, utc_now
 
-__all__ = ["Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
+__all__ = ["Approval", "ApprovedBy", "Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
 
 _PROCESSED_KEPT = 256
 # An outbox is needed again only when its input is redelivered: the controller died between
@@ -31,6 +31,24 @@ class Awaiting(StrEnum):
     USER = "user"
     CONFIRMATION = "confirmation"
     DELEGATE = "delegate"
+
+
+class ApprovedBy(StrEnum):
+    """Who let a runnable action run."""
+
+    SECURITY = "security"  # the security monitor's ALLOW verdict, no confirmation needed
+    USER = "user"  # confirmation mode: the user confirmed it
+
+
+class Approval(BaseModel):
+    """The review that let the action the task awaits from the runtime run. The runtime runs an
+    order only when the State awaits that very action and holds its approval."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action_id: str
+    by: ApprovedBy
+    answer_id: str = Field(description="The ALLOW verdict's or the user's confirmation's id.")
 
 
 class TaskResult(BaseModel):
@@ -96,6 +114,20 @@ class TaskState(BaseModel):
     recent: list[str] = Field(
         default_factory=list, description="Signatures since the last user message (stuck check)."
     )
+    delegation_depth: int = Field(
+        default=0, ge=0, description="How deep a sub-task is: 0 for a task made through the API."
+    )
+    max_delegation_depth: int = Field(
+        default=3, ge=0, description="The deepest sub-task this task's tree may create."
+    )
+    max_sub_tasks: int = Field(
+        default=10, ge=0, description="Sub-tasks one task may delegate over its life."
+    )
+    sub_task_spend: dict[str, SubTaskSpend] = Field(
+        default_factory=dict,
+        description="Each sub-task's latest report of what it used (its own sub-tasks "
+        "included): it counts toward this task's iterations and budget.",
+    )
     parent_task_id: str | None = None
     parent_action_id: str | None = Field(
         default=None, description="The parent's AgentDelegateAction this sub-task answers."
@@ -115,6 +147,9 @@ class TaskState(BaseModel):
     pending_action: RunnableAction | None = Field(
         default=None, description="The runnable action under review or running."
     )
+    approval: Approval | None = Field(
+        default=None, description="How the action sent to the runtime was approved."
+    )
     result: TaskResult | None = None
     usage: TaskUsage = Field(default_factory=TaskUsage)
 
@@ -123,6 +158,21 @@ class TaskState(BaseModel):
         default_factory=dict,
         description="What each recent input produced, to replay on redelivery.",
     )
+
+    def iterations_used(self) -> int:
+        """The task's own steps and those of its sub-tasks: what max_iterations bounds."""
+        return self.iteration + sum(s.iterations for s in self.sub_task_spend.values())
+
+    def total_usage(self) -> TaskUsage:
+        """The task's own LLM use and its sub-tasks': what max_budget_usd bounds."""
+        spent = self.sub_task_spend.values()
+        u = self.usage
+        return TaskUsage(
+            prompt_tokens=u.prompt_tokens + sum(s.prompt_tokens for s in spent),
+            completion_tokens=u.completion_tokens + sum(s.completion_tokens for s in spent),
+            cost_usd=u.cost_usd + sum(s.cost_usd for s in spent),
+            llm_calls=u.llm_calls + sum(s.llm_calls for s in spent),
+        )
 
     def has_processed(self, input_id: str) -> bool:
         return input_id in self.processed

@@ -1,4 +1,10 @@
-"""JetStream streams: declared once at start-up by every service, idempotently."""
+"""JetStream streams: declared by `python -m tools.streams` (an admin's step), checked by every
+service at start-up.
+
+`ensure_streams` creates a missing stream and updates one whose config differs, and does
+nothing to one that is as declared: a service whose NATS user may not manage streams passes
+when the streams are there, and fails with the server's refusal when they are not.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ def stream_configs(settings: CommonSettings) -> list[StreamConfig]:
             max_age=max_age,
             duplicate_window=_DUPLICATE_WINDOW_S,
             discard=DiscardPolicy.OLD,
+            num_replicas=settings.stream_replicas,
         ),
         StreamConfig(
             name=WORK_STREAM,
@@ -38,6 +45,7 @@ def stream_configs(settings: CommonSettings) -> list[StreamConfig]:
             storage=StorageType.FILE,
             max_age=max_age,
             duplicate_window=_DUPLICATE_WINDOW_S,
+            num_replicas=settings.stream_replicas,
         ),
         StreamConfig(
             name=DLQ_STREAM,
@@ -47,23 +55,47 @@ def stream_configs(settings: CommonSettings) -> list[StreamConfig]:
             storage=StorageType.FILE,
             max_age=max_age,
             duplicate_window=_DUPLICATE_WINDOW_S,
+            num_replicas=settings.stream_replicas,
         ),
     ]
 
 
+# The fields stream_configs sets: a stream that has these as declared needs no update.
+_DECLARED_FIELDS = (
+    "subjects",
+    "retention",
+    "storage",
+    "max_age",
+    "duplicate_window",
+    "discard",
+    "num_replicas",
+    "description",
+)
+
+
+def _as_declared(current: StreamConfig, wanted: StreamConfig) -> bool:
+    return all(
+        getattr(wanted, name) is None or getattr(current, name) == getattr(wanted, name)
+        for name in _DECLARED_FIELDS
+    )
+
+
 async def ensure_streams(settings: CommonSettings) -> None:
     """Create the streams, or bring an existing one's config up to date."""
-    nc = await nats.connect(settings.nats_url, connect_timeout=5, max_reconnect_attempts=3)
+    nc = await nats.connect(
+        servers=settings.nats_servers, connect_timeout=5, max_reconnect_attempts=3
+    )
     try:
         js = nc.jetstream()
         for config in stream_configs(settings):
             assert config.name is not None
             try:
-                await js.stream_info(config.name)
+                info = await js.stream_info(config.name)
             except NotFoundError:
                 await js.add_stream(config)
             else:
-                await js.update_stream(config)
-        await ensure_blob_bucket(js, settings.blob_store_max_bytes)
+                if not _as_declared(info.config, config):
+                    await js.update_stream(config)
+        await ensure_blob_bucket(js, settings.blob_store_max_bytes, settings.stream_replicas)
     finally:
         await nc.close()

@@ -140,7 +140,8 @@ def _line(letter: DeadLetter) -> str:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    nc = await nats.connect(args.nats, connect_timeout=5, max_reconnect_attempts=1)
+    servers = [url.strip() for url in args.nats.split(",") if url.strip()]
+    nc = await nats.connect(servers=servers, connect_timeout=5, max_reconnect_attempts=1)
     try:
         js = nc.jetstream()
         if args.command == "list":
@@ -184,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--nats", default=CommonSettings().nats_url, help="NATS server URL")
+    parser.add_argument(
+        "--nats", default=CommonSettings().nats_url, help="NATS server URL(s), comma-separated"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="dead letters, oldest first")
     listing.add_argument("--service")

@@ -7,9 +7,11 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "NatsClusterNode",
     "PortInUse",
     "ensure_port_free",
     "free_port",
@@ -62,10 +64,48 @@ def _binary(name: str) -> str:
     return found
 
 
-def start_nats(port: int, store_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+@dataclass(frozen=True)
+class NatsClusterNode:
+    """One server of a local JetStream cluster: its name, its route port, and every node's route
+    port (its own included: nats-server ignores a route to itself)."""
+
+    name: str
+    route_port: int
+    route_ports: tuple[int, ...]
+
+    def arguments(self) -> list[str]:
+        routes = ",".join(f"nats://127.0.0.1:{p}" for p in self.route_ports)
+        return [
+            "--name",
+            self.name,
+            "--cluster_name",
+            "deckhands",
+            "--cluster",
+            f"nats://127.0.0.1:{self.route_port}",
+            "--routes",
+            routes,
+        ]
+
+
+def start_nats(
+    port: int, store_dir: Path, log: Path, cluster: NatsClusterNode | None = None
+) -> subprocess.Popen[bytes]:
+    """One nats-server with JetStream; with `cluster`, a node of a cluster. A clustered node
+    opens its client port before the cluster has a JetStream leader: callers that need
+    JetStream wait for it (a stream operation retried until it answers)."""
     store_dir.mkdir(parents=True, exist_ok=True)
+    arguments = [
+        _binary("nats-server"),
+        "-js",
+        "-sd",
+        str(store_dir),
+        "-a",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
     proc = subprocess.Popen(
-        [_binary("nats-server"), "-js", "-sd", str(store_dir), "-a", "127.0.0.1", "-p", str(port)],
+        arguments + (cluster.arguments() if cluster else []),
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

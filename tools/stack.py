@@ -1,7 +1,10 @@
 """Run the whole deckhands system on this machine: `python -m tools.stack up|down|status`.
 
 Starts nats-server (JetStream), redis-server, an LLM server unless a provider is configured
-(DECKHANDS_LLM_MODEL), and the six services as separate processes. The LLM server is the local
+(DECKHANDS_LLM_MODEL), and the six services as separate processes. NATS is one server, or with
+DECKHANDS_STACK_NATS_NODES=3 a JetStream cluster of three (`nats-0`..`nats-2`, client ports from
+DECKHANDS_STACK_NATS_PORT up, route ports 2000 above them) whose streams have three replicas.
+The streams are declared once NATS answers, before any service starts. The LLM server is the local
 model (DECKHANDS_STACK_LLM=local, the default) or the scripted one (=scripted). State, logs and
 pids live under `.run/`.
 
@@ -14,6 +17,7 @@ tenant DECKHANDS_STACK_TENANT (`local`) through the admin API and keeps an API k
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -37,7 +41,14 @@ from .api_access import (
     write_secret,
 )
 from .local_llm import LocalLLMError
-from .procs import ensure_port_free, free_port, start_nats, start_redis, wait_for_port
+from .procs import (
+    NatsClusterNode,
+    ensure_port_free,
+    free_port,
+    start_nats,
+    start_redis,
+    wait_for_port,
+)
 
 __all__ = ["WORKERS", "Stack", "StackConfig", "main", "running"]
 
@@ -51,6 +62,10 @@ DEFAULT_SCRIPT = ROOT / "tools" / "scripted_llm" / "scripts" / "seed_squares.jso
 class StackConfig:
     run_dir: Path = ROOT / ".run"
     nats_port: int = int(os.environ.get("DECKHANDS_STACK_NATS_PORT", "4222"))
+    # 1: one nats-server named "nats". More: a JetStream cluster, "nats-0".."nats-<n-1>".
+    nats_nodes: int = int(os.environ.get("DECKHANDS_STACK_NATS_NODES", "1"))
+    # (client port, route port) of each cluster node; derived from nats_port when left empty.
+    nats_cluster_ports: tuple[tuple[int, int], ...] = ()
     redis_port: int = int(os.environ.get("DECKHANDS_STACK_REDIS_PORT", "6379"))
     gateway_port: int = int(os.environ.get("DECKHANDS_STACK_GATEWAY_PORT", "8000"))
     llm_port: int = int(os.environ.get("DECKHANDS_STACK_LLM_PORT", "9000"))
@@ -66,10 +81,37 @@ class StackConfig:
     # The tenant `up` makes an API key for (written to run_dir/api_key).
     tenant: str = os.environ.get("DECKHANDS_STACK_TENANT", "local")
 
+    def __post_init__(self) -> None:
+        if self.nats_nodes < 1:
+            raise ValueError(f"DECKHANDS_STACK_NATS_NODES={self.nats_nodes}: at least 1")
+        if self.nats_nodes > 1 and not self.nats_cluster_ports:
+            self.nats_cluster_ports = tuple(
+                (self.nats_port + i, self.nats_port + 2000 + i) for i in range(self.nats_nodes)
+            )
+        if self.nats_cluster_ports:
+            self.nats_port = self.nats_cluster_ports[0][0]
+
+    @property
+    def nats_names(self) -> tuple[str, ...]:
+        """The name each nats-server runs (and is killed) under."""
+        if self.nats_nodes == 1:
+            return ("nats",)
+        return tuple(f"nats-{i}" for i in range(self.nats_nodes))
+
+    @property
+    def nats_url(self) -> str:
+        """Every server's client URL, comma-separated (DECKHANDS_NATS_URL)."""
+        ports = [client for client, _ in self.nats_cluster_ports] or [self.nats_port]
+        return ",".join(f"nats://127.0.0.1:{port}" for port in ports)
+
     @classmethod
     def isolated(cls, run_dir: Path, **overrides: Any) -> StackConfig:
         """A stack that shares nothing with `make up` or another test: own ports, dirs, pool."""
+        nodes = int(overrides.get("nats_nodes", 1))
+        cluster = tuple((free_port(), free_port()) for _ in range(nodes)) if nodes > 1 else ()
         fields: dict[str, Any] = {
+            "nats_nodes": nodes,
+            "nats_cluster_ports": cluster,
             "run_dir": run_dir,
             "nats_port": free_port(),
             "redis_port": free_port(),
@@ -147,7 +189,9 @@ class Stack:
             **os.environ,
             "PYTHONUNBUFFERED": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "DECKHANDS_NATS_URL": f"nats://127.0.0.1:{c.nats_port}",
+            "DECKHANDS_NATS_URL": c.nats_url,
+            # Every server keeps a copy: the streams survive the loss of any one of three.
+            "DECKHANDS_STREAM_REPLICAS": str(min(c.nats_nodes, 3)),
             "DECKHANDS_REDIS_URL": f"redis://127.0.0.1:{c.redis_port}/0",
             "DECKHANDS_HOST": "127.0.0.1",
             "DECKHANDS_PORT": str(c.gateway_port),
@@ -202,11 +246,40 @@ class Stack:
         self._record(name, proc)
         return proc
 
-    def start_service(self, name: str) -> None:
-        """Start (again) one of SERVICES, or "nats" or "redis" on their ports and data."""
+    def _start_nats(self, name: str) -> None:
         c = self.config
-        if name == "nats":
-            self._record(name, start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
+        if c.nats_nodes == 1:
+            proc = start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log")
+        else:
+            index = c.nats_names.index(name)
+            client_port, route_port = c.nats_cluster_ports[index]
+            node = NatsClusterNode(
+                name, route_port, tuple(route for _, route in c.nats_cluster_ports)
+            )
+            proc = start_nats(
+                client_port, c.run_dir / name, self.logs / f"{name}.log", cluster=node
+            )
+        self._record(name, proc)
+
+    def declare_streams(self, wait_s: float = 60.0) -> None:
+        """Declare the streams (waiting for a new cluster to elect its leader)."""
+        from shared.settings import CommonSettings
+
+        from .streams import declare_streams
+
+        env = self._env()
+        settings = CommonSettings(
+            nats_url=env["DECKHANDS_NATS_URL"],
+            stream_replicas=int(env["DECKHANDS_STREAM_REPLICAS"]),
+        )
+        asyncio.run(declare_streams(settings, wait_s))
+
+    def start_service(self, name: str) -> None:
+        """Start (again) one of SERVICES, a nats-server of config.nats_names, or "redis", on
+        their ports and data."""
+        c = self.config
+        if name in c.nats_names:
+            self._start_nats(name)
         elif name == "redis":
             self._record(
                 name, start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
@@ -237,7 +310,10 @@ class Stack:
         if self.running():
             self.down()
         c = self.config
-        ensure_port_free(c.nats_port, "nats-server", "DECKHANDS_STACK_NATS_PORT")
+        for client_port, route_port in c.nats_cluster_ports or ((c.nats_port, 0),):
+            ensure_port_free(client_port, "nats-server", "DECKHANDS_STACK_NATS_PORT")
+            if route_port:
+                ensure_port_free(route_port, "a nats-server route", "DECKHANDS_STACK_NATS_PORT")
         ensure_port_free(c.redis_port, "redis-server", "DECKHANDS_STACK_REDIS_PORT")
         ensure_port_free(c.gateway_port, "the gateway", "DECKHANDS_STACK_GATEWAY_PORT")
         if c.llm not in ("scripted", "local"):
@@ -253,9 +329,11 @@ class Stack:
         self.pids.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         made_admin_key = self._ensure_admin_key()
-        self._record("nats", start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log"))
+        for name in c.nats_names:
+            self._start_nats(name)
         redis = start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
         self._record("redis", redis)
+        self.declare_streams()
         if not self._llm_configured() and c.llm == "local":
             self._start_local_llm()
         elif not self._llm_configured():
@@ -310,7 +388,7 @@ class Stack:
     def down(self) -> None:
         procs = self.running()
         # Services first, so the runtime can release its sandboxes; servers last.
-        servers = {n: procs.pop(n) for n in ("nats", "redis") if n in procs}
+        servers = {n: procs.pop(n) for n in list(procs) if n == "redis" or n.startswith("nats")}
         _terminate_all(list(procs.values()))
         _terminate_all(list(servers.values()))
         for pid_file in self.pids.glob("*.pid") if self.pids.exists() else []:

@@ -11,7 +11,13 @@ import uuid
 
 from prometheus_client import Counter
 
-from shared.commands import ExecuteAction, PrepareSandbox, ReviewAction, StepRequest
+from shared.commands import (
+    ORDER_REFUSED,
+    ExecuteAction,
+    PrepareSandbox,
+    ReviewAction,
+    StepRequest,
+)
 from shared.events import (
     RUNNABLE_ACTION_TYPES,
     AgentDelegateAction,
@@ -31,7 +37,7 @@ from shared.events import (
     UserRejectObservation,
     Verdict,
 )
-from shared.state import Awaiting, TaskResult, TaskState, TaskUsage
+from shared.state import Approval, ApprovedBy, Awaiting, TaskResult, TaskState, TaskUsage
 from shared.subjects import Service
 
 from .stuck import SIGNATURES_KEPT, detect, signature
@@ -57,6 +63,10 @@ RE_REQUESTS = Counter(
     ["awaiting"],
 )
 STUCK = Counter("deckhands_controller_stuck_total", "Tasks ended by the stuck detector")
+DELEGATIONS_REFUSED = Counter(
+    "deckhands_controller_delegations_refused_total",
+    "Delegations refused: past the depth or fan-out limit, or the parent's iterations or budget",
+)
 _RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
 _SUB_TASK_NS = uuid.UUID("0b6f3c1e-8a4d-4c5e-9f2a-7d1e3b5c9a80")
 
@@ -70,8 +80,20 @@ def apply(turn: Turn, event: EventBase) -> None:
     awaiting, awaiting_id = turn.state.awaiting, turn.state.awaiting_id
     if event.source is EventSource.USER:
         _from_user(turn, event)
-    elif event.cause is None or event.cause != awaiting_id:
+    elif isinstance(event, AgentDelegateObservation) and not _answers(turn.state, event):
+        # A sub-task reporting after its parent stopped waiting (the parent was stopped, or
+        # the sub-task ended after asking a question): not part of the log, but what it spent
+        # is still the parent's (and so the root's).
+        _count_sub_task_spend(turn, event)
+        STALE.labels(event.kind).inc()
+    elif (
+        event.cause is None
+        or event.cause != awaiting_id
+        or (_is_order_refusal(event) and awaiting is not Awaiting.RUNTIME)
+    ):
         # A late answer (the task was stopped meanwhile) or a duplicate: not part of the log.
+        # So is the runtime's refusal of an order the task did not send it (forged while the
+        # action was still under review or awaiting confirmation).
         STALE.labels(getattr(event, "kind", "?")).inc()
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
     elif isinstance(event, AnswerMissingObservation):
@@ -88,6 +110,25 @@ def apply(turn: Turn, event: EventBase) -> None:
         _observed(turn, event)
     else:
         STALE.labels(getattr(event, "kind", "?")).inc()
+
+
+def _answers(state: TaskState, event: EventBase) -> bool:
+    return (
+        event.cause is not None
+        and event.cause == state.awaiting_id
+        and (state.awaiting is Awaiting.DELEGATE)
+    )
+
+
+def _count_sub_task_spend(turn: Turn, event: AgentDelegateObservation) -> None:
+    """Keep the sub-task's latest (cumulative) report; only this task's own sub-tasks count."""
+    if event.spent is None or event.sub_task_id not in turn.state.sub_tasks:
+        return
+    turn.update(sub_task_spend={**turn.state.sub_task_spend, event.sub_task_id: event.spent})
+
+
+def _is_order_refusal(event: EventBase) -> bool:
+    return isinstance(event, ErrorObservation) and event.error_code == ORDER_REFUSED
 
 
 def _remember(turn: Turn, event: EventBase) -> None:
@@ -141,12 +182,13 @@ def _user_message(turn: Turn, event: MessageAction) -> None:
 def _raise_limits(turn: Turn) -> None:
     """As in OpenHands: resuming raises a limit that was hit by its initial amount."""
     s = turn.state
-    if s.iteration >= s.max_iterations:
+    if s.iterations_used() >= s.max_iterations:
         turn.update(
             max_iterations=s.max_iterations + (s.initial_max_iterations or s.max_iterations)
         )
-    if s.max_budget_usd is not None and s.usage.cost_usd >= s.max_budget_usd:
-        turn.update(max_budget_usd=s.usage.cost_usd + (s.initial_budget_usd or s.max_budget_usd))
+    spent = s.total_usage().cost_usd
+    if s.max_budget_usd is not None and spent >= s.max_budget_usd:
+        turn.update(max_budget_usd=spent + (s.initial_budget_usd or s.max_budget_usd))
 
 
 def _user_changes_state(turn: Turn, event: ChangeAgentStateAction) -> None:
@@ -168,7 +210,7 @@ def _user_changes_state(turn: Turn, event: ChangeAgentStateAction) -> None:
                     reason="the parent task was stopped",
                 ),
             )
-        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
+        turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None, approval=None)
     elif target is AgentState.RUNNING and turn.state.awaiting is Awaiting.NOTHING:
         _request_step(turn)
 
@@ -185,7 +227,11 @@ def _user_confirms(turn: Turn, event: ChangeAgentStateAction) -> None:
     turn.change_state(event.agent_state, event.reason or "answered by the user", cause=event.id)
     if event.agent_state is AgentState.USER_CONFIRMED:
         turn.change_state(AgentState.RUNNING, "action confirmed", cause=event.id)
-        turn.update(awaiting=Awaiting.RUNTIME, awaiting_id=action.id)
+        turn.update(
+            awaiting=Awaiting.RUNTIME,
+            awaiting_id=action.id,
+            approval=Approval(action_id=action.id, by=ApprovedBy.USER, answer_id=event.id),
+        )
         turn.send(Service.RUNTIME, _execute(turn.state, action))
         return
     _remember(
@@ -259,19 +305,84 @@ def _from_agent(turn: Turn, event: EventBase) -> None:
         _next_step(turn)
 
 
+def _delegation_refusal(parent: TaskState, action: AgentDelegateAction) -> str | None:
+    """Why the parent may not delegate this, or None. A sub-task's iterations and budget come
+    out of what its parent has left, and the tree's depth and each task's fan-out are bounded,
+    so that no agent can multiply what its task was given."""
+    depth = parent.delegation_depth + 1
+    if depth > parent.max_delegation_depth:
+        return (
+            f"a sub-task here would be {depth} levels deep, past the limit of "
+            f"{parent.max_delegation_depth}; do the work in this task"
+        )
+    if len(parent.sub_tasks) >= parent.max_sub_tasks:
+        return (
+            f"this task has delegated {len(parent.sub_tasks)} sub-tasks, the most one task may "
+            f"({parent.max_sub_tasks}); do the work in this task"
+        )
+    left = parent.max_iterations - parent.iterations_used()
+    if left < 1:
+        return "this task has no iterations left to give a sub-task"
+    if action.max_iterations is not None and action.max_iterations > left:
+        return (
+            f"the sub-task asks for {action.max_iterations} iterations, more than this task has "
+            f"left ({left}); ask for at most {left}"
+        )
+    if parent.max_budget_usd is not None:
+        budget_left = parent.max_budget_usd - parent.total_usage().cost_usd
+        if budget_left <= 0:
+            return (
+                f"this task's budget (${parent.max_budget_usd:.4f}) is spent: nothing is left "
+                "for a sub-task"
+            )
+    return None
+
+
 def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
     parent = turn.state
+    refusal = _delegation_refusal(parent, action)
+    if refusal is not None:
+        DELEGATIONS_REFUSED.inc()
+        _remember(
+            turn,
+            turn.log(
+                ErrorObservation(
+                    task_id=parent.task_id,
+                    source=EventSource.ENVIRONMENT,
+                    cause=action.id,
+                    error_code="delegation_refused",
+                    content=f"Delegation refused: {refusal}.",
+                )
+            ),
+        )
+        _next_step(turn)
+        return
     child_id = sub_task_id(action.id)
-    limit = action.max_iterations or parent.initial_max_iterations or parent.max_iterations
+    left = parent.max_iterations - parent.iterations_used()
+    limit = min(
+        action.max_iterations or parent.initial_max_iterations or parent.max_iterations, left
+    )
+    budget = (
+        None
+        if parent.max_budget_usd is None
+        else parent.max_budget_usd - parent.total_usage().cost_usd
+    )
     turn.new_tasks.append(
         TaskState(
             task_id=child_id,
             task=action.task,
             max_iterations=limit,
             initial_max_iterations=limit,
+            # The sub-task may spend what its parent has left, and no more: resuming it raises
+            # its budget by this amount, which again is the parent's to spend.
+            max_budget_usd=budget,
+            initial_budget_usd=budget,
             confirmation_mode=parent.confirmation_mode,
             confirmation_threshold=parent.confirmation_threshold,
             network_egress=parent.network_egress,
+            delegation_depth=parent.delegation_depth + 1,
+            max_delegation_depth=parent.max_delegation_depth,
+            max_sub_tasks=parent.max_sub_tasks,
             parent_task_id=parent.task_id,
             parent_action_id=action.id,
         )
@@ -331,17 +442,21 @@ def _from_security(turn: Turn, event: EventBase) -> None:
         )
         turn.update(awaiting=Awaiting.CONFIRMATION)
     else:
-        turn.update(awaiting=Awaiting.RUNTIME)
+        turn.update(
+            awaiting=Awaiting.RUNTIME,
+            approval=Approval(action_id=action.id, by=ApprovedBy.SECURITY, answer_id=verdict.id),
+        )
         turn.send(Service.RUNTIME, _execute(turn.state, action))
 
 
 def _observed(turn: Turn, event: EventBase) -> None:
     _remember(turn, turn.log(event))
     if isinstance(event, AgentDelegateObservation):
+        _count_sub_task_spend(turn, event)
         log.info(
             "task %s: sub-task %s ended %s", event.task_id, event.sub_task_id, event.agent_state
         )
-    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
+    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None, approval=None)
     _next_step(turn)
 
 
@@ -417,14 +532,14 @@ def _request_step(turn: Turn) -> None:
         STUCK.inc()
         _fail(turn, f"stuck in a loop: {pattern}")
         return
-    if state.iteration >= state.max_iterations:
+    if state.iterations_used() >= state.max_iterations:
         _fail(turn, f"reached the maximum number of iterations ({state.max_iterations})")
         return
-    if state.max_budget_usd is not None and state.usage.cost_usd >= state.max_budget_usd:
+    spent = state.total_usage().cost_usd
+    if state.max_budget_usd is not None and spent >= state.max_budget_usd:
         _fail(
             turn,
-            f"reached the maximum budget (${state.max_budget_usd:.4f}; "
-            f"spent ${state.usage.cost_usd:.4f})",
+            f"reached the maximum budget (${state.max_budget_usd:.4f}; spent ${spent:.4f})",
         )
         return
     step = StepRequest(
@@ -443,4 +558,4 @@ def _request_step(turn: Turn) -> None:
 
 def _fail(turn: Turn, reason: str) -> None:
     turn.change_state(AgentState.ERROR, reason)
-    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
+    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None, approval=None)

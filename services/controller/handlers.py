@@ -15,7 +15,7 @@ from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
 from shared.state import Outgoing
 from shared.state_store import StateConflict, TaskStateStore
-from shared.subjects import Service
+from shared.subjects import EVENTS_STREAM, Service
 
 from .agent_loop import apply
 from .deadlines import AnswerDeadlines
@@ -64,13 +64,23 @@ class ControllerHandlers:
         await self._publish(outbox)
 
     async def _publish(self, outbox: list[Outgoing]) -> None:
-        """Send a turn's messages: in order on each subject (a task's log stays in seq order),
-        the subjects side by side, so a turn waits for one JetStream acknowledgement per
-        message on its longest subject rather than for all of them in a row. A message lost
-        midway is sent again with the rest when the input is redelivered (`has_processed`),
-        and its Nats-Msg-Id makes a second copy a no-op."""
+        """Send a turn's messages: the log entries first, then the orders, each group in order
+        on each subject (a task's log stays in seq order), the subjects side by side, so a turn
+        waits for one JetStream acknowledgement per message on its longest subject of each
+        group. A message lost midway is sent again with the rest when the input is redelivered
+        (`has_processed`), and its Nats-Msg-Id makes a second copy a no-op.
+
+        Orders wait for the log: an order sent while its log entry was refused (the events
+        stream electing a leader while the work stream is fine) is answered, and the answer's
+        turn logs the next seq behind a gap that the redelivery may no longer fill (its outbox
+        is only kept for a few turns)."""
+        logged = [m for m in outbox if m.stream == EVENTS_STREAM]
+        await self._publish_side_by_side(logged)
+        await self._publish_side_by_side([m for m in outbox if m.stream != EVENTS_STREAM])
+
+    async def _publish_side_by_side(self, messages: list[Outgoing]) -> None:
         chains: dict[str, list[Outgoing]] = {}
-        for message in outbox:
+        for message in messages:
             chains.setdefault(message.subject, []).append(message)
 
         async def send(chain: list[Outgoing]) -> None:
@@ -78,7 +88,7 @@ class ControllerHandlers:
                 await publish_json(self.broker, m.subject, m.payload, m.msg_id, m.stream)
 
         if len(chains) == 1:
-            await send(outbox)
+            await send(messages)
             return
         await asyncio.gather(*(send(chain) for chain in chains.values()))
 

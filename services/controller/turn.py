@@ -22,6 +22,7 @@ from shared.events import (
     AgentStateChangedObservation,
     EventBase,
     EventSource,
+    SubTaskSpend,
     can_transition,
     utc_now,
 )
@@ -122,18 +123,29 @@ class Turn:
 
     def report_to_parent(self, target: AgentState, reason: str) -> None:
         """Hand the sub-task's outcome to the parent's waiting delegate action."""
-        result = self.state.result
-        assert self.state.parent_task_id is not None
+        state = self.state
+        result = state.result
+        assert state.parent_task_id is not None
+        usage = state.total_usage()
         self.send(
             Service.CONTROLLER,
             AgentDelegateObservation(
-                task_id=self.state.parent_task_id,
+                task_id=state.parent_task_id,
                 source=EventSource.ENVIRONMENT,
-                cause=self.state.parent_action_id,
-                sub_task_id=self.state.task_id,
+                cause=state.parent_action_id,
+                sub_task_id=state.task_id,
                 agent_state=target,
                 content=result.final_message if result else reason,
                 outputs=result.outputs if result else {},
+                # Cumulative: the parent keeps the latest report, so its spend adds up to the
+                # root's however often a sub-task reports.
+                spent=SubTaskSpend(
+                    iterations=state.iterations_used(),
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    cost_usd=usage.cost_usd,
+                    llm_calls=usage.llm_calls,
+                ),
             ),
         )
 

@@ -1,5 +1,5 @@
-"""HTTP routes of /v1/admin: tenants and their API keys, for the operator (the admin key).
-Logic lives in TenantStore."""
+"""HTTP routes of /v1/admin: tenants, their API keys and their limits, for the operator (the
+admin key). Logic lives in TenantStore and TenantQuotas."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, status
 
 from .api_keys import KEY_PREFIX_PATTERN
 from .auth import AdminDep
-from .context import TenantStoreDep
+from .context import TenantQuotasDep, TenantStoreDep
 from .models import (
     ApiKeyList,
     ApiKeyView,
@@ -18,9 +18,12 @@ from .models import (
     ErrorResponse,
     InvalidRequestResponse,
     IssuedApiKey,
+    QuotasView,
     TenantList,
     TenantView,
 )
+from .quota_router import quotas_view
+from .quotas import TenantLimits
 from .tenants import TENANT_ID_PATTERN
 
 __all__ = ["router"]
@@ -100,3 +103,30 @@ async def revoke_key(
     tenants: TenantStoreDep,
 ) -> ApiKeyView:
     return ApiKeyView.of(await tenants.revoke_key(tenant_id, prefix))
+
+
+@router.get(
+    "/tenants/{tenant_id}/limits",
+    response_model=QuotasView,
+    responses=_NO_TENANT,
+    summary="The tenant's limits (its own and those in force) and its use of them",
+)
+async def get_limits(
+    tenant_id: TenantId, tenants: TenantStoreDep, quotas: TenantQuotasDep
+) -> QuotasView:
+    await tenants.get_tenant(tenant_id)
+    return await quotas_view(quotas, tenant_id)
+
+
+@router.put(
+    "/tenants/{tenant_id}/limits",
+    response_model=QuotasView,
+    responses=_NO_TENANT,
+    summary="Set the tenant's own limits (a field left out or null: the server's default)",
+)
+async def set_limits(
+    tenant_id: TenantId, body: TenantLimits, tenants: TenantStoreDep, quotas: TenantQuotasDep
+) -> QuotasView:
+    await tenants.get_tenant(tenant_id)
+    await quotas.set_limits(tenant_id, body)
+    return await quotas_view(quotas, tenant_id)

@@ -15,6 +15,7 @@ from shared.state_store import TaskStateStore
 from .blob_service import BlobService
 from .event_service import EventService
 from .history import HistoryClient
+from .quotas import QuotaDefaults, TenantQuotas
 from .readiness_service import ReadinessService
 from .settings import GatewaySettings
 from .task_deletion import TaskDeletion
@@ -30,9 +31,11 @@ __all__ = [
     "TaskDeletionDep",
     "TaskListingDep",
     "TaskServiceDep",
+    "TenantQuotasDep",
     "TenantStoreDep",
     "build_context",
     "get_context",
+    "quota_defaults",
 ]
 
 
@@ -50,6 +53,19 @@ class GatewayContext:
     deletion: TaskDeletion
 
 
+def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
+    return QuotaDefaults(
+        max_running_tasks=settings.tenant_max_running_tasks,
+        max_sandboxes=settings.tenant_max_sandboxes,
+        max_spend_usd_per_day=settings.tenant_max_spend_usd_per_day,
+        default_max_budget_usd=settings.default_max_budget_usd,
+        max_delegation_depth=settings.max_delegation_depth,
+        max_sub_tasks=settings.max_sub_tasks_per_task,
+        max_event_streams=settings.max_event_streams_per_tenant,
+        allow_trajectory_tasks=settings.allow_trajectory_tasks,
+    )
+
+
 def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
     store = TaskStateStore(redis)
     tasks = TaskService(
@@ -57,13 +73,13 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         broker,
         defaults=TaskDefaults(
             max_iterations=settings.default_max_iterations,
-            max_budget_usd=settings.default_max_budget_usd,
             confirmation_mode=settings.default_confirmation_mode,
             confirmation_threshold=settings.default_confirmation_threshold,
             network_egress_allowed=settings.allow_network_egress,
         ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
         pool_name=settings.pool_name,
+        quota_defaults=quota_defaults(settings),
     )
     history = HistoryClient(
         broker, timeout_s=settings.history_timeout_s, page_size=settings.history_page_size
@@ -126,6 +142,10 @@ async def _tenants(context: Annotated[GatewayContext, Depends(get_context)]) -> 
     return context.tenants
 
 
+async def _quotas(context: Annotated[GatewayContext, Depends(get_context)]) -> TenantQuotas:
+    return context.tasks.quotas
+
+
 async def _listing(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskListing:
     return context.listing
 
@@ -140,4 +160,5 @@ EventServiceDep = Annotated[EventService, Depends(_events)]
 ReadinessServiceDep = Annotated[ReadinessService, Depends(_readiness)]
 TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]
 TaskListingDep = Annotated[TaskListing, Depends(_listing)]
+TenantQuotasDep = Annotated[TenantQuotas, Depends(_quotas)]
 TaskDeletionDep = Annotated[TaskDeletion, Depends(_deletion)]

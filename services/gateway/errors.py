@@ -19,6 +19,7 @@ __all__ = [
     "InvalidCursor",
     "PayloadTooLarge",
     "PublishFailed",
+    "QuotaExceeded",
     "StorageBadReply",
     "StorageUnavailable",
     "TaskNotFound",
@@ -26,6 +27,7 @@ __all__ = [
     "TenantExists",
     "TenantNotFound",
     "TooManyStreams",
+    "TrajectoryForbidden",
     "Unauthorized",
     "install_error_handlers",
 ]
@@ -38,6 +40,8 @@ class GatewayError(Exception):
 
     status_code = 500
     headers: dict[str, str] | None = None
+    # Fields of the JSON answer besides `detail`, for a client to act on without parsing it.
+    extra: dict[str, Any] | None = None
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
@@ -131,6 +135,26 @@ class TooManyStreams(GatewayError):
     status_code = 429
 
 
+class TrajectoryForbidden(GatewayError):
+    """Creating a task from a trajectory is a right the operator gives a tenant."""
+
+    status_code = 403
+
+
+class QuotaExceeded(GatewayError):
+    """One of the tenant's quotas is reached: the answer names it, its value and the tenant's
+    current use, and says when to retry (Retry-After, seconds)."""
+
+    status_code = 429
+
+    def __init__(
+        self, limit: str, value: float, current: float, retry_after_s: int, detail: str
+    ) -> None:
+        super().__init__(f"quota {limit} reached: {detail}")
+        self.headers = {"Retry-After": str(retry_after_s)}
+        self.extra = {"limit": limit, "limit_value": value, "current": current}
+
+
 class PublishFailed(GatewayError):
     """JetStream did not confirm a publish; nothing was accepted, the client may retry."""
 
@@ -198,9 +222,11 @@ async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     retry_after = _RETRY_AFTER_S.get(exc.status_code)
     headers = dict(exc.headers or {})
     if retry_after:
-        headers["Retry-After"] = retry_after
+        headers.setdefault("Retry-After", retry_after)
     return JSONResponse(
-        status_code=exc.status_code, content={"detail": exc.detail}, headers=headers or None
+        status_code=exc.status_code,
+        content={"detail": exc.detail, **(exc.extra or {})},
+        headers=headers or None,
     )
 
 

@@ -29,7 +29,7 @@ from shared.commands import HistoryReply
 from shared.events import TERMINAL_STATES
 from shared.subjects import event_subject
 
-from .errors import GatewayError, TooManyStreams
+from .errors import GatewayError, QuotaExceeded, TooManyStreams
 from .history import HistoryClient, event_seq
 from .models import EventPage, Trajectory
 from .sse import sse_comment, sse_event, sse_retry
@@ -224,6 +224,17 @@ class EventStream:
             self._seq.offer(event)
 
 
+_STREAM_RETRY_S = 5  # a stream of the tenant's may well have ended by then
+
+
+def _count_down(counts: dict[str, int], holder: str) -> None:
+    left = counts.get(holder, 1) - 1
+    if left > 0:
+        counts[holder] = left
+    else:
+        counts.pop(holder, None)
+
+
 class EventService:
     def __init__(
         self,
@@ -245,8 +256,11 @@ class EventService:
         self._open: set[EventStream] = set()
         # Streams held open per client address: one client cannot take every connection.
         self.max_streams_per_client = max_streams_per_client
-        self._held: dict[EventStream, str] = {}
+        self._held: dict[EventStream, tuple[str, str]] = {}  # its client and its tenant
         self._per_client: dict[str, int] = {}
+        # And per tenant (its quota max_event_streams, on this gateway): one team's dashboards
+        # cannot take every stream another team needs.
+        self._per_tenant: dict[str, int] = {}
 
     async def page(self, task_id: str, tenant_id: str, after: int, limit: int) -> EventPage:
         await self.tasks.get(task_id, tenant_id)
@@ -291,6 +305,17 @@ class EventService:
                 "with Last-Event-ID"
             )
         await self.tasks.get(task_id, tenant_id)
+        most = (await self.tasks.quotas.quotas(tenant_id)).max_event_streams
+        tenant_held = self._per_tenant.get(tenant_id, 0)
+        if tenant_held >= most:
+            raise QuotaExceeded(
+                "max_event_streams",
+                most,
+                tenant_held,
+                _STREAM_RETRY_S,
+                f"the tenant already has {tenant_held} event streams open on this gateway, the "
+                "most it may; close one, or resume later with Last-Event-ID",
+            )
         stream = EventStream(
             task_id,
             after,
@@ -301,20 +326,19 @@ class EventService:
             on_close=self._closed,
         )
         self._open.add(stream)
-        self._held[stream] = client
+        self._held[stream] = (client, tenant_id)
         self._per_client[client] = held + 1
+        self._per_tenant[tenant_id] = tenant_held + 1
         await stream.start(self.broker.connection)
         return stream
 
     def _closed(self, stream: EventStream) -> None:
         self._open.discard(stream)
-        client = self._held.pop(stream, None)
-        if client is not None:
-            left = self._per_client.get(client, 1) - 1
-            if left > 0:
-                self._per_client[client] = left
-            else:
-                self._per_client.pop(client, None)
+        holder = self._held.pop(stream, None)
+        if holder is not None:
+            client, tenant_id = holder
+            _count_down(self._per_client, client)
+            _count_down(self._per_tenant, tenant_id)
 
     def stop_streams(self) -> None:
         """Ask every open stream to end (at shutdown), so no client holds the process up."""

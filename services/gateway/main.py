@@ -23,12 +23,20 @@ from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
 from shared.telemetry import setup_logging, setup_tracing
 
-from . import admin_router, blob_router, event_router, health_router, task_router
+from . import (
+    admin_router,
+    blob_router,
+    event_router,
+    health_router,
+    quota_router,
+    task_router,
+)
 from .context import build_context
 from .errors import install_error_handlers
 from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
 from .observability import HttpObservabilityMiddleware
 from .settings import GatewaySettings
+from .trusted_hosts import TrustedHostMiddleware
 
 __all__ = ["build_app", "build_gateway_broker", "main"]
 
@@ -122,12 +130,14 @@ def build_app(
     install_error_handlers(app)
     # Inside the observability middleware, so that a refused body is counted and traced too.
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_request_body_bytes)
+    app.add_middleware(TrustedHostMiddleware, trusted_hosts=settings.trusted_hosts)
     app.add_middleware(HttpObservabilityMiddleware)
     app.include_router(task_router.router)
     app.include_router(event_router.router)
     app.include_router(blob_router.router)
     app.include_router(health_router.router)
     app.include_router(admin_router.router)
+    app.include_router(quota_router.router)
     return app
 
 

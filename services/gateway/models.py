@@ -17,6 +17,7 @@ from pydantic import (
 from shared.events import AgentState, EventAdapter, RiskLevel
 from shared.state import Awaiting, TaskState
 
+from .quotas import Quotas, TenantLimits
 from .tenants import TENANT_ID_PATTERN, ApiKeyRecord, Tenant
 
 __all__ = [
@@ -35,6 +36,9 @@ __all__ = [
     "IssuedApiKey",
     "Label",
     "MessageRequest",
+    "QuotaExceededResponse",
+    "QuotaUsage",
+    "QuotasView",
     "ReadinessReport",
     "SubTaskView",
     "TaskCreated",
@@ -152,6 +156,17 @@ class ErrorResponse(BaseModel):
     detail: str
 
 
+class QuotaExceededResponse(ErrorResponse):
+    """A 429 at one of the tenant's quotas (Retry-After says when to try again)."""
+
+    limit: str = Field(
+        description="The quota reached: max_running_tasks, max_sandboxes, max_spend_usd_per_day "
+        "or max_event_streams."
+    )
+    limit_value: float = Field(description="The tenant's value of that quota.")
+    current: float = Field(description="What the tenant uses of it now.")
+
+
 class InvalidRequestResponse(BaseModel):
     """422: each invalid field (`detail` a list, `message` a summary), or a request that
     contradicts an earlier one (`detail` a sentence, e.g. a reused Idempotency-Key)."""
@@ -174,6 +189,8 @@ class AcceptedEvent(BaseModel):
 
 
 class TaskUsageView(BaseModel):
+    """The task's LLM use, its sub-tasks' included (each counted once it reports)."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -187,7 +204,7 @@ class TaskResultView(BaseModel):
 
 
 def _usage(state: TaskState) -> TaskUsageView:
-    usage = state.usage
+    usage = state.total_usage()
     return TaskUsageView(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
@@ -210,7 +227,8 @@ def _summary(state: TaskState) -> dict[str, Any]:
         "task": state.task,
         "state": state.agent_state,
         "reason": state.reason,
-        "iterations": state.iteration,
+        # What max_iterations bounds: the task's own steps and its sub-tasks'.
+        "iterations": state.iterations_used(),
         "max_iterations": state.max_iterations,
         "usage": _usage(state),
         "result": _result(state),
@@ -410,3 +428,21 @@ class IssuedApiKey(ApiKeyView):
 
 class ApiKeyList(_View):
     keys: list[ApiKeyView]
+
+
+class QuotaUsage(_View):
+    running_tasks: int
+    sandboxes: int
+    spend_usd_today: float = Field(
+        description="Today's (UTC) spend: what ended tasks spent, and the budgets running tasks "
+        "reserved."
+    )
+
+
+class QuotasView(_View):
+    """A tenant's quotas in force and what it uses of them."""
+
+    tenant_id: str
+    limits: Quotas = Field(description="In force: the tenant's own, else the server's defaults.")
+    own: TenantLimits = Field(description="What the operator set for this tenant (null: default).")
+    usage: QuotaUsage

@@ -18,7 +18,10 @@ class GatewaySettings(CommonSettings):
         default=30, ge=1, le=1000, description="Iteration limit of a task that names none."
     )
     default_max_budget_usd: float | None = Field(
-        default=None, gt=0, description="Budget of a task that names none; unset: no budget."
+        default=10.0,
+        gt=0,
+        description="Budget (USD) of a task that names none; a tenant's limits may set its own. "
+        "Empty: no budget (then, under a daily spend limit, what is left of the day's).",
     )
     default_confirmation_mode: bool = Field(
         default=False, description="Whether risky actions wait for the user's approval."
@@ -27,9 +30,48 @@ class GatewaySettings(CommonSettings):
         default=RiskLevel.HIGH, description="Lowest risk that needs approval in that mode."
     )
     allow_network_egress: bool = Field(
-        default=True,
+        default=False,
         description="Whether a task may ask for a sandbox with network access "
-        "(`network_egress`); false refuses such tasks with 403. Same variable as the runtime's.",
+        "(`network_egress`); false (the default) refuses such tasks with 403. Same variable as "
+        "the runtime's.",
+    )
+    # Each tenant's quotas, unless the operator sets the tenant's own (services.gateway.quotas).
+    tenant_max_running_tasks: int = Field(
+        default=100, ge=0, description="Tasks one tenant may have running at once; more: 429."
+    )
+    tenant_max_sandboxes: int = Field(
+        default=100,
+        ge=0,
+        description="Sandboxes one tenant's tasks (sub-tasks included) may hold before its new "
+        "tasks are refused with 429.",
+    )
+    tenant_max_spend_usd_per_day: float | None = Field(
+        default=None,
+        ge=0,
+        description="LLM spend (USD) per tenant per UTC day, running tasks' budgets reserved; "
+        "empty: no daily limit.",
+    )
+    max_delegation_depth: int = Field(
+        default=3, ge=0, le=16, description="How deep sub-tasks may nest (0: no delegation)."
+    )
+    max_sub_tasks_per_task: int = Field(
+        default=10, ge=0, le=1000, description="Sub-tasks one task may delegate over its life."
+    )
+    max_event_streams_per_tenant: int = Field(
+        default=64,
+        ge=1,
+        description="Event streams (SSE) one tenant may hold open on one gateway; more get 429.",
+    )
+    allow_trajectory_tasks: bool = Field(
+        default=False,
+        description="Whether every tenant may create a task from a trajectory (replay); else "
+        "only the tenants the operator allows it (their limits' allow_trajectory_tasks).",
+    )
+    trusted_hosts: list[str] = Field(
+        default=["127.0.0.1", "localhost", "::1"],
+        description="Host header values the gateway answers (a JSON list; `*.example.com` "
+        "matches subdomains, `*` any): others get 400, so that a web page cannot drive a local "
+        "gateway through DNS rebinding. The probes and /metrics answer any host.",
     )
     history_timeout_s: float = Field(
         default=5.0, gt=0, description="How long to wait for the storage service's answer."

@@ -21,6 +21,7 @@ from .models import (
     InvalidRequestResponse,
     Label,
     MessageRequest,
+    QuotaExceededResponse,
     TaskCreated,
     TaskList,
     TaskSummary,
@@ -59,6 +60,13 @@ _INVALID: Responses = {
         "another request",
     }
 }
+_OVER_QUOTA: Responses = {
+    429: {
+        "model": QuotaExceededResponse,
+        "description": "One of the tenant's quotas is reached (running tasks, sandboxes, spend "
+        "per day): the body names it; retry after Retry-After seconds",
+    }
+}
 _CONTROL_RESPONSES: Responses = {**_NOT_FOUND, **_UNAVAILABLE, **_INVALID}
 _INPUT_RESPONSES: Responses = {**_CONTROL_RESPONSES, **_TOO_LARGE}
 
@@ -81,9 +89,11 @@ IdempotencyKey = Annotated[
         **_UNAVAILABLE,
         **_TOO_LARGE,
         **_INVALID,
+        **_OVER_QUOTA,
         403: {
             "model": ErrorResponse,
-            "description": "Network egress asked for, but this server disallows it",
+            "description": "Network egress asked for, but this server disallows it; or a "
+            "trajectory, which the operator has not allowed this tenant",
         },
     },
     summary="Create a task and start its agent",
@@ -193,7 +203,7 @@ def _accepted(task_id: str, event_id: str, kind: str) -> AcceptedEvent:
     "/{task_id}/messages",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=AcceptedEvent,
-    responses=_INPUT_RESPONSES,
+    responses={**_INPUT_RESPONSES, **_OVER_QUOTA},
     summary="Send a user message to the task's agent (also resumes a waiting task)",
 )
 async def send_message(

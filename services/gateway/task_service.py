@@ -34,10 +34,13 @@ from .errors import (
     EgressForbidden,
     PayloadTooLarge,
     PublishFailed,
+    QuotaExceeded,
     StorageUnavailable,
     TaskNotFound,
+    TrajectoryForbidden,
 )
 from .idempotency import IdempotencyKeys, request_fingerprint
+from .quotas import QuotaDefaults, Quotas, TenantQuotas
 from .task_records import TaskRecord, TaskRecords
 
 __all__ = [
@@ -53,6 +56,9 @@ __all__ = [
 log = logging.getLogger("deckhands.gateway.tasks")
 
 TASKS_CREATED = Counter("deckhands_gateway_tasks_created_total", "Tasks created by the gateway")
+QUOTA_REFUSALS = Counter(
+    "deckhands_gateway_quota_refusals_total", "Requests refused (429) at a tenant's quota"
+)
 USER_EVENTS = Counter(
     "deckhands_gateway_user_events_total", "User events queued for the controller", ["kind"]
 )
@@ -90,11 +96,13 @@ class NewTask:
 
 @dataclass(frozen=True)
 class TaskDefaults:
+    """The server's defaults for a task. Its budget, delegation limits and whether it may be
+    a replay are the tenant's quotas (services.gateway.quotas)."""
+
     max_iterations: int = 30
-    max_budget_usd: float | None = None
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
-    network_egress_allowed: bool = True
+    network_egress_allowed: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,7 @@ class TaskService:
         defaults: TaskDefaults,
         idempotency_ttl_s: int,
         pool_name: str = "default",
+        quota_defaults: QuotaDefaults | None = None,
     ) -> None:
         self.store = store
         self.broker = broker
@@ -132,6 +141,7 @@ class TaskService:
         self.records = TaskRecords(store.redis)
         self.idempotency = IdempotencyKeys(store.redis, idempotency_ttl_s)
         self.pool_name = pool_name
+        self.quotas = TenantQuotas(store, quota_defaults or QuotaDefaults(), pool_name)
 
     async def queue_position(self, state: TaskState) -> int | None:
         """The task's place in the queue for a sandbox, when its action waits for one."""
@@ -187,6 +197,7 @@ class TaskService:
         Idempotency-Key it was created with."""
         if record.idempotency_key is not None:
             await self.idempotency.release(record.tenant_id, record.idempotency_key)
+        await self.quotas.forget(record.tenant_id, task_id)
         await self.records.remove(task_id, record)
 
     async def _load(self, task_id: str) -> TaskState | None:
@@ -219,6 +230,13 @@ class TaskService:
                 "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
                 "create the task without it"
             )
+        quotas = await self.quotas.quotas(tenant_id)
+        if new.trajectory is not None and not quotas.allow_trajectory_tasks:
+            raise TrajectoryForbidden(
+                f"tenant {tenant_id!r} may not create a task from a trajectory: the operator "
+                "allows it per tenant (PUT /v1/admin/tenants/{id}/limits with "
+                '{"allow_trajectory_tasks": true})'
+            )
         candidate = new_id()
         try:
             task_id = (
@@ -234,10 +252,11 @@ class TaskService:
             replayed = task_id != candidate
             state = await self.store.load(task_id) if replayed else None
             if state is None:
+                budget = await self._admit(new, tenant_id, task_id, quotas, idempotency_key)
                 record = TaskRecord(
                     tenant_id=tenant_id, labels=new.labels, idempotency_key=idempotency_key
                 )
-                state = await self._create_state(task_id, new, record)
+                state = await self._create_state(task_id, new, record, budget, quotas)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
@@ -259,11 +278,36 @@ class TaskService:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
 
-    async def _create_state(self, task_id: str, new: NewTask, record: TaskRecord) -> TaskState:
+    async def _admit(
+        self,
+        new: NewTask,
+        tenant_id: str,
+        task_id: str,
+        quotas: Quotas,
+        idempotency_key: str | None,
+    ) -> float | None:
+        """Count the task against the tenant's quotas; its budget (the request's, else the
+        tenant's default, capped by a daily spend limit). Refused, the Idempotency-Key is freed:
+        the same request may be sent again once the tenant is under its limits."""
+        try:
+            return await self.quotas.admit(tenant_id, task_id, new.max_budget_usd, quotas)
+        except QuotaExceeded:
+            QUOTA_REFUSALS.inc()
+            if idempotency_key is not None:
+                await self.idempotency.release(tenant_id, idempotency_key)
+            raise
+
+    async def _create_state(
+        self,
+        task_id: str,
+        new: NewTask,
+        record: TaskRecord,
+        budget: float | None,
+        quotas: Quotas,
+    ) -> TaskState:
         record = await self.records.put(task_id, record)
         d = self.defaults
         max_iterations = new.max_iterations or d.max_iterations
-        budget = new.max_budget_usd if new.max_budget_usd is not None else d.max_budget_usd
         state = TaskState(
             task_id=task_id,
             task=new.task,
@@ -280,6 +324,8 @@ class TaskService:
             else new.confirmation_mode,
             confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
             network_egress=new.network_egress,
+            max_delegation_depth=quotas.max_delegation_depth,
+            max_sub_tasks=quotas.max_sub_tasks,
         )
         if new.trajectory is not None:
             # Saved before the State exists, so the task's first step already sees it.
@@ -308,7 +354,17 @@ class TaskService:
     async def send_message(
         self, task_id: str, content: str, tenant_id: str, idempotency_key: str | None = None
     ) -> EventBase:
-        await self.get(task_id, tenant_id)
+        owned = await self.get_owned(task_id, tenant_id)
+        if owned.record is not None:
+            # A message resumes a task that had ended: it runs (and spends) again. A
+            # sub-task's root counts for it.
+            try:
+                await self.quotas.readmit(
+                    tenant_id, owned.state, await self.quotas.quotas(tenant_id)
+                )
+            except QuotaExceeded:
+                QUOTA_REFUSALS.inc()
+                raise
         event = MessageAction(
             id=await self._event_id(
                 tenant_id, task_id, "message", idempotency_key, content=content

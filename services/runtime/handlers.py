@@ -50,6 +50,7 @@ from .bindings import ActionLedger, TaskBindings
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
 from .metrics import ACTION_SECONDS, ACTIONS, PREPARED, SEATS
+from .order_check import OrderCheck
 from .pool import PoolExhausted, WarmPool
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
@@ -120,6 +121,7 @@ class RuntimeService:
         self._states: TaskStateStore | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._seats: SandboxSeats | None = None
+        self._orders: OrderCheck | None = None
         self._admitter: asyncio.Task[None] | None = None
 
     # -- parts that exist once started
@@ -135,6 +137,11 @@ class RuntimeService:
         return self._ledger
 
     @property
+    def orders(self) -> OrderCheck:
+        assert self._orders is not None, "RuntimeService.start() was not called"
+        return self._orders
+
+    @property
     def seats(self) -> SandboxSeats:
         assert self._seats is not None, "RuntimeService.start() was not called"
         return self._seats
@@ -148,13 +155,15 @@ class RuntimeService:
 
     async def start(self) -> None:
         await self.docker.check()
-        self._redis = connect_redis(self.settings.redis_url)
+        self._redis = connect_redis(self.settings.redis_url, self.settings)
         await self._redis.ping()
         self._bindings = TaskBindings(
             self._redis, self.settings.pool_name, self.settings.binding_ttl_s
         )
         self._ledger = ActionLedger(self._redis, self.settings.dedup_ttl_s)
         self._states = TaskStateStore(self._redis)
+        # Through self.publish at call time: tests capture what the service publishes.
+        self._orders = OrderCheck(self._states, lambda event: self.publish(event))
         self._tasks = TaskSandboxes(self.pool, self.docker, self._bindings)
         self._seats = SandboxSeats(
             self._redis, self.settings.pool_name, self.settings.max_sandboxes
@@ -283,19 +292,6 @@ class RuntimeService:
             log.info("task %s: seated from the queue, its action is sent again", order.task_id)
         return len(orders)
 
-    async def _known(self, task_id: str) -> None:
-        """No sandbox is started for a task that does not exist or has ended: such an order
-        is forged or stale, and its sandbox would never be reclaimed by the task's end."""
-        if self._states is None:
-            return
-        state = await self._states.load(task_id)
-        if state is None:
-            raise PermanentError(f"unknown task {task_id}: no sandbox is started for it")
-        if state.agent_state in SANDBOX_ENDING_STATES:
-            raise PermanentError(
-                f"task {task_id} has ended ({state.agent_state.value}): no sandbox is started"
-            )
-
     async def _seated(self, command: ExecuteAction) -> bool:
         """Whether the task holds (or now takes) a seat; if not, its order waits in the queue
         and the controller is told the task's place."""
@@ -309,7 +305,6 @@ class RuntimeService:
         if bound is not None and await self.bindings.stopped_at(bound) is None:
             await self.seats.hold(task_id)  # running (another replica's, or adopted)
             return True
-        await self._known(task_id)
         admission = await self.seats.admit(task_id, command.model_dump_json())
         if admission.seated:
             await self.seats.handled(task_id)
@@ -367,6 +362,8 @@ class RuntimeService:
             raise PermanentError(
                 f"action {action.id} belongs to task {action.task_id}, not {command.task_id}"
             )
+        if not await self.orders.admit(command):
+            return  # not the reviewed action its task awaits: answered, never run
         if not await self._seated(command):
             return  # it waits in Redis for a seat, holding nothing here
         state, recorded = await self.ledger.begin(action.id, self.replica_id, _CLAIM_TTL_S)

@@ -111,9 +111,10 @@ class RuntimeSettings(CommonSettings):
         "sandbox_network); 'host' is refused.",
     )
     allow_network_egress: bool = Field(
-        default=True,
+        default=False,
         description="Whether a task that opted in (`network_egress`) gets a sandbox with "
-        "network; false runs its actions nowhere and tells the agent why.",
+        "network; false (the default: the operator allows egress) runs its actions nowhere and "
+        "tells the agent why.",
     )
     docker_runtime: str | None = Field(
         default=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import LLMUsage
 from .base import BlobRef, EventBase
@@ -24,6 +24,7 @@ __all__ = [
     "RiskLevel",
     "SandboxQueuedObservation",
     "SecurityVerdictObservation",
+    "SubTaskSpend",
     "UserRejectObservation",
     "Verdict",
 ]
@@ -122,6 +123,19 @@ class UserRejectObservation(EventBase):
     content: str = "The user rejected this action."
 
 
+class SubTaskSpend(BaseModel):
+    """What a sub-task (with its own sub-tasks) used so far: it comes out of its parent's
+    iterations and budget."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    iterations: int = Field(default=0, ge=0)
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0)
+    llm_calls: int = Field(default=0, ge=0)
+
+
 class AgentDelegateObservation(EventBase):
     """A sub-task ended; carries its outcome back to the parent's delegate action (`cause`)."""
 
@@ -130,6 +144,11 @@ class AgentDelegateObservation(EventBase):
     agent_state: AgentState
     content: str = ""
     outputs: dict[str, Any] = Field(default_factory=dict)
+    spent: SubTaskSpend | None = Field(
+        default=None,
+        description="The sub-task's use so far (cumulative): the parent counts the latest report "
+        "of each sub-task toward its own iterations and budget.",
+    )
 
 
 class AnswerMissingObservation(EventBase):

@@ -57,6 +57,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         llm_script=script,
         extra_env={
             "DECKHANDS_MAX_SANDBOXES": str(SEATS),
+            # All the tasks are one tenant's: its quotas must not be what queues them.
+            "DECKHANDS_TENANT_MAX_RUNNING_TASKS": str(TASKS),
             "DECKHANDS_POOL_HEALTH_INTERVAL_S": "1",
             "DECKHANDS_QUEUE_PREEMPT_AFTER_S": "2",
         },

@@ -28,6 +28,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         llm_script=SCRIPT,
         extra_env={
             "DECKHANDS_POOL_MIN_IDLE": "1",
+            # A task here asks for network egress: the operator allows it (off by default).
+            "DECKHANDS_ALLOW_NETWORK_EGRESS": "true",
+            # And replays a trajectory: every tenant here may (the operator's choice).
+            "DECKHANDS_ALLOW_TRAJECTORY_TASKS": "true",
             # The scripted model has no list price: give it one so budgets can be hit.
             "DECKHANDS_LLM_INPUT_COST_PER_TOKEN": "0.000001",
             "DECKHANDS_LLM_OUTPUT_COST_PER_TOKEN": "0.000002",

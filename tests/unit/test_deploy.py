@@ -219,8 +219,13 @@ def test_stateful_parts_keep_their_data_on_volume_claims() -> None:
         claims = {t["metadata"]["name"] for t in workload["spec"]["volumeClaimTemplates"]}
         mounts = {m["name"] for c in pod_spec(workload)["containers"] for m in c["volumeMounts"]}
         assert claims & mounts, f"{name} does not mount its volume claim"
-    nats_args = pod_spec(by_name["nats"])["containers"][0]["args"]
-    assert "-js" in nats_args and "-sd" in nats_args
+    # NATS reads its configuration (ConfigMap nats-config): JetStream's store on the claim.
+    nats = pod_spec(by_name["nats"])["containers"][0]
+    assert nats["args"] == ["-c", "/etc/nats/nats.conf"]
+    config = next(d for d in k8s_documents() if d["metadata"]["name"] == "nats-config")
+    store = re.search(r"jetstream \{\s*store_dir: (\S+)", config["data"]["nats.conf"])
+    data_mount = next(m["mountPath"] for m in nats["volumeMounts"] if m["name"] == "data")
+    assert store and store.group(1).startswith(data_mount + "/"), config["data"]["nats.conf"]
     redis_args = pod_spec(by_name["redis"])["containers"][0]["args"]
     assert redis_args[redis_args.index("--appendonly") + 1] == "yes"
 

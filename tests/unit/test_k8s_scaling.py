@@ -1,7 +1,8 @@
 """Autoscaling, disruption budgets and spread agree with the code and with each other.
 
 - A ScaledObject scales each stateless consumer on the JetStream consumer that service really
-  declares (services/*/main.py, parsed), through the NATS Service's monitor port.
+  declares (services/*/main.py, parsed), through the NATS servers' monitor port (the headless
+  Service: the `nats` Service carries clients only).
 - The runtime and storage are never scaled (base/runtime.yaml and components/keda say why).
 - The KEDA and CPU components scale the same Deployments within the same bounds, and drop
   spec.replicas so that an apply does not undo them.
@@ -61,8 +62,11 @@ def test_every_shared_consumer_scales_on_its_own_backlog() -> None:
     scaled = by_name(documents, "ScaledObject")
     shared = {s for s, (_, durable) in declared_consumers().items() if durable is not None}
     assert set(scaled) == shared - NEVER_SCALED
-    nats = by_name(documents, "Service")["nats"]
-    monitor = next(p["port"] for p in nats["spec"]["ports"] if p["name"] == "monitor")
+    services = by_name(documents, "Service")
+    assert [p["name"] for p in services["nats"]["spec"]["ports"]] == ["client"]
+    headless = services["nats-headless"]
+    assert headless["spec"]["clusterIP"] == "None"
+    monitor = next(p["port"] for p in headless["spec"]["ports"] if p["name"] == "monitor")
     nats_pods = container_ports(by_name(documents, "StatefulSet")["nats"])
     assert nats_pods["monitor"] == 8222
     for service, scaled_object in scaled.items():
@@ -74,9 +78,10 @@ def test_every_shared_consumer_scales_on_its_own_backlog() -> None:
         stream, durable = declared_consumers()[service]
         assert (metadata["stream"], metadata["consumer"]) == (stream, durable), service
         assert metadata.get("account", "$G") == "$G"  # NATS without accounts
-        # KEDA runs in its own namespace: the Service's full name and its monitor port.
+        # KEDA runs in its own namespace: the Service's full name and its monitor port; with a
+        # cluster it prefixes the consumer leader's name (a pod of the headless Service).
         assert metadata["natsServerMonitoringEndpoint"] == (
-            f"nats.{scaled_object['metadata']['namespace']}.svc.cluster.local:{monitor}"
+            f"nats-headless.{scaled_object['metadata']['namespace']}.svc.cluster.local:{monitor}"
         )
         low, high = spec["minReplicaCount"], spec["maxReplicaCount"]
         assert 2 <= low < high, f"{service}: {low}..{high}"

@@ -53,6 +53,8 @@ async def gateway_settings(gateway_nats_url: str, redis_url: str) -> GatewaySett
         sse_gap_retry_s=0.1,
         admin_api_key=new_admin_key(),
         delete_stop_timeout_s=DELETE_STOP_TIMEOUT_S,
+        # Tests here check egress per task: the operator allowed it (it is off by default).
+        allow_network_egress=True,
     )
     await ensure_streams(settings)
     return settings
@@ -66,8 +68,19 @@ def admin_key(gateway_settings: GatewaySettings) -> str:
 
 @pytest.fixture(scope="session")
 def api_key(gateway_url: str, admin_key: str) -> str:
-    """An API key of the tenant `tests`, which every test's `http` client acts as."""
-    return issue_key(gateway_url, admin_key, "tests", name="gateway tests")
+    """An API key of the tenant `tests`, which every test's `http` client acts as. No
+    controller ends its tasks here, so none would ever free its place: the tenant may run any
+    number of them, and replay trajectories (a fresh tenant has the server's defaults)."""
+    key = issue_key(gateway_url, admin_key, "tests", name="gateway tests")
+    limits = {"max_running_tasks": 100_000, "allow_trajectory_tasks": True}
+    answer = httpx.put(
+        f"{gateway_url}/v1/admin/tenants/tests/limits",
+        json=limits,
+        headers=auth_headers(admin_key),
+        timeout=15,
+    )
+    answer.raise_for_status()
+    return key
 
 
 @pytest.fixture(scope="session")

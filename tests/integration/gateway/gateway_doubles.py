@@ -214,4 +214,5 @@ def gateway_env(settings: GatewaySettings) -> dict[str, str]:
         "DECKHANDS_SSE_GAP_RETRY_S": str(settings.sse_gap_retry_s),
         "DECKHANDS_DEFAULT_MAX_ITERATIONS": "30",
         "DECKHANDS_DELETE_STOP_TIMEOUT_S": str(settings.delete_stop_timeout_s),
+        "DECKHANDS_ALLOW_NETWORK_EGRESS": str(settings.allow_network_egress).lower(),
     }

@@ -93,7 +93,7 @@ async def test_no_admin_key_set_means_no_admin_api(gateway_settings: GatewaySett
     app = build_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             answer = await http.get("/v1/admin/tenants", headers=auth_headers(""))
             assert answer.status_code == 401
             assert "DECKHANDS_ADMIN_API_KEY is not set" in answer.json()["detail"]

@@ -144,7 +144,7 @@ async def test_fifty_mb_bodies_are_refused_at_once_and_memory_stays_flat(
 ) -> None:
     peak_before = gateway.memory_kib("VmHWM")
     head = (
-        f"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         f"Content-Length: {FIFTY_MB}\r\n\r\n"
     ).encode()
     started = time.monotonic()
@@ -169,7 +169,7 @@ async def test_fifty_mb_bodies_are_refused_at_once_and_memory_stays_flat(
 async def test_a_chunked_body_is_refused_once_it_passes_the_limit(gateway: Gateway) -> None:
     peak_before = gateway.memory_kib("VmHWM")
     head = (
-        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n"
     )
     started = time.monotonic()
@@ -216,8 +216,8 @@ async def _closed_by_server(reader: asyncio.StreamReader) -> bytes:
 async def test_unfinished_requests_are_cut_after_the_timeout(gateway: Gateway) -> None:
     partial = [
         b"",  # connects and says nothing
-        b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\n",  # headers never end
-        b'POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"task": ',
+        b"POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\n",  # headers never end
+        b'POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{"task": ',
     ]
     connections = []
     for index in range(200):
@@ -244,7 +244,7 @@ async def test_unfinished_requests_are_cut_after_the_timeout(gateway: Gateway) -
 
 async def test_an_idle_keep_alive_connection_is_closed(gateway: Gateway) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
     await writer.drain()
     status, _, _ = await asyncio.wait_for(_read_response(reader), 10)
     assert status == 200

@@ -86,7 +86,7 @@ async def test_readyz_names_what_is_down(
     app = build_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             assert (await http.get("/readyz")).status_code == 200
 
             redis_proc.terminate()

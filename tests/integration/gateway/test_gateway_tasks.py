@@ -117,10 +117,10 @@ async def test_limits_and_confirmation_mode_are_set_per_task(
     assert task["max_budget_usd"] == 0.5
     assert (task["confirmation_mode"], task["confirmation_threshold"]) == (True, "MEDIUM")
 
-    # Server defaults (no budget, confirmation off) when the body names none.
+    # Server defaults (a budget of $10, confirmation off) when the body names none.
     created = (await http.post("/v1/tasks", json={"task": "x"})).json()
     task = (await http.get(f"/v1/tasks/{created['id']}")).json()
-    assert task["max_budget_usd"] is None
+    assert task["max_budget_usd"] == 10.0
     assert (task["confirmation_mode"], task["confirmation_threshold"]) == (False, "HIGH")
     assert (task["awaiting"], task["pending_action"], task["sub_tasks"]) == ("nothing", None, [])
     assert task["network_egress"] is False

@@ -18,9 +18,16 @@ from services.runtime.handlers import RuntimeService
 from services.runtime.main import build_runtime
 from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction, ReleaseSandbox
-from shared.events import AgentState, CmdRunAction, EventAdapter, EventSource, RunnableAction
+from shared.events import (
+    AgentState,
+    CmdRunAction,
+    EventAdapter,
+    EventSource,
+    RunnableAction,
+    new_id,
+)
 from shared.settings import CommonSettings
-from shared.state import TaskState
+from shared.state import Approval, ApprovedBy, Awaiting, TaskState
 from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
 
@@ -28,6 +35,7 @@ __all__ = [
     "Controller",
     "PoolContainer",
     "Runtime",
+    "await_approved",
     "cmd",
     "eventually",
     "make_settings",
@@ -72,6 +80,8 @@ def make_settings(base: CommonSettings, image: str, pool: str, **overrides: Any)
         "sandbox_max_file_size": "8m",
         "action_timeout_s": 30.0,
         "pool_health_interval_s": 2.0,
+        # Tests here check egress per task: the operator allowed it (it is off by default).
+        "allow_network_egress": True,
     }
     values.update(overrides)
     return RuntimeSettings(**{**common, **values})
@@ -105,9 +115,15 @@ class Controller:
     """Reads one task's observations from the controller's work queue."""
 
     def __init__(
-        self, js: JetStreamContext, task_id: str, sub: Any, network_egress: bool = False
+        self,
+        js: JetStreamContext,
+        task_id: str,
+        sub: Any,
+        redis_url: str,
+        network_egress: bool = False,
     ) -> None:
         self.js, self.task_id, self.sub = js, task_id, sub
+        self.redis_url = redis_url
         self.network_egress = network_egress
 
     @classmethod
@@ -132,9 +148,12 @@ class Controller:
         sub = await js.pull_subscribe(
             work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
         )
-        return cls(js, task_id, sub, network_egress)
+        return cls(js, task_id, sub, redis_url, network_egress)
 
     async def send(self, action: RunnableAction) -> ExecuteAction:
+        """Order the action as the controller does: the State first awaits it, approved (the
+        runtime runs nothing else)."""
+        await await_approved(self.redis_url, self.task_id, action)
         order = ExecuteAction(
             task_id=self.task_id, action=action, network_egress=self.network_egress
         )
@@ -170,6 +189,30 @@ class Controller:
         obs = await self.receive()
         assert obs.cause == action.id
         return obs
+
+
+async def await_approved(redis_url: str, task_id: str, action: RunnableAction) -> None:
+    """Make the task's State await `action` from the runtime, approved by the security
+    monitor: what the controller's State holds when it sends an ExecuteAction."""
+    redis = Redis.from_url(redis_url)
+    try:
+        store = TaskStateStore(redis)
+        state = await store.load(task_id)
+        assert state is not None, f"no State for task {task_id}"
+        await store.save(
+            state.model_copy(
+                update={
+                    "awaiting": Awaiting.RUNTIME,
+                    "awaiting_id": action.id,
+                    "pending_action": action,
+                    "approval": Approval(
+                        action_id=action.id, by=ApprovedBy.SECURITY, answer_id=new_id()
+                    ),
+                }
+            )
+        )
+    finally:
+        await redis.aclose()
 
 
 def cmd(task_id: str, command: str, **kw: Any) -> CmdRunAction:

@@ -20,6 +20,7 @@ from services.gateway.task_service import (
     derived_event_id,
     valid_task_id,
 )
+from services.runtime.settings import RuntimeSettings
 from shared.events import AgentState, new_id
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
@@ -125,11 +126,11 @@ async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
 async def test_network_egress_is_refused_when_the_server_disallows_it(
     redis: Redis, broker: NatsBroker
 ) -> None:
+    # The default: egress is off unless the operator allows it.
+    assert GatewaySettings().allow_network_egress is False
+    assert RuntimeSettings().allow_network_egress is False
     strict = TaskService(
-        TaskStateStore(redis),
-        broker,
-        defaults=TaskDefaults(network_egress_allowed=False),
-        idempotency_ttl_s=60,
+        TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60
     )
     with pytest.raises(EgressForbidden, match="DECKHANDS_ALLOW_NETWORK_EGRESS") as refused:
         await strict.create(NewTask("fetch a page", network_egress=True), TENANT)

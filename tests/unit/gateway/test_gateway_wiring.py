@@ -51,7 +51,7 @@ async def test_build_app_connects_to_nothing() -> None:
     settings = GatewaySettings(nats_url="nats://127.0.0.1:9", redis_url="redis://127.0.0.1:9/0")
     app = build_app(settings)
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         schema = (await http.get("/openapi.json")).json()
         assert (await http.get("/docs")).status_code == 200

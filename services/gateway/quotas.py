@@ -1,0 +1,437 @@
+"""Quotas and fairness per tenant (issue 9, part 3): running tasks, sandboxes, spend per day.
+
+Each limit has a server default (GatewaySettings, DECKHANDS_TENANT_*) that the operator may
+override per tenant (PUT /v1/admin/tenants/{id}/limits). A task is admitted when it is created,
+and again when a user message resumes one that had ended (FINISHED, ERROR, REJECTED); over a
+limit the gateway answers 429 with Retry-After and a body naming the limit.
+
+How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
+- `running` HASH task id -> its Reservation: the tenant's tasks admitted and not yet seen to
+  end. Each admission first settles the entries whose State has ended (or is gone), so the hash
+  holds the running tasks; a Lua script adds the new one only while fewer than the limit are
+  held, so two gateways admitting at once cannot both take the last place. A task waiting for a
+  person still runs: stop or delete it to free its place.
+- sandboxes: the seats (shared.admission) held by the running tasks and their sub-tasks. A
+  soft limit: it refuses new tasks while the tenant's tasks hold that many; the tasks it has
+  keep what they hold (a sub-task's sandbox is bounded by the depth and fan-out limits).
+- `spend:<UTC day>` a float: every task admitted that day reserves its budget there, and when
+  it is seen to end its reservation is replaced by what it really spent (its sub-tasks' spend
+  included, since the controller adds it to the root's). A task is admitted only if its budget
+  fits what is left of the day's allowance, so the tenant's tasks cannot together spend more
+  than the limit, whatever they do. With a daily limit, a task that names no budget (and has
+  no default) gets what is left of the day's allowance as its budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.admission import seats_prefix
+from shared.events import AgentState, utc_now
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
+
+from .errors import QuotaExceeded, StorageUnavailable
+
+__all__ = ["QuotaDefaults", "Quotas", "Reservation", "TenantLimits", "TenantQuotas"]
+
+_PREFIX = "deckhands"
+# A task no longer runs (for its tenant's count) in these states; a user message may resume
+# FINISHED, ERROR and REJECTED ones, which are then admitted again.
+_ENDED = frozenset({AgentState.FINISHED, AgentState.ERROR, AgentState.STOPPED, AgentState.REJECTED})
+_RETRY_RUNNING_S = 30  # a running task ends when it ends: look again in a while
+_SETTLE_GRACE_S = 120.0
+_SPEND_KEPT_S = 3 * 86_400  # a day's counter outlives the day by a little, for settlements
+
+
+class TenantLimits(BaseModel):
+    """What the operator set for one tenant; each field left out (null) is the server default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_running_tasks: int | None = Field(
+        default=None, ge=0, le=100_000, description="Tasks running at once (0: none)."
+    )
+    max_sandboxes: int | None = Field(
+        default=None, ge=0, le=100_000, description="Sandboxes the tenant's tasks hold at once."
+    )
+    max_spend_usd_per_day: float | None = Field(
+        default=None, ge=0, le=1_000_000, description="LLM spend per UTC day, in USD."
+    )
+    default_max_budget_usd: float | None = Field(
+        default=None, gt=0, le=10_000, description="Budget of a task that names none."
+    )
+    max_delegation_depth: int | None = Field(
+        default=None, ge=0, le=16, description="How deep sub-tasks may nest (0: no delegation)."
+    )
+    max_sub_tasks: int | None = Field(
+        default=None, ge=0, le=1000, description="Sub-tasks one task may delegate."
+    )
+    max_event_streams: int | None = Field(
+        default=None, ge=1, le=100_000, description="Event streams (SSE) open at once."
+    )
+    allow_trajectory_tasks: bool | None = Field(
+        default=None,
+        description="Whether the tenant may create a task from a trajectory (replay): its "
+        "recorded actions are reviewed like any other, but it steers the agent without an LLM.",
+    )
+
+
+@dataclass(frozen=True)
+class QuotaDefaults:
+    """The server's defaults (GatewaySettings): what a tenant gets unless the operator says."""
+
+    max_running_tasks: int = 100
+    max_sandboxes: int = 100
+    max_spend_usd_per_day: float | None = None
+    default_max_budget_usd: float | None = 10.0
+    max_delegation_depth: int = 3
+    max_sub_tasks: int = 10
+    max_event_streams: int = 64
+    allow_trajectory_tasks: bool = False
+
+
+class Quotas(BaseModel):
+    """A tenant's limits in force: its own where the operator set them, else the defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_running_tasks: int
+    max_sandboxes: int
+    max_spend_usd_per_day: float | None
+    default_max_budget_usd: float | None
+    max_delegation_depth: int
+    max_sub_tasks: int
+    max_event_streams: int
+    allow_trajectory_tasks: bool
+
+    @classmethod
+    def of(cls, limits: TenantLimits, defaults: QuotaDefaults) -> Quotas:
+        own = limits.model_dump(exclude_none=True)
+        return cls(**{**defaults.__dict__, **own})
+
+
+class Reservation(BaseModel):
+    """A running task's entry: the day it was admitted, the budget it reserved on that day, and
+    what it had spent before (a resumed task is charged only what it spends after)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    day: str
+    reserved_usd: float = Field(ge=0)
+    spent_before_usd: float = Field(default=0.0, ge=0)
+    at: datetime = Field(default_factory=utc_now)
+    state_version: int = Field(
+        default=0, ge=0, description="The State's version when admitted (0: not made yet)."
+    )
+
+    def settles(self, state: TaskState | None, now: datetime) -> bool:
+        """Whether the task is seen to have ended since its admission. Its State is read as
+        ended only once the controller has written it since (a resumed task still reads
+        FINISHED until the controller takes the message), or after a grace period (the
+        message was never queued, or the task was deleted)."""
+        if state is not None and state.agent_state not in _ENDED:
+            return False
+        if state is not None and state.version > self.state_version:
+            return True
+        return (now - self.at).total_seconds() > _SETTLE_GRACE_S
+
+
+# KEYS: running, spend counter of today. ARGV: task, reservation json, max running, reserved
+# usd, spend limit ('' when none), spend ttl.
+# Returns {'ok'} or {limit name, current}.
+_RESERVE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'ok'} end
+local running = redis.call('HLEN', KEYS[1])
+if running >= tonumber(ARGV[3]) then return {'max_running_tasks', tostring(running)} end
+local spent = tonumber(redis.call('GET', KEYS[2]) or '0')
+if ARGV[5] ~= '' and spent + tonumber(ARGV[4]) > tonumber(ARGV[5]) + 1e-9 then
+  return {'max_spend_usd_per_day', tostring(spent)}
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('INCRBYFLOAT', KEYS[2], ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+return {'ok'}
+"""
+
+# KEYS: running, spend counter of the reservation's day. ARGV: task, reservation json as read,
+# charge (what it spent less what it reserved), spend ttl. Only the settler that removes the
+# very entry it read charges the day, so two gateways never settle one task twice.
+_SETTLE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('INCRBYFLOAT', KEYS[2], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
+
+def _day(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d")
+
+
+def _seconds_to_next_day(now: datetime) -> int:
+    tomorrow = (now.astimezone(UTC) + timedelta(days=1)).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    return max(1, math.ceil((tomorrow - now).total_seconds()))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class TenantQuotas:
+    def __init__(
+        self,
+        store: TaskStateStore,
+        defaults: QuotaDefaults,
+        pool_name: str = "default",
+        prefix: str = _PREFIX,
+    ) -> None:
+        self.store = store
+        self.redis: Redis = store.redis
+        self.defaults = defaults
+        self.prefix = prefix
+        self._seats_key = f"{seats_prefix(pool_name)}:seats"
+        self._reserve = self.redis.register_script(_RESERVE)
+        self._settle = self.redis.register_script(_SETTLE)
+
+    def _limits_key(self, tenant_id: str) -> str:
+        return f"{self.prefix}:tenant:{tenant_id}:limits"
+
+    def _running_key(self, tenant_id: str) -> str:
+        return f"{self.prefix}:tenant:{tenant_id}:running"
+
+    def _spend_key(self, tenant_id: str, day: str) -> str:
+        return f"{self.prefix}:tenant:{tenant_id}:spend:{day}"
+
+    # -- the operator's settings
+
+    async def limits(self, tenant_id: str) -> TenantLimits:
+        try:
+            raw = await self.redis.get(self._limits_key(tenant_id))
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+        return TenantLimits() if raw is None else TenantLimits.model_validate_json(raw)
+
+    async def quotas(self, tenant_id: str) -> Quotas:
+        return self.quotas_of(await self.limits(tenant_id))
+
+    def quotas_of(self, limits: TenantLimits) -> Quotas:
+        return Quotas.of(limits, self.defaults)
+
+    async def set_limits(self, tenant_id: str, limits: TenantLimits) -> None:
+        try:
+            await self.redis.set(self._limits_key(tenant_id), limits.model_dump_json())
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+
+    # -- use
+
+    async def usage(self, tenant_id: str) -> tuple[int, int, float]:
+        """(running tasks, sandboxes held, spend today in USD), after settling ended tasks."""
+        try:
+            running = await self._running(tenant_id)
+            sandboxes = await self._sandboxes(list(running.values()))
+            spent = await self.redis.get(self._spend_key(tenant_id, _day(utc_now())))
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+        return len(running), sandboxes, float(spent or 0.0)
+
+    async def admit(
+        self, tenant_id: str, task_id: str, asked_usd: float | None, quotas: Quotas
+    ) -> float | None:
+        """Count the task as one of the tenant's running tasks, its budget reserved on today's
+        spend; the budget it may spend: what it asked for, else the tenant's default, which a
+        daily limit caps at what is left of the day's allowance. Over a limit: QuotaExceeded,
+        and nothing is counted."""
+        budget_usd = asked_usd if asked_usd is not None else quotas.default_max_budget_usd
+        now = utc_now()
+        today = _day(now)
+        try:
+            running = await self._running(tenant_id)
+            if task_id in running:
+                return budget_usd  # admitted already (a retried request)
+            sandboxes = await self._sandboxes(list(running.values()))
+            if sandboxes >= quotas.max_sandboxes:
+                raise QuotaExceeded(
+                    "max_sandboxes",
+                    quotas.max_sandboxes,
+                    sandboxes,
+                    _RETRY_RUNNING_S,
+                    f"the tenant's tasks hold {sandboxes} sandboxes, the most it may "
+                    f"({quotas.max_sandboxes}); retry when one of its tasks ends",
+                )
+            limit = quotas.max_spend_usd_per_day
+            spent = float(await self.redis.get(self._spend_key(tenant_id, today)) or 0.0)
+            if limit is not None and asked_usd is None:
+                # No budget asked: the default, or less when less is left today.
+                left = limit - spent
+                budget_usd = left if budget_usd is None else min(budget_usd, left)
+            if limit is not None and (budget_usd is None or budget_usd <= 0):
+                raise self._spend_exceeded(limit, spent, 0.0, now)
+            reservation = Reservation(day=today, reserved_usd=budget_usd or 0.0, at=now)
+            await self._admit(tenant_id, task_id, reservation, quotas, now, spent)
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+        return budget_usd
+
+    async def readmit(self, tenant_id: str, state: TaskState, quotas: Quotas) -> None:
+        """A user message resumes a task that had ended: it runs again, and may spend again
+        what the controller will allow it (its remaining budget, or its initial one again)."""
+        if state.agent_state not in _ENDED or state.agent_state is AgentState.STOPPED:
+            return  # running (counted already), or never to run again
+        now = utc_now()
+        spent_before = state.total_usage().cost_usd
+        budget, initial = state.max_budget_usd, state.initial_budget_usd
+        may_spend = 0.0
+        if budget is not None:
+            may_spend = budget - spent_before
+            if may_spend <= 0:
+                may_spend = initial or budget  # the controller raises a budget that was hit
+        try:
+            running = await self._running(tenant_id)
+            if state.task_id in running:
+                return
+            reservation = Reservation(
+                day=_day(now),
+                reserved_usd=may_spend,
+                spent_before_usd=spent_before,
+                at=now,
+                state_version=state.version,
+            )
+            spent = float(await self.redis.get(self._spend_key(tenant_id, _day(now))) or 0.0)
+            await self._admit(tenant_id, state.task_id, reservation, quotas, now, spent)
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+
+    async def forget(self, tenant_id: str, task_id: str) -> None:
+        """A deleted task runs no more: its place is free at once, its reservation stays
+        charged to its day (what it spent is gone with its State)."""
+        try:
+            raw = await self.redis.hget(self._running_key(tenant_id), task_id)  # type: ignore[misc]
+            if raw is not None:
+                day = Reservation.model_validate_json(raw).day
+                await self._settle(
+                    keys=[self._running_key(tenant_id), self._spend_key(tenant_id, day)],
+                    args=[task_id, _text(raw), "0", _SPEND_KEPT_S],
+                )
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+
+    async def release(self, tenant_id: str, task_id: str) -> None:
+        """A task refused after its admission (nothing was created): give its place back."""
+        try:
+            raw = await self.redis.hget(self._running_key(tenant_id), task_id)  # type: ignore[misc]
+            if raw is not None:
+                reservation = Reservation.model_validate_json(raw)
+                await self._settle(
+                    keys=[
+                        self._running_key(tenant_id),
+                        self._spend_key(tenant_id, reservation.day),
+                    ],
+                    args=[task_id, _text(raw), repr(-reservation.reserved_usd), _SPEND_KEPT_S],
+                )
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+
+    # -- parts
+
+    async def _admit(
+        self,
+        tenant_id: str,
+        task_id: str,
+        reservation: Reservation,
+        quotas: Quotas,
+        now: datetime,
+        spent: float,
+    ) -> None:
+        limit = quotas.max_spend_usd_per_day
+        answer = await self._reserve(
+            keys=[self._running_key(tenant_id), self._spend_key(tenant_id, reservation.day)],
+            args=[
+                task_id,
+                reservation.model_dump_json(),
+                quotas.max_running_tasks,
+                repr(reservation.reserved_usd),
+                "" if limit is None else repr(limit),
+                _SPEND_KEPT_S,
+            ],
+        )
+        verdict = [_text(part) for part in answer]
+        if verdict[0] == "max_running_tasks":
+            running = int(verdict[1])
+            raise QuotaExceeded(
+                "max_running_tasks",
+                quotas.max_running_tasks,
+                running,
+                _RETRY_RUNNING_S,
+                f"the tenant has {running} running tasks, the most it may "
+                f"({quotas.max_running_tasks}); retry when one ends, or stop or delete one",
+            )
+        if verdict[0] == "max_spend_usd_per_day":
+            assert limit is not None
+            raise self._spend_exceeded(limit, float(verdict[1]), reservation.reserved_usd, now)
+
+    @staticmethod
+    def _spend_exceeded(limit: float, spent: float, asked: float, now: datetime) -> QuotaExceeded:
+        left = max(limit - spent, 0.0)
+        return QuotaExceeded(
+            "max_spend_usd_per_day",
+            limit,
+            round(spent, 6),
+            _seconds_to_next_day(now),
+            f"the task's budget (${asked:.4f}) does not fit what is left of the tenant's spend "
+            f"for today (${left:.4f} of ${limit:.4f}, running tasks' budgets reserved); ask "
+            "for a smaller max_budget_usd, or retry after midnight UTC",
+        )
+
+    async def _running(self, tenant_id: str) -> dict[str, TaskState | None]:
+        """The tenant's running tasks with their States, after settling those that ended."""
+        key = self._running_key(tenant_id)
+        entries = {
+            _text(task): _text(raw)
+            for task, raw in (await self.redis.hgetall(key)).items()  # type: ignore[misc]
+        }
+        if not entries:
+            return {}
+        ids = list(entries)
+        states = await self.store.load_many(ids)
+        running: dict[str, TaskState | None] = {}
+        now = utc_now()
+        for task_id, state in zip(ids, states, strict=True):
+            reservation = Reservation.model_validate_json(entries[task_id])
+            if not reservation.settles(state, now):
+                running[task_id] = state  # None: admitted, its State about to be made
+                continue
+            # A task with no State left (deleted) keeps its whole reservation as spent: what
+            # it spent is unknown, and deleting a task must not give its spend back.
+            charge = 0.0
+            if state is not None:
+                spent = state.total_usage().cost_usd
+                charge = max(spent - reservation.spent_before_usd, 0.0) - reservation.reserved_usd
+            await self._settle(
+                keys=[key, self._spend_key(tenant_id, reservation.day)],
+                args=[task_id, entries[task_id], repr(charge), _SPEND_KEPT_S],
+            )
+        return running
+
+    async def _sandboxes(self, roots: list[TaskState | None]) -> int:
+        """Seats held by these tasks and their sub-tasks (whose ids their States list)."""
+        tree = [state.task_id for state in roots if state is not None]
+        level = [sub for state in roots if state is not None for sub in state.sub_tasks]
+        while level and len(tree) < 10_000:
+            tree += level
+            subs = await self.store.load_many(level)
+            level = [sub for state in subs if state is not None for sub in state.sub_tasks]
+        if not tree:
+            return 0
+        held = await self.redis.hmget(self._seats_key, tree)  # type: ignore[misc]
+        return sum(1 for seat in held if seat is not None)
