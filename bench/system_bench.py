@@ -347,7 +347,7 @@ class PoolWatch:
         self.pool = stack.config.pool_name
         self.seats_key = f"{seats_prefix(self.pool)}:seats"
         self.docker = docker.from_env(timeout=60)
-        self.redis = redis.Redis(port=stack.config.redis_port)
+        self.redis = redis.Redis(**stack.redis_login())
         self.most = {"task sandboxes": 0, "containers": 0, "seats": 0}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

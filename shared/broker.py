@@ -9,10 +9,12 @@ from typing import Any
 from faststream import AckPolicy
 from faststream.nats import ConsumerConfig, JStream, NatsBroker, PullSub
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from faststream.security import SASLPlaintext
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import REGISTRY
 
 from .broker_metrics import BoundedNatsPrometheusMiddleware
+from .broker_permissions import inbox_prefix
 from .delivery import DeliveryGuard
 from .health import PROCESS_HEALTH, ProgressMiddleware
 from .settings import CommonSettings
@@ -26,6 +28,7 @@ __all__ = [
     "ServiceBroker",
     "build_broker",
     "durable_subscription",
+    "nats_login",
 ]
 
 # The exit status of a service whose NATS connection closed for good (sysexits' EX_SOFTWARE).
@@ -106,6 +109,7 @@ def build_broker(
     broker = ServiceBroker(
         settings.nats_servers,
         name=f"deckhands-{service.value}",
+        **nats_login(settings),
         middlewares=[
             ProgressMiddleware,  # first, so a message the guard dead-letters counts as progress
             guard,
@@ -126,6 +130,19 @@ def build_broker(
     holder.append(broker)
     PROCESS_HEALTH.watch(broker)
     return broker
+
+
+def nats_login(settings: CommonSettings) -> dict[str, Any]:
+    """Connection options for the service's NATS user: its password, and its own inbox prefix
+    (the only reply subjects its user may subscribe to). None: an unlocked server."""
+    if not settings.nats_user:
+        return {}
+    return {
+        "security": SASLPlaintext(
+            username=settings.nats_user, password=settings.nats_password.get_secret_value()
+        ),
+        "inbox_prefix": inbox_prefix(settings.nats_user),
+    }
 
 
 def durable_subscription(
@@ -158,6 +175,12 @@ def durable_subscription(
         "pull_sub": pull,
         "max_workers": workers,
         "ack_policy": AckPolicy.MANUAL,
+        # FastStream's pull subscriber takes its fetch inbox from here, not from the connection.
+        **(
+            {"inbox_prefix": f"{inbox_prefix(settings.nats_user)}.".encode()}
+            if settings.nats_user
+            else {}
+        ),
         # The guard bounds deliveries itself; the server must never drop a message silently.
         "config": ConsumerConfig(
             durable_name=durable,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis
+
+from .settings import CommonSettings
 
 __all__ = ["REDIS_COMMAND_TIMEOUT_S", "connect_redis"]
 
@@ -12,9 +16,17 @@ __all__ = ["REDIS_COMMAND_TIMEOUT_S", "connect_redis"]
 REDIS_COMMAND_TIMEOUT_S = 10.0
 
 
-def connect_redis(url: str) -> Redis:
+def connect_redis(url: str, settings: CommonSettings | None = None) -> Redis:
+    """A client of `url`, as the service's Redis user when `settings` name one."""
+    login: dict[str, Any] = {}
+    if settings is not None and settings.redis_user:
+        login = {
+            "username": settings.redis_user,
+            "password": settings.redis_password.get_secret_value(),
+        }
     return Redis.from_url(
         url,
+        **login,
         socket_timeout=REDIS_COMMAND_TIMEOUT_S,
         socket_connect_timeout=5.0,
         health_check_interval=30,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["CommonSettings"]
@@ -24,6 +24,12 @@ class CommonSettings(BaseSettings):
         "connects to any of them and moves to another when it goes down).",
     )
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Credentials (Kubernetes: from the Secrets deckhands-nats-users / deckhands-redis-users;
+    # `make up`: from .run/credentials). Empty: connect without (an unlocked server).
+    nats_user: str = Field(default="", description="This service's NATS user.")
+    nats_password: SecretStr = SecretStr("")
+    redis_user: str = Field(default="", description="This service's Redis ACL user.")
+    redis_password: SecretStr = SecretStr("")
     metrics_port: int = Field(
         default=0, ge=0, le=65535, description="/metrics, /healthz and /readyz; 0: none."
     )
@@ -90,6 +96,15 @@ class CommonSettings(BaseSettings):
     def _is_url(cls, value: str) -> str:
         _check_url(value)
         return value
+
+    @model_validator(mode="after")
+    def _passwords_have_users(self) -> CommonSettings:
+        for system in ("nats", "redis"):
+            password: SecretStr = getattr(self, f"{system}_password")
+            if password.get_secret_value() and not getattr(self, f"{system}_user"):
+                name = f"DECKHANDS_{system.upper()}"
+                raise ValueError(f"{name}_PASSWORD is set without {name}_USER")
+        return self
 
     @property
     def nats_servers(self) -> list[str]:

@@ -13,6 +13,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from .blobs import ensure_blob_bucket
+from .broker_permissions import inbox_prefix
 from .settings import CommonSettings
 from .subjects import DLQ_STREAM, EVENTS_STREAM, WORK_STREAM
 
@@ -82,8 +83,15 @@ def _as_declared(current: StreamConfig, wanted: StreamConfig) -> bool:
 
 async def ensure_streams(settings: CommonSettings) -> None:
     """Create the streams, or bring an existing one's config up to date."""
+    login: dict[str, str] = {}
+    if settings.nats_user:
+        login = {
+            "user": settings.nats_user,
+            "password": settings.nats_password.get_secret_value(),
+            "inbox_prefix": inbox_prefix(settings.nats_user),
+        }
     nc = await nats.connect(
-        servers=settings.nats_servers, connect_timeout=5, max_reconnect_attempts=3
+        servers=settings.nats_servers, connect_timeout=5, max_reconnect_attempts=3, **login
     )
     try:
         js = nc.jetstream()

@@ -88,14 +88,20 @@ class NatsClusterNode:
 
 
 def start_nats(
-    port: int, store_dir: Path, log: Path, cluster: NatsClusterNode | None = None
+    port: int,
+    store_dir: Path,
+    log: Path,
+    cluster: NatsClusterNode | None = None,
+    config: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """One nats-server with JetStream; with `cluster`, a node of a cluster. A clustered node
+    """One nats-server with JetStream; with `cluster`, a node of a cluster; with `config`, that
+    configuration file too (its users and permissions: tools.credentials). A clustered node
     opens its client port before the cluster has a JetStream leader: callers that need
     JetStream wait for it (a stream operation retried until it answers)."""
     store_dir.mkdir(parents=True, exist_ok=True)
     arguments = [
         _binary("nats-server"),
+        *(["-c", str(config)] if config else []),
         "-js",
         "-sd",
         str(store_dir),
@@ -114,7 +120,10 @@ def start_nats(
     return proc
 
 
-def start_redis(port: int, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_redis(
+    port: int, data_dir: Path, log: Path, acl_file: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """redis-server with an append-only file; with `acl_file`, its users (tools.credentials)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [
@@ -129,6 +138,7 @@ def start_redis(port: int, data_dir: Path, log: Path) -> subprocess.Popen[bytes]
             "yes",
             "--save",
             "",
+            *(["--aclfile", str(acl_file)] if acl_file else []),
         ],
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

@@ -40,6 +40,7 @@ from .api_access import (
     read_secret,
     write_secret,
 )
+from .credentials import Credentials, ensure_credentials
 from .local_llm import LocalLLMError
 from .procs import (
     NatsClusterNode,
@@ -139,6 +140,28 @@ class Stack:
         self.logs = config.run_dir / "logs"
         self.api_key_file = config.run_dir / "api_key"
         self.admin_key_file = config.run_dir / "admin_api_key"
+        self._credentials: Credentials | None = None
+
+    @property
+    def credentials(self) -> Credentials:
+        """NATS and Redis passwords of every service and the admin (made on first use, kept in
+        run_dir/credentials): the servers accept no one else."""
+        if self._credentials is None:
+            self._credentials = ensure_credentials(self.config.run_dir / "credentials")
+        return self._credentials
+
+    def nats_login(self, user: str = "admin") -> dict[str, Any]:
+        """nats.connect keyword arguments: the servers and `user`'s credentials."""
+        return {"servers": self.config.nats_url.split(","), **self.credentials.nats_login(user)}
+
+    def redis_login(self, user: str = "admin") -> dict[str, Any]:
+        """redis.Redis keyword arguments: the server and `user`'s credentials."""
+        return {
+            "host": "127.0.0.1",
+            "port": self.config.redis_port,
+            "username": user,
+            "password": self.credentials.redis[user],
+        }
 
     def given_admin_key(self) -> str | None:
         return self.config.extra_env.get("DECKHANDS_ADMIN_API_KEY") or os.environ.get(
@@ -233,6 +256,8 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         env = self._env()
+        if name in SERVICES:
+            env.update(self.credentials.service_env(name))
         if name in self.config.metrics_ports:
             env["DECKHANDS_METRICS_PORT"] = str(self.config.metrics_ports[name])
         proc = subprocess.Popen(
@@ -249,7 +274,12 @@ class Stack:
     def _start_nats(self, name: str) -> None:
         c = self.config
         if c.nats_nodes == 1:
-            proc = start_nats(c.nats_port, c.run_dir / "nats", self.logs / "nats.log")
+            proc = start_nats(
+                c.nats_port,
+                c.run_dir / "nats",
+                self.logs / "nats.log",
+                config=self.credentials.nats_auth_file,
+            )
         else:
             index = c.nats_names.index(name)
             client_port, route_port = c.nats_cluster_ports[index]
@@ -257,12 +287,28 @@ class Stack:
                 name, route_port, tuple(route for _, route in c.nats_cluster_ports)
             )
             proc = start_nats(
-                client_port, c.run_dir / name, self.logs / f"{name}.log", cluster=node
+                client_port,
+                c.run_dir / name,
+                self.logs / f"{name}.log",
+                cluster=node,
+                config=self.credentials.nats_auth_file,
             )
         self._record(name, proc)
 
+    def _start_redis(self) -> None:
+        c = self.config
+        proc = start_redis(
+            c.redis_port,
+            c.run_dir / "redis",
+            self.logs / "redis.log",
+            acl_file=self.credentials.redis_acl_file,
+        )
+        self._record("redis", proc)
+
     def declare_streams(self, wait_s: float = 60.0) -> None:
         """Declare the streams (waiting for a new cluster to elect its leader)."""
+        from pydantic import SecretStr
+
         from shared.settings import CommonSettings
 
         from .streams import declare_streams
@@ -271,6 +317,8 @@ class Stack:
         settings = CommonSettings(
             nats_url=env["DECKHANDS_NATS_URL"],
             stream_replicas=int(env["DECKHANDS_STREAM_REPLICAS"]),
+            nats_user="admin",  # the services' users may not create streams
+            nats_password=SecretStr(self.credentials.nats["admin"]),
         )
         asyncio.run(declare_streams(settings, wait_s))
 
@@ -281,9 +329,7 @@ class Stack:
         if name in c.nats_names:
             self._start_nats(name)
         elif name == "redis":
-            self._record(
-                name, start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
-            )
+            self._start_redis()
         else:
             self._spawn(name, [sys.executable, "-m", f"services.{name}"])
 
@@ -331,8 +377,7 @@ class Stack:
         made_admin_key = self._ensure_admin_key()
         for name in c.nats_names:
             self._start_nats(name)
-        redis = start_redis(c.redis_port, c.run_dir / "redis", self.logs / "redis.log")
-        self._record("redis", redis)
+        self._start_redis()
         self.declare_streams()
         if not self._llm_configured() and c.llm == "local":
             self._start_local_llm()

@@ -25,7 +25,7 @@ __all__ = ["build_app", "main"]
 def build_app(settings: ControllerSettings | None = None) -> FastStream:
     settings = settings or ControllerSettings()
     broker = build_broker(settings, Service.CONTROLLER, setup_tracing(settings, "controller"))
-    redis = connect_redis(settings.redis_url)
+    redis = connect_redis(settings.redis_url, settings)
     handlers = ControllerHandlers(
         broker,
         TaskStateStore(redis),

@@ -77,7 +77,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             f"gateway start-up: cannot reach NATS JetStream at {settings.nats_url} "
             f"(DECKHANDS_NATS_URL): {type(exc).__name__}: {exc}"
         ) from exc
-    redis = connect_redis(settings.redis_url)
+    redis = connect_redis(settings.redis_url, settings)
     try:
         await redis.ping()  # type: ignore[misc]
     except Exception as exc:

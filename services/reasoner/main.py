@@ -66,7 +66,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         await ensure_streams(settings)
         # Trajectories to replay are in Redis; a reasoner that cannot reach it must not start
         # and then quietly call the LLM for a task that should have been replayed.
-        redis = connect_redis(settings.redis_url)
+        redis = connect_redis(settings.redis_url, settings)
         try:
             await redis.ping()
         except Exception as exc:

@@ -73,7 +73,7 @@ class Watch:
     def __init__(self, stack: Stack) -> None:
         self.pool = stack.config.pool_name
         self.docker = docker.from_env(timeout=30)
-        self.redis = redis.Redis(port=stack.config.redis_port)
+        self.redis = redis.Redis(**stack.redis_login())
         self.most_running = 0
         self.most_seats = 0
         self._stop = threading.Event()

@@ -124,7 +124,7 @@ async def _wait_for_dead_letters(
 async def test_a_message_near_max_payload_on_every_subject_is_dead_lettered_once(
     stack: Stack,
 ) -> None:
-    nc = await nats.connect(f"nats://127.0.0.1:{stack.config.nats_port}")
+    nc = await nats.connect(**stack.nats_login())
     try:
         js = nc.jetstream()
         size = nc.max_payload - 100

@@ -177,7 +177,7 @@ def test_the_owner_deletes_a_running_task_and_nothing_of_it_is_left(
 
 async def _stored(stack: Stack, task_id: str) -> tuple[int, int]:
     """What NATS and the storage service still hold of a task: (log messages, stored events)."""
-    nc = await nats.connect(f"nats://127.0.0.1:{stack.config.nats_port}")
+    nc = await nats.connect(**stack.nats_login())
     try:
         info = await nc.jetstream().stream_info(
             EVENTS_STREAM, subjects_filter=event_subject(task_id)

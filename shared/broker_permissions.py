@@ -1,0 +1,188 @@
+"""Who may publish and subscribe to what on NATS: one user per service, and an admin.
+
+Each service gets exactly the subjects its code uses (shared/subjects.py, each service's
+main.py and handlers), and the JetStream API subjects of its own durable consumer. Replies come
+to an inbox prefix of its own (`_INBOX_<user>`, set on the connection), so no service can read
+another's replies (pull fetches and JetStream acknowledgements travel there). Only the admin may
+create, update or delete streams (tools.streams), and only the controller may send work orders
+to the reasoner, the security monitor and the runtime: a forged ExecuteAction or verdict from
+any other credentials is refused by the server.
+
+The one exception to "orders come from the controller" is the runtime's own queue: a task that
+waited for a sandbox seat has its ExecuteAction re-sent by the runtime to itself once a seat
+frees (services/runtime/main.py, `resend`). The runtime may therefore publish to
+`deckhands.work.runtime.*`, which only it consumes; it can run any order it holds anyway.
+
+`nats_authorization` renders this as a nats-server `authorization` block, used by `make up`
+(passwords written in) and by the Kubernetes ConfigMap (passwords as `$NATS_PASSWORD_<USER>`
+environment references, from the Secret `deckhands-nats-users`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from .subjects import BLOBS_BUCKET, DLQ_STREAM, EVENTS_STREAM, WORK_STREAM, Service
+
+__all__ = [
+    "ADMIN_USER",
+    "NATS_USERS",
+    "REDIS_USERS",
+    "Permissions",
+    "inbox_prefix",
+    "nats_authorization",
+    "nats_permissions",
+    "redis_acl",
+]
+
+ADMIN_USER = "admin"
+NATS_USERS = (*(s.value for s in Service), ADMIN_USER)
+# Services that use Redis (security and storage do not); each its own ACL user.
+REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", ADMIN_USER)
+
+Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subjects
+
+_OBJECTS = f"OBJ_{BLOBS_BUCKET}"
+_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, _OBJECTS)
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply subjects of a user's connection: `_INBOX_<user>.<random>`."""
+    return f"_INBOX_{user}"
+
+
+def _consumer(stream: str, durable: str) -> list[str]:
+    """Bind, fetch from, acknowledge and watch one durable pull consumer."""
+    return [
+        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.{durable}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+        f"$JS.API.CONSUMER.INFO.{stream}.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}",
+        f"$JS.ACK.{stream}.{durable}.>",
+    ]
+
+
+def _blob_reader() -> list[str]:
+    return [
+        f"$JS.API.STREAM.MSG.GET.{_OBJECTS}",
+        f"$JS.API.DIRECT.GET.{_OBJECTS}",
+        f"$JS.API.DIRECT.GET.{_OBJECTS}.>",
+        # Reading an object's chunks: an ordered consumer of one's own, removed after.
+        f"$JS.API.CONSUMER.CREATE.{_OBJECTS}",
+        f"$JS.API.CONSUMER.CREATE.{_OBJECTS}.>",
+        f"$JS.API.CONSUMER.DELETE.{_OBJECTS}.>",
+        f"$JS.FC.{_OBJECTS}.>",
+    ]
+
+
+def _blob_writer() -> list[str]:
+    # Putting an object (chunks, then its metadata), or deleting one (a marker, chunks purged).
+    return [*_blob_reader(), f"$O.{BLOBS_BUCKET}.>", f"$JS.API.STREAM.PURGE.{_OBJECTS}"]
+
+
+def _service(user: str, publish: list[str], subscribe: list[str]) -> Permissions:
+    common = [
+        "$JS.API.INFO",
+        # ensure_streams at start-up checks each stream is as declared.
+        *(f"$JS.API.STREAM.INFO.{stream}" for stream in _DECLARED),
+        f"deckhands.dlq.{user}",
+    ]
+    return {
+        "publish": [*common, *publish],
+        "subscribe": [f"{inbox_prefix(user)}.>", *subscribe],
+    }
+
+
+_CONTROLLER_INBOX = "deckhands.work.controller.*"
+
+_SERVICES: dict[str, Callable[[], Permissions]] = {
+    Service.CONTROLLER.value: lambda: _service(
+        "controller",
+        [
+            *_consumer(WORK_STREAM, "controller"),
+            "deckhands.events.*",
+            "deckhands.work.controller.*",
+            "deckhands.work.reasoner.*",
+            "deckhands.work.security.*",
+            "deckhands.work.runtime.*",
+        ],
+        [],
+    ),
+    Service.REASONER.value: lambda: _service(
+        "reasoner",
+        [
+            *_consumer(WORK_STREAM, "reasoner"),
+            _CONTROLLER_INBOX,
+            "deckhands.storage.history",
+            *_blob_reader(),
+        ],
+        [],
+    ),
+    Service.SECURITY.value: lambda: _service(
+        "security", [*_consumer(WORK_STREAM, "security"), _CONTROLLER_INBOX], []
+    ),
+    Service.RUNTIME.value: lambda: _service(
+        "runtime",
+        [
+            *_consumer(WORK_STREAM, "runtime"),
+            _CONTROLLER_INBOX,
+            "deckhands.work.runtime.*",  # a queued order re-sent to itself (module docstring)
+            *_blob_writer(),
+        ],
+        [],
+    ),
+    Service.STORAGE.value: lambda: _service(
+        "storage",
+        # One durable consumer per replica (storage-0, storage-1, ...).
+        [*_consumer(EVENTS_STREAM, "*")],
+        ["deckhands.storage.history", "deckhands.storage.forget"],
+    ),
+    Service.GATEWAY.value: lambda: _service(
+        "gateway",
+        [
+            _CONTROLLER_INBOX,
+            "deckhands.storage.history",
+            "deckhands.storage.forget",
+            # DELETE /v1/tasks/{id} purges the task's subject from the log.
+            f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
+            *_blob_writer(),
+        ],
+        ["deckhands.events.*"],  # live events for the SSE stream
+    ),
+}
+
+
+def nats_permissions(user: str) -> Permissions:
+    """What `user` (a service's name, or ADMIN_USER) may publish and subscribe to."""
+    if user == ADMIN_USER:
+        return {"publish": [">"], "subscribe": [">"]}
+    return _SERVICES[user]()
+
+
+def nats_authorization(password: Callable[[str], str]) -> str:
+    """A nats-server `authorization` block for NATS_USERS; `password(user)` is written as it
+    is (a quoted literal, or a `$VARIABLE` reference)."""
+    lines = ["authorization {", "  users: ["]
+    for user in NATS_USERS:
+        permissions = nats_permissions(user)
+        lines.append(f"    {{user: {user}, password: {password(user)}, permissions: {{")
+        lines.append(f"      publish: {{allow: {json.dumps(permissions['publish'])}}}")
+        lines.append(f"      subscribe: {{allow: {json.dumps(permissions['subscribe'])}}}")
+        if user == Service.STORAGE.value:
+            lines.append("      allow_responses: true  # answers history and forget requests")
+        lines.append("    }}")
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def redis_acl(password: Callable[[str], str]) -> list[str]:
+    """Redis ACL rules (one `user ...` line each): the default user off, each service every
+    key but none of the dangerous commands (FLUSHALL, CONFIG, KEYS, DEBUG, ACL, SHUTDOWN...),
+    the admin everything. `password(user)` is the password as it is written after `>`."""
+    rules = ["user default off"]
+    for user in REDIS_USERS:
+        commands = "+@all" if user == ADMIN_USER else "+@all -@dangerous"
+        rules.append(f"user {user} on >{password(user)} ~* &* {commands}")
+    return rules
