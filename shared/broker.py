@@ -72,6 +72,8 @@ class ServiceBroker(NatsBroker):
     """
 
     stopping = False
+    # The delivery policy, for handlers that settle a batch's messages one by one.
+    guard: DeliveryGuard
 
     async def stop(self, *args: Any, **kwargs: Any) -> None:
         self.stopping = True  # our own close: not a loss
@@ -124,6 +126,7 @@ def build_broker(
         disconnected_cb=PROCESS_HEALTH.disconnected,
         reconnected_cb=PROCESS_HEALTH.reconnected,
     )
+    broker.guard = guard
     holder.append(broker)
     PROCESS_HEALTH.watch(broker)
     return broker
@@ -143,14 +146,33 @@ def nats_login(settings: CommonSettings) -> dict[str, Any]:
 
 
 def durable_subscription(
-    settings: CommonSettings, stream: JStream, durable: str, *, workers: int = 1
+    settings: CommonSettings,
+    stream: JStream,
+    durable: str,
+    *,
+    workers: int = 1,
+    batch_size: int | None = None,
+    batch_wait_s: float = 0.1,
 ) -> dict[str, Any]:
-    """Keyword arguments for `broker.subscriber`: a pull consumer shared by every replica."""
+    """Keyword arguments for `broker.subscriber`: a pull consumer shared by every replica.
+
+    With `batch_size`, the handler gets up to that many messages at once (a list; FastStream's
+    per-message work is paid once per batch) and settles each of them itself, with the
+    broker's `guard`; batches are handled one at a time (FastStream has no concurrent batches),
+    so `workers` must stay 1. FastStream waits up to `batch_wait_s` to fill a batch: that is
+    how late a message may be handled when messages come one by one."""
+    pull: PullSub[Any]
+    if batch_size is not None:
+        if workers != 1:
+            raise ValueError("a batch subscription handles one batch at a time (workers=1)")
+        pull = PullSub(batch_size=batch_size, timeout=batch_wait_s, batch=True)
+    else:
+        # Small fetches: a replica takes what it can start now and leaves the rest to others.
+        pull = PullSub(batch_size=max(1, min(workers, _FETCH_BATCH)), timeout=1.0)
     return {
         "stream": stream,
         "durable": durable,
-        # Small fetches: a replica takes what it can start now and leaves the rest to others.
-        "pull_sub": PullSub(batch_size=max(1, min(workers, _FETCH_BATCH)), timeout=1.0),
+        "pull_sub": pull,
         "max_workers": workers,
         "ack_policy": AckPolicy.MANUAL,
         # FastStream's pull subscriber takes its fetch inbox from here, not from the connection.

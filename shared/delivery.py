@@ -112,50 +112,32 @@ class DeliveryGuard:
     def __call__(self, msg: Any, /, *, context: Any) -> _GuardMiddleware:
         return _GuardMiddleware(msg, context=context, guard=self)
 
+    def is_permanent(self, exc: BaseException) -> bool:
+        """A failure that redelivering cannot cure."""
+        return isinstance(exc, _PERMANENT)
 
-class _GuardMiddleware(BaseMiddleware):
-    def __init__(self, msg: Any, /, *, context: Any, guard: DeliveryGuard) -> None:
-        super().__init__(msg, context=context)
-        self.guard = guard
-
-    async def consume_scope(self, call_next: Any, msg: Any) -> Any:
-        raw = msg.raw_message
-        if not isinstance(raw, Msg) or not raw.reply or not raw.reply.startswith("$JS.ACK"):
-            return await call_next(msg)  # core NATS (request/reply): nothing to acknowledge
-
+    async def settle_failure(self, broker: Any, raw: Msg, exc: BaseException) -> None:
+        """One JetStream message whose processing failed: dead-letter it if it can never
+        succeed or has used its deliveries, otherwise nack it with backoff."""
         delivered = raw.metadata.num_delivered
-        try:
-            result = await call_next(msg)
-        except (
-            ValidationError,
-            PermanentError,
-            MessageTooLarge,
-            json.JSONDecodeError,
-            UnicodeDecodeError,
-        ) as exc:
-            await self._dead_letter(msg, raw, exc, delivered)
-            return None
-        except Exception as exc:
-            # A stream without a leader for a moment is no reason to give up on a message.
-            if delivered >= self.guard.max_deliveries and not is_jetstream_outage(exc):
-                await self._dead_letter(msg, raw, exc, delivered)
-                return None
-            delay = backoff_delay(delivered, self.guard.backoff_s, self.guard.backoff_max_s)
-            log.warning(
-                "%s: delivery %d of %s failed, retrying in %.1fs: %s",
-                self.guard.service,
-                delivered,
-                raw.subject,
-                delay,
-                _reason(exc),
-            )
-            REDELIVERIES.labels(self.guard.service.value).inc()
-            await msg.nack(delay=delay)
-            return None
-        await msg.ack()
-        return result
+        # A stream without a leader for a moment is no reason to give up on a message.
+        exhausted = delivered >= self.max_deliveries and not is_jetstream_outage(exc)
+        if self.is_permanent(exc) or exhausted:
+            await self.dead_letter(broker, raw, exc, delivered)
+            return
+        delay = backoff_delay(delivered, self.backoff_s, self.backoff_max_s)
+        log.warning(
+            "%s: delivery %d of %s failed, retrying in %.1fs: %s",
+            self.service,
+            delivered,
+            raw.subject,
+            delay,
+            _reason(exc),
+        )
+        REDELIVERIES.labels(self.service.value).inc()
+        await raw.nak(delay=delay)
 
-    async def _dead_letter(self, msg: Any, raw: Msg, exc: BaseException, delivered: int) -> None:
+    async def dead_letter(self, broker: Any, raw: Msg, exc: BaseException, delivered: int) -> None:
         reason = _reason(exc)
         meta = raw.metadata
         headers = {
@@ -165,16 +147,13 @@ class _GuardMiddleware(BaseMiddleware):
             "Deckhands-Dlq-Stream": meta.stream,
             "Deckhands-Dlq-Stream-Seq": str(meta.sequence.stream),
             "Deckhands-Dlq-Deliveries": str(delivered),
-            "Deckhands-Dlq-Service": self.guard.service.value,
+            "Deckhands-Dlq-Service": self.service.value,
         }
-        broker = self.context.get("broker")
         body = raw.data
         if len(body) > _DLQ_BODY_MAX:
             headers["Deckhands-Dlq-Truncated-From"] = str(len(body))
             body = body[:_DLQ_BODY_MAX]
-        await broker.publish(
-            body, dlq_subject(self.guard.service), headers=headers, stream=DLQ_STREAM
-        )
+        await broker.publish(body, dlq_subject(self.service), headers=headers, stream=DLQ_STREAM)
         notice = missing_answer_notice(raw.subject, raw.data, reason)
         if notice is not None:
             try:
@@ -184,11 +163,41 @@ class _GuardMiddleware(BaseMiddleware):
                 # to be redelivered and dead-lettered again for ever.
                 log.warning(
                     "%s: could not tell task %s about its dead-lettered order: %s",
-                    self.guard.service,
+                    self.service,
                     notice.task_id,
                     _reason(exc),
                 )
-        log.error("%s: dead-lettered %s: %s", self.guard.service, raw.subject, reason)
-        DEAD_LETTERED.labels(self.guard.service.value).inc()
+        log.error("%s: dead-lettered %s: %s", self.service, raw.subject, reason)
+        DEAD_LETTERED.labels(self.service.value).inc()
         # The copy is safe in the DLQ stream; only now is the original let go.
+        if not raw._ackd:
+            await raw.ack()
+
+
+_PERMANENT = (
+    ValidationError,
+    PermanentError,
+    MessageTooLarge,
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+)
+
+
+class _GuardMiddleware(BaseMiddleware):
+    def __init__(self, msg: Any, /, *, context: Any, guard: DeliveryGuard) -> None:
+        super().__init__(msg, context=context)
+        self.guard = guard
+
+    async def consume_scope(self, call_next: Any, msg: Any) -> Any:
+        raw = msg.raw_message
+        if not isinstance(raw, Msg) or not raw.reply or not raw.reply.startswith("$JS.ACK"):
+            # Core NATS (request/reply): nothing to acknowledge. A batch (a list of messages)
+            # is settled message by message by its handler, with `settle_failure`.
+            return await call_next(msg)
+        try:
+            result = await call_next(msg)
+        except Exception as exc:
+            await self.guard.settle_failure(self.context.get("broker"), raw, exc)
+            return None
         await msg.ack()
+        return result

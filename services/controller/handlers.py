@@ -19,6 +19,7 @@ from shared.subjects import EVENTS_STREAM, Service
 
 from .agent_loop import apply
 from .deadlines import AnswerDeadlines
+from .state_cache import StateCache
 from .task_metrics import count_task_end
 from .turn import Turn
 
@@ -48,12 +49,14 @@ class ControllerHandlers:
         cas_attempts: int,
         deadlines: AnswerDeadlines | None = None,
         answer_retries: int = 2,
+        cache: StateCache | None = None,
     ) -> None:
         self.broker = broker
         self.store = store
         self.cas_attempts = cas_attempts
         self.deadlines = deadlines or AnswerDeadlines(900.0, 120.0, 900.0)
         self.answer_retries = answer_retries
+        self.cache = cache if cache is not None else StateCache(0)
 
     async def on_input(self, event: Event) -> None:
         with TURN_SECONDS.time():
@@ -91,7 +94,7 @@ class ControllerHandlers:
 
     async def _decide(self, event: Event) -> list[Outgoing]:
         for _ in range(self.cas_attempts):
-            state = await self.store.load(event.task_id)
+            state = self.cache.get(event.task_id) or await self.store.load(event.task_id)
             if state is None:
                 raise PermanentError(f"unknown task {event.task_id}")
             if state.has_processed(event.id):
@@ -108,10 +111,12 @@ class ControllerHandlers:
             outbox = turn.outbox()
             turn.update(updated_at=utc_now(), **turn.state.record_input(event.id, outbox))
             try:
-                await self.store.save(turn.state)
+                saved = await self.store.save(turn.state)
             except StateConflict:
                 CONFLICTS.inc()
+                self.cache.drop(event.task_id)  # someone else wrote: read theirs next
                 continue
+            self.cache.put(saved)
             count_task_end(state, turn.state)
             return outbox
         raise RuntimeError(

@@ -17,6 +17,7 @@ from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 from .deadlines import AnswerDeadlines
 from .handlers import ControllerHandlers
 from .settings import ControllerSettings
+from .state_cache import StateCache
 
 __all__ = ["build_app", "main"]
 
@@ -31,6 +32,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         settings.cas_attempts,
         AnswerDeadlines.from_settings(settings),
         settings.answer_retries,
+        StateCache(settings.state_cache_size),
     )
     broker.subscriber(
         work_subject(Service.CONTROLLER),

@@ -15,6 +15,12 @@ class ControllerSettings(CommonSettings):
         ge=1,
         description="Events handled concurrently (each is a few Redis and NATS round trips).",
     )
+    state_cache_size: int = Field(
+        default=1024,
+        ge=0,
+        description="States this replica saved last, kept so a turn need not read them back "
+        "from Redis (the compare-and-set save still rejects a stale one); 0: always read.",
+    )
     cas_attempts: int = Field(
         default=20, ge=1, description="Reload-and-retry rounds when another replica wrote first."
     )

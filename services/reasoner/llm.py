@@ -160,10 +160,35 @@ class LLMClient:
         except Exception:
             return 0.0  # a model litellm has no price for (local servers): free as far as we know
 
+    def _register_unpriced_model(self, litellm: Any) -> None:
+        """A model litellm has no entry for (a local or self-hosted server) gets one, with the
+        configured prices (or none): litellm prices every reply, and for an unknown model it
+        searches its whole map for a lookalike on each call."""
+        try:
+            litellm.get_model_info(self.model)
+            return
+        except Exception:
+            pass
+        s = self.settings
+        litellm.register_model(
+            {
+                self.model: {
+                    "input_cost_per_token": s.llm_input_cost_per_token or 0.0,
+                    "output_cost_per_token": s.llm_output_cost_per_token or 0.0,
+                    "litellm_provider": self.model.split("/", 1)[0]
+                    if "/" in self.model
+                    else "openai",
+                    "mode": "chat",
+                    "supports_function_calling": bool(self._native),
+                }
+            }
+        )
+
     async def prepare(self) -> None:
         """Import litellm, settle the tool-calling mode and warm the client up, at start-up
         rather than during the first steps."""
         self._native = await asyncio.to_thread(self._decide_native)
+        self._register_unpriced_model(_litellm())
         log.info(
             "LLM %s at %s, %s tool calling",
             self.model,

@@ -111,6 +111,22 @@ class EventLog:
         self._wake.set()
         return await waiter
 
+    async def append_many(
+        self, rows: list[tuple[str, int, str, str, str]]
+    ) -> list[bool | BaseException]:
+        """`append` for several events at once (one commit group): per row, True if new, False
+        if stored before, or the exception that kept it out."""
+        if self._writer is None:
+            raise RuntimeError("event log is not open")
+        loop = asyncio.get_running_loop()
+        waiters: list[asyncio.Future[bool]] = []
+        for row in rows:
+            waiter: asyncio.Future[bool] = loop.create_future()
+            self._pending.append((_Row(*row), waiter))
+            waiters.append(waiter)
+        self._wake.set()
+        return await asyncio.gather(*waiters, return_exceptions=True)
+
     async def _flush_forever(self) -> None:
         while True:
             await self._wake.wait()

@@ -6,12 +6,13 @@ import json
 import logging
 
 from faststream.nats.annotations import NatsMessage
+from nats.aio.msg import Msg
 from prometheus_client import Counter
 from pydantic import ValidationError
 
 from shared.commands import ForgetTaskReply, ForgetTaskRequest, HistoryReply, HistoryRequest
-from shared.delivery import PermanentError
-from shared.events import Event
+from shared.delivery import DeliveryGuard, PermanentError
+from shared.events import Event, EventAdapter
 
 from .event_log import EventLog
 
@@ -34,16 +35,28 @@ class StorageHandlers:
         self.log = log
         self.max_reply_bytes = max_reply_bytes
 
-    async def on_event(self, event: Event) -> None:
-        if event.seq is None:
-            raise PermanentError(f"event {event.id} has no seq: only the controller logs events")
-        fresh = await self.log.append(
-            event.task_id, event.seq, event.id, event.kind, event.model_dump_json()
+    async def on_events(self, raws: list[Msg], guard: DeliveryGuard, broker: object) -> None:
+        """A batch of logged events: all rows in one commit group, then each message settled
+        on its own (acked, or nacked / dead-lettered by the guard's policy), so one bad event
+        never holds back or drops the others."""
+        kept: list[tuple[Msg, Event]] = []
+        for raw in raws:
+            try:
+                kept.append((raw, _logged_event(raw.data)))
+            except Exception as exc:
+                await guard.settle_failure(broker, raw, exc)
+        # The controller's bytes are stored as they are: they are the event's JSON already.
+        outcomes = await self.log.append_many(
+            [(e.task_id, e.seq or 0, e.id, e.kind, raw.data.decode()) for raw, e in kept]
         )
-        if fresh:
-            STORED.labels(event.kind).inc()
-        else:
-            DUPLICATES.inc()
+        for (raw, event), outcome in zip(kept, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                await guard.settle_failure(broker, raw, outcome)
+                continue
+            (STORED.labels(event.kind) if outcome else DUPLICATES).inc()
+            await raw.ack()
 
     async def on_history(self, msg: NatsMessage) -> HistoryReply:
         """Every request gets a reply: the page, or an error naming what was wrong. The raw
@@ -86,6 +99,13 @@ class StorageHandlers:
             )
         log.info("task %s deleted: %d stored events removed", request.task_id, removed)
         return ForgetTaskReply(task_id=request.task_id, removed=removed)
+
+
+def _logged_event(data: bytes) -> Event:
+    event = EventAdapter.validate_json(data)
+    if event.seq is None:
+        raise PermanentError(f"event {event.id} has no seq: only the controller logs events")
+    return event
 
 
 def _task_of(body: bytes) -> str:

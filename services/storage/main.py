@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from faststream import FastStream
+from faststream import Context, FastStream
+from faststream.nats.message import NatsBatchMessage
 
 from shared.broker import EVENTS, build_broker, durable_subscription
 from shared.streams import ensure_streams
@@ -25,12 +27,21 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
     # NATS' default max_payload until the server's own is known (after connecting).
     handlers = StorageHandlers(log, max_reply_bytes=1024 * 1024)
 
-    broker.subscriber(
+    @broker.subscriber(
         event_subject("*"),
         title="storage.events",
-        description="Persists every logged event of every task.",
-        **durable_subscription(settings, EVENTS, settings.replica, workers=settings.workers),
-    )(handlers.on_event)
+        description="Persists every logged event of every task (in batches).",
+        **durable_subscription(
+            settings,
+            EVENTS,
+            settings.replica,
+            batch_size=settings.batch_size,
+            batch_wait_s=settings.batch_wait_s,
+        ),
+    )
+    async def on_events(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
+        await handlers.on_events(msg.raw_message, broker.guard, broker)
+
     broker.subscriber(
         HISTORY_SUBJECT,
         queue="storage",

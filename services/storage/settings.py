@@ -20,8 +20,17 @@ class StorageSettings(CommonSettings):
         pattern=r"^[A-Za-z0-9_-]+$",
         description="Each replica keeps a full copy under its own durable consumer name.",
     )
-    workers: int = Field(
-        default=256,
+    batch_size: int = Field(
+        default=128,
         ge=1,
-        description="Events stored concurrently; their rows share a commit (one fsync per group).",
+        le=1024,
+        description="Events taken from the log at once; a batch's rows share one commit (one "
+        "fsync), and one batch is stored at a time.",
+    )
+    batch_wait_s: float = Field(
+        default=0.1,
+        gt=0,
+        le=5,
+        description="How long a batch waits to fill: the longest an event waits to be stored "
+        "when events come one by one.",
     )

@@ -3,6 +3,7 @@ error naming what was wrong; never silence (the caller would wait out its timeou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -15,8 +16,9 @@ from nats.aio.client import Client
 from services.storage.main import build_app
 from services.storage.settings import StorageSettings
 from shared.commands import HistoryReply
+from shared.events import EventSource, MessageAction
 from shared.settings import CommonSettings
-from shared.subjects import HISTORY_SUBJECT
+from shared.subjects import HISTORY_SUBJECT, dlq_subject
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +62,51 @@ async def test_a_bad_request_gets_an_error_naming_it(
 ) -> None:
     reply = await ask(storage_nc, body)
     assert reply.events == [] and reply.error is not None and names in reply.error
+
+
+async def test_a_batch_with_bad_events_stores_the_good_ones_and_dead_letters_the_bad(
+    storage_nc: Client,
+) -> None:
+    """Events taken in one batch are settled one by one: the valid ones are stored (a
+    redelivered one is not stored twice), garbage and an event without seq go to the
+    dead-letter subject with the reason, and none holds back the others."""
+    js = storage_nc.jetstream()
+    task_id = uuid.uuid4().hex
+    subject = f"deckhands.events.{task_id}"
+    good = [
+        MessageAction(
+            id=f"m{seq}-{task_id}", task_id=task_id, seq=seq, source=EventSource.USER, content="hi"
+        )
+        for seq in (1, 2, 3)
+    ]
+    unsequenced = MessageAction(
+        id=f"x-{task_id}", task_id=task_id, source=EventSource.USER, content="no seq"
+    )
+    bodies = [
+        good[0].model_dump_json().encode(),
+        b"\x00 not an event",
+        good[1].model_dump_json().encode(),
+        unsequenced.model_dump_json().encode(),
+        good[2].model_dump_json().encode(),
+        good[1].model_dump_json().encode(),  # the same event again: a redelivery
+    ]
+    for body in bodies:
+        await js.publish(subject, body)
+
+    for _ in range(100):
+        reply = await ask(storage_nc, json.dumps({"task_id": task_id}).encode())
+        if len(reply.events) == 3:
+            break
+        await asyncio.sleep(0.05)
+    assert [e["id"] for e in reply.events] == [e.id for e in good]
+
+    dead = await js.subscribe(dlq_subject("storage"), ordered_consumer=True)
+    reasons: list[str] = []
+    for _ in range(2):
+        msg = await dead.next_msg(timeout=5)
+        if msg.headers and msg.headers.get("Deckhands-Dlq-Subject") == subject:
+            reasons.append(msg.headers["Deckhands-Dlq-Reason"])
+    await dead.unsubscribe()
+    assert len(reasons) == 2, reasons
+    assert any("ValidationError" in r for r in reasons), reasons
+    assert any("has no seq" in r for r in reasons), reasons
