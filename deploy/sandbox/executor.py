@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""deckhands' in-sandbox executor: the container's main process (under tini).
+"""deckhands' in-sandbox executor, run as the sandbox user (uid 1000) by holder.py.
 
 Standard library only, and it imports nothing of the project: it is copied alone into the image.
 
 Protocol: one JSON object per line. Requests arrive on stdin, responses leave on stdout (the
-runtime reaches both through `docker attach`; no `docker exec`, no port). Every request has an
-`id` and an `op`; its response carries the same `id` and `ok`. Diagnostics go to stderr (the
-container's capped log), never to stdout.
+runtime reaches both through `docker attach`; no `docker exec`, no port). In the sandbox these
+are pipes to holder.py, which alone (with root's docker-init and tini) holds the channel itself.
+Every request has an `id` and an `op`; its response carries the same `id` and `ok`. Diagnostics
+go to stderr (the container's capped log), never to stdout.
 
   ping                                  -> {ok, pid, uptime_s, protocol}
   bash   {command, timeout_s, no_output_timeout_s?, is_input?, limit?}
@@ -1164,8 +1165,9 @@ def _worker(
 
 
 def _harden_self() -> None:
-    # Not dumpable: the sandbox user's own processes cannot open /proc/<executor>/fd/* to read
-    # or forge protocol traffic.
+    # Not dumpable: the sandbox user's own processes cannot open /proc/<executor>/fd/* (its
+    # pipes to the channel's holder, deploy/sandbox/holder.py) to read or forge protocol
+    # traffic, nor ptrace it.
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -1268,20 +1270,18 @@ def _boot(dispatcher: Dispatcher) -> None:
     """Load the modules, start the workers (the shell first), then take over from the boot."""
     try:
         _load_modules()
+        # Before any of the agent's code can run (the shell starts below).
+        _harden_self()
         os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
         responder = Responder(dispatcher.write_lock)
         bash = BashSession()
         files = Files()
 
-        def warm_shell() -> None:
-            _harden_self()
-            bash.start()
-
         # Workers exist before any user code runs: under a fork bomb no thread could start.
         # The shell starts in its worker; commands queue behind it.
         routes: dict[str, queue.Queue[dict[str, Any]]] = {}
         for ops, handler, warmup in (
-            (("bash",), bash.run, warm_shell),
+            (("bash",), bash.run, bash.start),
             (("python",), PYTHON.run, None),
             (("read", "write", "edit"), lambda r: getattr(files, r["op"])(r), None),
             (("chunk",), files.chunk, None),

@@ -232,6 +232,10 @@ class DockerSandboxes:
             "mounts": [workspace],
             "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},mode=1777"},
             "cap_drop": ["ALL"],
+            # Only for the image's holder.py, which starts as root, forks the executor as the
+            # sandbox user and then leaves root itself: both setuids clear every capability,
+            # so no process the agent can reach has any (no-new-privileges keeps it so).
+            "cap_add": ["SETUID", "SETGID"],
             "security_opt": ["no-new-privileges"],
             "pids_limit": s.sandbox_pids,
             "mem_limit": s.sandbox_memory,
@@ -269,7 +273,9 @@ class DockerSandboxes:
                 labels=self.labels(network),
                 stdin_open=True,  # the executor's request channel
                 tty=False,
-                user="1000:1000",
+                # Root only for Docker's init, tini and the start of holder.py: the agent's
+                # commands run as uid 1000, the channel is held by uid 999 (see holder.py).
+                user="0:0",
                 working_dir="/workspace",
                 hostname="sandbox",
                 environment={"DECKHANDS_WORKSPACE": "/workspace"},

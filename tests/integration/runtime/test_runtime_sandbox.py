@@ -265,7 +265,10 @@ async def test_container_is_hardened(
     assert limits == {"nofile": (4096, 4096), "fsize": (8 << 20, 8 << 20)}
     assert host["LogConfig"]["Config"]["max-size"] == "1m"
     assert not host.get("Binds")
-    assert attrs["Config"]["User"] == "1000:1000"
+    # Root starts holder.py, which needs these two to leave root for uids 999 and 1000; the
+    # agent's uid and capabilities are checked from inside (test_runtime_hostile).
+    assert attrs["Config"]["User"] == "0:0"
+    assert host["CapAdd"] == ["SETUID", "SETGID"]
     assert "/tmp" in host["Tmpfs"]
     for mount in attrs["Mounts"]:
         assert mount["Type"] in {"volume", "tmpfs"}, mount  # never a host path
