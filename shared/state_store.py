@@ -45,6 +45,7 @@ class TaskStateStore:
         self._cas = redis.register_script(_CAS)
         self._postpone = redis.register_script(_POSTPONE)
         self.deadlines_key = f"{prefix}:deadlines"
+        self.intact_key = f"{prefix}:states-intact"
 
     def _key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
@@ -90,6 +91,14 @@ class TaskStateStore:
         if not ok:
             raise StateConflict(f"task {state.task_id}: version {state.version} is stale")
         return saved
+
+    async def intact(self) -> bool:
+        """False when Redis lost what it held (a FLUSHALL, a new empty Redis) since the
+        controller last made sure every live task has its State (`mark_intact`)."""
+        return bool(await self.redis.exists(self.intact_key))
+
+    async def mark_intact(self) -> None:
+        await self.redis.set(self.intact_key, "1")
 
     async def overdue(self, now: float, limit: int = 200) -> list[tuple[str, float]]:
         """Tasks whose awaited answer was due before `now`, with their deadlines."""

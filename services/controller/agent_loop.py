@@ -34,6 +34,7 @@ from shared.events import (
     RunnableAction,
     SandboxQueuedObservation,
     SecurityVerdictObservation,
+    TaskCreatedObservation,
     UserRejectObservation,
     Verdict,
 )
@@ -43,7 +44,13 @@ from shared.subjects import Service
 from .stuck import SIGNATURES_KEPT, detect, signature
 from .turn import IllegalTransition, Turn
 
-__all__ = ["apply", "sub_task_id"]
+__all__ = [
+    "CONTROLLER_ERROR_CODES",
+    "apply",
+    "ask_for_lost_step",
+    "created_entry",
+    "sub_task_id",
+]
 
 
 log = logging.getLogger("deckhands.controller")
@@ -67,6 +74,12 @@ DELEGATIONS_REFUSED = Counter(
     "deckhands_controller_delegations_refused_total",
     "Delegations refused: past the depth or fan-out limit, or the parent's iterations or budget",
 )
+# The error codes of the ErrorObservations the controller itself logs (the other services'
+# errors come to it as inputs): a rebuild tells the two apart by them.
+ILLEGAL_TRANSITION = "illegal_transition"
+DELEGATION_REFUSED = "delegation_refused"
+SECURITY_DENIED = "security_denied"
+CONTROLLER_ERROR_CODES = frozenset({ILLEGAL_TRANSITION, DELEGATION_REFUSED, SECURITY_DENIED})
 _RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
 _SUB_TASK_NS = uuid.UUID("0b6f3c1e-8a4d-4c5e-9f2a-7d1e3b5c9a80")
 
@@ -77,6 +90,10 @@ def sub_task_id(delegate_action_id: str) -> str:
 
 
 def apply(turn: Turn, event: EventBase) -> None:
+    if turn.state.last_seq == 0:
+        # The task's first turn: its log opens with what the task was created with, so that
+        # the log alone can rebuild its State (services/controller/rebuild.py).
+        turn.log(created_entry(turn.state))
     awaiting, awaiting_id = turn.state.awaiting, turn.state.awaiting_id
     if event.source is EventSource.USER:
         _from_user(turn, event)
@@ -112,6 +129,39 @@ def apply(turn: Turn, event: EventBase) -> None:
         STALE.labels(getattr(event, "kind", "?")).inc()
 
 
+def created_entry(state: TaskState) -> TaskCreatedObservation:
+    """The log's first entry: the limits and settings of a task not yet started."""
+    return TaskCreatedObservation(
+        id=f"created-{state.task_id}",  # one per task, however often its first turn is retried
+        task_id=state.task_id,
+        source=EventSource.SYSTEM,
+        created_at=state.created_at,
+        max_iterations=state.max_iterations,
+        initial_max_iterations=state.initial_max_iterations,
+        max_budget_usd=state.max_budget_usd,
+        initial_budget_usd=state.initial_budget_usd,
+        confirmation_mode=state.confirmation_mode,
+        confirmation_threshold=state.confirmation_threshold,
+        network_egress=state.network_egress,
+        delegation_depth=state.delegation_depth,
+        max_delegation_depth=state.max_delegation_depth,
+        max_sub_tasks=state.max_sub_tasks,
+        parent_task_id=state.parent_task_id,
+        parent_action_id=state.parent_action_id,
+    )
+
+
+def ask_for_lost_step(turn: Turn) -> None:
+    """A State rebuilt from the log awaits a step whose request id no entry names (requests are
+    not logged): ask for the step again, under a new id. A late answer to the lost request is
+    then stale and ignored."""
+    s = turn.state
+    step = StepRequest(task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration)
+    turn.update(awaiting=Awaiting.AGENT, awaiting_id=step.id)
+    turn.send(Service.REASONER, step)
+    RE_REQUESTS.labels(Awaiting.AGENT.value).inc()
+
+
 def _answers(state: TaskState, event: EventBase) -> bool:
     return (
         event.cause is not None
@@ -144,7 +194,7 @@ def _refuse(turn: Turn, event: EventBase, reason: str) -> None:
             source=EventSource.ENVIRONMENT,
             cause=event.id,
             content=f"Refused: {reason}.",
-            error_code="illegal_transition",
+            error_code=ILLEGAL_TRANSITION,
         )
     )
 
@@ -350,7 +400,7 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
                     task_id=parent.task_id,
                     source=EventSource.ENVIRONMENT,
                     cause=action.id,
-                    error_code="delegation_refused",
+                    error_code=DELEGATION_REFUSED,
                     content=f"Delegation refused: {refusal}.",
                 )
             ),
@@ -426,7 +476,7 @@ def _from_security(turn: Turn, event: EventBase) -> None:
                     task_id=event.task_id,
                     source=EventSource.ENVIRONMENT,
                     cause=action.id,
-                    error_code="security_denied",
+                    error_code=SECURITY_DENIED,
                     content=f"The security monitor denied this action ({verdict.rule}): "
                     f"{verdict.reason}. Choose another way.",
                 )

@@ -24,7 +24,6 @@ from shared.events import (
     EventSource,
     SubTaskSpend,
     can_transition,
-    utc_now,
 )
 from shared.state import Outgoing, TaskState
 from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
@@ -102,7 +101,7 @@ class Turn:
             return
         if not can_transition(current, target):
             raise IllegalTransition(current, target)
-        self.log(
+        entry = self.log(
             AgentStateChangedObservation(
                 task_id=self.state.task_id,
                 source=EventSource.ENVIRONMENT,
@@ -113,7 +112,9 @@ class Turn:
             )
         )
         finished = target in SANDBOX_ENDING_STATES or target is AgentState.ERROR
-        self.update(agent_state=target, reason=reason, finished_at=utc_now() if finished else None)
+        # When the log says it ended, so that a State rebuilt from the log says the same.
+        ended_at = entry.timestamp if finished else None
+        self.update(agent_state=target, reason=reason, finished_at=ended_at)
         if target in SANDBOX_ENDING_STATES:
             self.send(
                 Service.RUNTIME, ReleaseSandbox(task_id=self.state.task_id, reason=target.value)
