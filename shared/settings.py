@@ -27,9 +27,13 @@ class CommonSettings(BaseSettings):
     # Credentials (Kubernetes: from the Secrets deckhands-nats-users / deckhands-redis-users;
     # `make up`: from .run/credentials). Empty: connect without (an unlocked server).
     nats_user: str = Field(default="", description="This service's NATS user.")
-    nats_password: SecretStr = SecretStr("")
+    nats_password: SecretStr = Field(
+        default=SecretStr(""), description="The NATS user's password (never logged)."
+    )
     redis_user: str = Field(default="", description="This service's Redis ACL user.")
-    redis_password: SecretStr = SecretStr("")
+    redis_password: SecretStr = Field(
+        default=SecretStr(""), description="The Redis ACL user's password (never logged)."
+    )
     metrics_port: int = Field(
         default=0, ge=0, le=65535, description="/metrics, /healthz and /readyz; 0: none."
     )
