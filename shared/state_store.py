@@ -74,9 +74,11 @@ class TaskStateStore:
     async def exists(self, task_id: str) -> bool:
         return bool(await self.redis.hexists(self._key(task_id), "state"))  # type: ignore[misc]
 
-    async def save(self, state: TaskState) -> TaskState:
-        """Write `state` as the next version of the one it was loaded as."""
-        saved = state.model_copy(update={"version": state.version + 1})
+    async def save(self, state: TaskState, new_version: int | None = None) -> TaskState:
+        """Write `state` as the next version of the one it was loaded as (or as `new_version`)."""
+        saved = state.model_copy(
+            update={"version": state.version + 1 if new_version is None else new_version}
+        )
         deadline = saved.awaiting_deadline
         ok = await self._cas(
             keys=[self._key(state.task_id), self.deadlines_key],
@@ -114,10 +116,10 @@ class TaskStateStore:
         )
         return bool(moved)
 
-    async def create(self, state: TaskState) -> bool:
-        """Save a brand-new task; False if the id exists."""
+    async def create(self, state: TaskState, version: int = 1) -> bool:
+        """Save a brand-new task (as `version`); False if the id exists."""
         try:
-            await self.save(state.model_copy(update={"version": 0}))
+            await self.save(state.model_copy(update={"version": 0}), new_version=version)
         except StateConflict:
             return False
         return True

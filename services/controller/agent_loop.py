@@ -49,6 +49,7 @@ __all__ = [
     "apply",
     "ask_for_lost_step",
     "created_entry",
+    "send_queued_action",
     "sub_task_id",
 ]
 
@@ -160,6 +161,14 @@ def ask_for_lost_step(turn: Turn) -> None:
     turn.update(awaiting=Awaiting.AGENT, awaiting_id=step.id)
     turn.send(Service.REASONER, step)
     RE_REQUESTS.labels(Awaiting.AGENT.value).inc()
+
+
+def send_queued_action(turn: Turn) -> None:
+    """A rebuilt State whose action waited for a sandbox seat: the runtime kept that order in
+    Redis, which lost it, so it is sent again (same action id: it still runs at most once)."""
+    action = turn.state.pending_action
+    if turn.state.awaiting is Awaiting.RUNTIME and action is not None:
+        turn.send(Service.RUNTIME, _execute(turn.state, action))
 
 
 def _answers(state: TaskState, event: EventBase) -> bool:

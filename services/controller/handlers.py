@@ -10,14 +10,21 @@ from faststream.nats import NatsBroker
 from prometheus_client import Counter, Histogram
 
 from shared.delivery import PermanentError
-from shared.events import AnswerMissingObservation, Event, EventBase, EventSource, utc_now
+from shared.events import (
+    AnswerMissingObservation,
+    Event,
+    EventBase,
+    EventSource,
+    SandboxQueuedObservation,
+    utc_now,
+)
 from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
 from shared.state import Awaiting, Outgoing, TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import EVENTS_STREAM, Service
 
-from .agent_loop import apply, ask_for_lost_step
+from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
 from .rebuild import RebuildError, rebuild_state
 from .state_cache import StateCache
@@ -150,10 +157,15 @@ class ControllerHandlers:
         turn = Turn(rebuilt, answer_retries=self.answer_retries)
         if rebuilt.awaiting is Awaiting.AGENT and rebuilt.awaiting_id is None:
             ask_for_lost_step(turn)
+        elif rebuilt.awaiting is Awaiting.RUNTIME and _queued_last(entries, rebuilt.awaiting_id):
+            send_queued_action(turn)
         turn.update(awaiting_deadline=self.deadlines.deadline(turn.state, utc_now()))
         outbox = turn.outbox()
         turn.update(**turn.state.record_input(f"rebuilt-{task_id}-{rebuilt.last_seq}", outbox))
-        if not await self.store.create(turn.state):
+        # Versions start again above any the lost Redis held: a replica's cached State from
+        # before the loss then fails its compare-and-set instead of passing it by chance.
+        version = int(time.time() * 1000)
+        if not await self.store.create(turn.state, version):
             return await self.store.load(task_id)  # another replica rebuilt it first
         REBUILT.inc()
         log.warning(
@@ -164,7 +176,7 @@ class ControllerHandlers:
             turn.state.awaiting.value,
         )
         await self._publish(outbox)
-        saved = turn.state.model_copy(update={"version": 1})
+        saved = turn.state.model_copy(update={"version": version})
         self.cache.put(saved)
         return saved
 
@@ -222,3 +234,11 @@ class ControllerHandlers:
     async def watch_deadlines(self, every_s: float) -> None:
         """The sweeper loop, for the life of the process."""
         await every(every_s, self.sweep_overdue, "looking for overdue answers", log)
+
+
+def _queued_last(entries: list[EventBase], action_id: str | None) -> bool:
+    """Whether the last word about the awaited action is that it waits for a sandbox seat."""
+    about = [e for e in entries if e.cause is not None and e.cause == action_id]
+    return bool(about) and isinstance(
+        max(about, key=lambda e: e.seq or 0), SandboxQueuedObservation
+    )
