@@ -274,6 +274,15 @@ def _child_setup(tty: bool) -> None:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+def _space_note(output: str) -> str:
+    """space.py's note when the sandbox ran out of room (loaded on first use: start-up counts)."""
+    try:
+        from space import space_note
+    except ImportError:  # only where executor.py runs without its directory on the path
+        return ""
+    return space_note(output)
+
+
 def _user_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("HOME", "/tmp/home")
@@ -602,14 +611,15 @@ class BashSession:
     def _answer(
         self, out: Captured, code: int, cwd: str, timed_out: bool, running: bool, notes: list[str]
     ) -> dict[str, Any]:
+        output = out.render()
         return {
             "ok": True,
-            "output": out.render(),
+            "output": output,
             "exit_code": code,
             "cwd": cwd or self._cwd(),
             "timed_out": timed_out,
             "running": running,
-            "note": "\n".join(notes),
+            "note": "\n".join(n for n in (*notes, _space_note(output)) if n),
             **out.kept(),
         }
 
@@ -742,12 +752,13 @@ class PythonSession:
                 notes.append(f"[the Python process died (code {rc}); its variables were lost]")
             self.close()
             result = {"rc": rc if rc >= 0 else 128 - rc}
+        output = out.render()
         return {
             "ok": True,
-            "output": out.render(),
+            "output": output,
             "exit_code": int(result.get("rc", 1)),
             "timed_out": timed_out,
-            "note": "\n".join(notes),
+            "note": "\n".join(n for n in (*notes, _space_note(output)) if n),
             **out.kept(),
         }
 
@@ -1113,7 +1124,8 @@ def _write_text(path: str, content: str) -> None:
             f.write(content.encode("utf-8"))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise Fail("no_space", f"{path}: no space left on the device") from None
+            note = _space_note("No space left on device")
+            raise Fail("no_space", f"{path}: no space left on the device {note}".strip()) from None
         raise Fail("io_error", f"{path}: {exc.strerror or exc}") from None
 
 

@@ -231,7 +231,7 @@ class RuntimeService:
         """Stop the sandboxes of tasks that wait (for a person, or, while others queue for a
         seat, for a sub-task) and ran nothing for a while; their seats go to the queue."""
         s = self.settings
-        if s.sandbox_workspace == "tmpfs" or self._states is None:
+        if self._states is None:
             return 0
         _, queued = await self.seats.counts()
         idle_s = s.sandbox_idle_stop_s

@@ -257,7 +257,10 @@ async def test_container_is_hardened(
     assert host["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in host["SecurityOpt"]
     assert host["PidsLimit"] == 128
-    assert host["Memory"] == 256 * 1024 * 1024
+    # 256 MiB for the processes, plus the tmpfs workspace's quota (make_settings: 64 MiB).
+    assert host["Memory"] == (256 + 64) * 1024 * 1024
+    [workspace] = [m for m in host["Mounts"] if m["Target"] == "/workspace"]
+    assert "size=67108864,nr_inodes=4096," in str(workspace["VolumeOptions"]["DriverConfig"])
     assert host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
     assert host["Init"] is True
