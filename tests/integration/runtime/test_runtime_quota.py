@@ -6,8 +6,10 @@ observation says which limit it is, and a neighbour sandbox notices nothing.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
+import docker
 import pytest
 from nats.js import JetStreamContext
 from runtime_helpers import (  # type: ignore[import-not-found]
@@ -17,6 +19,8 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     make_settings,
 )
 
+from services.runtime.containers import DockerSandboxes
+from services.runtime.keepers import keeper_name
 from services.runtime.settings import RuntimeSettings
 from shared.events import CmdOutputObservation, ErrorObservation, EventSource, FileWriteAction
 from shared.settings import CommonSettings
@@ -113,3 +117,41 @@ async def test_many_small_files_stop_at_the_inode_limit(
     assert freed.strip() == "freed", freed
     await ctl.release()
     await ctl_other.release()
+
+
+async def test_a_keeper_holds_a_stopped_sandboxes_files_and_goes_when_not_needed(
+    settings: CommonSettings,
+    sandbox_image: str,
+    pool_name: str,
+    docker_client: docker.DockerClient,
+) -> None:
+    """The keeper of a stopped sandbox keeps its tmpfs workspace (files and all) until it runs
+    again; reconciliation removes one whose sandbox runs or is gone (a crash between two steps),
+    and removing a stopped sandbox removes its keeper and volume with it."""
+    config = make_settings(settings, sandbox_image, pool_name, start_timeout_s=1.0)
+    manager = DockerSandboxes(config, f"tests-{uuid.uuid4().hex[:6]}")
+    sandbox = await manager.create()
+    cid = sandbox.container_id
+    volume = next(
+        m["Name"]
+        for m in docker_client.api.inspect_container(cid)["Mounts"]
+        if m["Destination"] == "/workspace"
+    )
+    try:
+        await sandbox.client.request("bash", 30, command="echo kept > /workspace/f")
+        await sandbox.client.close()
+        await manager.keep_workspace(cid)
+        await manager.stop(cid, timeout_s=1)
+        await asyncio.sleep(2.5)  # older than the keepers' grace (2 x start_timeout_s)
+        assert await manager.remove_stray_keepers() == 0  # needed: its sandbox is stopped
+        await manager.start(cid)
+        out = docker_client.containers.get(cid).exec_run(["cat", "/workspace/f"], user="1000")
+        assert out.output.strip() == b"kept"
+        assert await manager.remove_stray_keepers() == 1  # running again: not needed
+        await manager.keep_workspace(cid)
+        await manager.stop(cid, timeout_s=1)
+    finally:
+        await manager.remove(cid)
+        manager.close()
+    assert not docker_client.api.containers(all=True, filters={"name": keeper_name(cid)})
+    assert volume not in {v.name for v in docker_client.volumes.list()}
