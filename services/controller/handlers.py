@@ -15,7 +15,6 @@ from shared.events import (
     Event,
     EventBase,
     EventSource,
-    SandboxQueuedObservation,
     utc_now,
 )
 from shared.periodic import every
@@ -26,7 +25,7 @@ from shared.subjects import EVENTS_STREAM, Service
 
 from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
-from .rebuild import RebuildError, rebuild_state
+from .rebuild import RebuildError, rebuild_state, waits_for_a_seat
 from .state_cache import StateCache
 from .task_log import TaskLog
 from .task_metrics import count_task_end
@@ -157,7 +156,7 @@ class ControllerHandlers:
         turn = Turn(rebuilt, answer_retries=self.answer_retries)
         if rebuilt.awaiting is Awaiting.AGENT and rebuilt.awaiting_id is None:
             ask_for_lost_step(turn)
-        elif rebuilt.awaiting is Awaiting.RUNTIME and _queued_last(entries, rebuilt.awaiting_id):
+        elif waits_for_a_seat(entries, rebuilt):
             send_queued_action(turn)
         turn.update(awaiting_deadline=self.deadlines.deadline(turn.state, utc_now()))
         outbox = turn.outbox()
@@ -234,11 +233,3 @@ class ControllerHandlers:
     async def watch_deadlines(self, every_s: float) -> None:
         """The sweeper loop, for the life of the process."""
         await every(every_s, self.sweep_overdue, "looking for overdue answers", log)
-
-
-def _queued_last(entries: list[EventBase], action_id: str | None) -> bool:
-    """Whether the last word about the awaited action is that it waits for a sandbox seat."""
-    about = [e for e in entries if e.cause is not None and e.cause == action_id]
-    return bool(about) and isinstance(
-        max(about, key=lambda e: e.seq or 0), SandboxQueuedObservation
-    )

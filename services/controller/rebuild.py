@@ -34,6 +34,7 @@ from shared.events import (
     EventBase,
     EventSource,
     MessageAction,
+    SandboxQueuedObservation,
     TaskCreatedObservation,
     UserRejectObservation,
 )
@@ -42,7 +43,7 @@ from shared.state import PROCESSED_KEPT, Awaiting, TaskState
 from .agent_loop import CONTROLLER_ERROR_CODES, apply
 from .turn import Turn
 
-__all__ = ["RebuildError", "is_logged_input", "rebuild_state"]
+__all__ = ["RebuildError", "is_logged_input", "rebuild_state", "waits_for_a_seat"]
 
 log = logging.getLogger("deckhands.controller.rebuild")
 
@@ -243,3 +244,14 @@ def _answered_step(next_input: EventBase | None, known: set[str]) -> str | None:
         return None
     cause = next_input.cause
     return cause if cause is not None and cause not in known else None
+
+
+def waits_for_a_seat(log_entries: Sequence[EventBase], state: TaskState) -> bool:
+    """Whether the rebuilt `state` awaits an action that, as its log last said, waits for a
+    sandbox seat: the runtime kept that order in Redis, so it must be sent again."""
+    if state.awaiting is not Awaiting.RUNTIME or state.awaiting_id is None:
+        return False
+    about = [e for e in log_entries if e.cause is not None and e.cause == state.awaiting_id]
+    return bool(about) and isinstance(
+        max(about, key=lambda e: e.seq or 0), SandboxQueuedObservation
+    )

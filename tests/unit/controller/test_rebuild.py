@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from services.controller.agent_loop import apply, sub_task_id
-from services.controller.rebuild import RebuildError, rebuild_state
+from services.controller.agent_loop import apply, send_queued_action, sub_task_id
+from services.controller.rebuild import RebuildError, rebuild_state, waits_for_a_seat
 from services.controller.turn import Turn
 from shared.commands import ExecuteAction
 from shared.events import (
@@ -30,6 +30,7 @@ from shared.events import (
     LLMUsage,
     MessageAction,
     RiskLevel,
+    SandboxQueuedObservation,
     SecurityVerdictObservation,
     SubTaskSpend,
     Verdict,
@@ -186,6 +187,29 @@ def test_mid_action_the_runtime_may_run_it_again() -> None:
     assert rebuilt.pending_action == live.state.pending_action
     assert rebuilt.pending_action is not None and rebuilt.pending_action.id == action.id
     [order] = [m for _, m in live.turns[-1].sent if isinstance(m, ExecuteAction)]
+    from services.runtime.order_check import refusal_of
+
+    assert refusal_of(rebuilt, order) is None
+
+
+def test_an_action_waiting_for_a_seat_is_sent_again() -> None:
+    """The runtime kept the queued order in Redis: rebuilt, the task sends it again."""
+    live = _new()
+    action = live.run("ls")
+    live.allow(action)
+    assert not waits_for_a_seat(live.log, _rebuilt(live))
+    live.feed(
+        SandboxQueuedObservation(
+            task_id=TASK, source="ENVIRONMENT", cause=action.id, position=2, max_sandboxes=4
+        )
+    )
+    rebuilt = _rebuilt(live)
+    assert_same(live, rebuilt)
+    assert waits_for_a_seat(live.log, rebuilt)
+    turn = Turn(rebuilt)
+    send_queued_action(turn)
+    [(_, order)] = turn.sent
+    assert isinstance(order, ExecuteAction) and order.action.id == action.id
     from services.runtime.order_check import refusal_of
 
     assert refusal_of(rebuilt, order) is None
