@@ -85,6 +85,13 @@ _RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
 _SUB_TASK_NS = uuid.UUID("0b6f3c1e-8a4d-4c5e-9f2a-7d1e3b5c9a80")
 
 
+def _count(turn: Turn, counter: Counter) -> None:
+    """Count what the turn did, unless it is a replay of the log (a rebuild): that was counted
+    when it happened."""
+    if not turn.replaying:
+        counter.inc()
+
+
 def sub_task_id(delegate_action_id: str) -> str:
     """Derived from the action, so a redelivered delegation names the same sub-task."""
     return uuid.uuid5(_SUB_TASK_NS, delegate_action_id).hex
@@ -103,7 +110,7 @@ def apply(turn: Turn, event: EventBase) -> None:
         # the sub-task ended after asking a question): not part of the log, but what it spent
         # is still the parent's (and so the root's).
         _count_sub_task_spend(turn, event)
-        STALE.labels(event.kind).inc()
+        _count(turn, STALE.labels(event.kind))
     elif (
         event.cause is None
         or event.cause != awaiting_id
@@ -112,7 +119,7 @@ def apply(turn: Turn, event: EventBase) -> None:
         # A late answer (the task was stopped meanwhile) or a duplicate: not part of the log.
         # So is the runtime's refusal of an order the task did not send it (forged while the
         # action was still under review or awaiting confirmation).
-        STALE.labels(getattr(event, "kind", "?")).inc()
+        _count(turn, STALE.labels(getattr(event, "kind", "?")))
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
     elif isinstance(event, AnswerMissingObservation):
         _answer_missing(turn, event)
@@ -127,7 +134,7 @@ def apply(turn: Turn, event: EventBase) -> None:
     elif awaiting in (Awaiting.RUNTIME, Awaiting.DELEGATE):
         _observed(turn, event)
     else:
-        STALE.labels(getattr(event, "kind", "?")).inc()
+        _count(turn, STALE.labels(getattr(event, "kind", "?")))
 
 
 def created_entry(state: TaskState) -> TaskCreatedObservation:
@@ -160,7 +167,7 @@ def ask_for_lost_step(turn: Turn) -> None:
     step = StepRequest(task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration)
     turn.update(awaiting=Awaiting.AGENT, awaiting_id=step.id)
     turn.send(Service.REASONER, step)
-    RE_REQUESTS.labels(Awaiting.AGENT.value).inc()
+    _count(turn, RE_REQUESTS.labels(Awaiting.AGENT.value))
 
 
 def send_queued_action(turn: Turn) -> None:
@@ -401,7 +408,7 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
     parent = turn.state
     refusal = _delegation_refusal(parent, action)
     if refusal is not None:
-        DELEGATIONS_REFUSED.inc()
+        _count(turn, DELEGATIONS_REFUSED)
         _remember(
             turn,
             turn.log(
@@ -525,10 +532,10 @@ def _observed(turn: Turn, event: EventBase) -> None:
 def _queued(turn: Turn, event: SandboxQueuedObservation) -> None:
     """The action waits for a seat: logged for the user; the runtime runs it once seated."""
     if turn.state.awaiting is not Awaiting.RUNTIME:
-        STALE.labels(event.kind).inc()
+        _count(turn, STALE.labels(event.kind))
         return
     turn.log(event)
-    QUEUED.inc()
+    _count(turn, QUEUED)
 
 
 # --- answers that do not come --------------------------------------------------------------
@@ -546,7 +553,7 @@ def _answer_missing(turn: Turn, event: AnswerMissingObservation) -> None:
     s = turn.state
     who = _ANSWERED_BY.get(s.awaiting)
     if who is None:
-        STALE.labels(event.kind).inc()
+        _count(turn, STALE.labels(event.kind))
         return
     if event.why == "overdue" and s.awaiting_attempt < turn.answer_retries:
         _ask_again(turn)
@@ -572,7 +579,7 @@ def _ask_again(turn: Turn) -> None:
         turn.send(Service.SECURITY, ReviewAction(task_id=s.task_id, action=s.pending_action))
     elif s.pending_action is not None and s.awaiting is Awaiting.RUNTIME:
         turn.send(Service.RUNTIME, _execute(s, s.pending_action))
-    RE_REQUESTS.labels(s.awaiting.value).inc()
+    _count(turn, RE_REQUESTS.labels(s.awaiting.value))
 
 
 # --- the next step -------------------------------------------------------------------------
@@ -588,7 +595,7 @@ def _request_step(turn: Turn) -> None:
     state = turn.state
     pattern = detect(state.recent)
     if pattern is not None:
-        STUCK.inc()
+        _count(turn, STUCK)
         _fail(turn, f"stuck in a loop: {pattern}")
         return
     if state.iterations_used() >= state.max_iterations:
@@ -612,7 +619,7 @@ def _request_step(turn: Turn) -> None:
             PrepareSandbox(task_id=state.task_id, network_egress=state.network_egress),
         )
     turn.send(Service.REASONER, step)
-    STEPS.inc()
+    _count(turn, STEPS)
 
 
 def _fail(turn: Turn, reason: str) -> None:

@@ -88,7 +88,7 @@ def rebuild_state(
             continue
         # The first turn also wrote the creation entry, before its input.
         start = 0 if state.last_seq == 0 else pos
-        turn = Turn(_expecting(state, entry))
+        turn = Turn(_expecting(state, entry), replaying=True)
         apply(turn, entry)
         written = entries[start : start + len(turn.logged)]
         if turn.logged and _same_entries(turn.logged, written, entry):

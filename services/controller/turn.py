@@ -46,9 +46,10 @@ class IllegalTransition(Exception):
 
 
 class Turn:
-    def __init__(self, state: TaskState, answer_retries: int = 2) -> None:
+    def __init__(self, state: TaskState, answer_retries: int = 2, replaying: bool = False) -> None:
         self.state = state
         self.answer_retries = answer_retries
+        self.replaying = replaying  # a rebuild replaying the log: decided, sent, counted before
         self.logged: list[EventBase] = []
         self._payloads: dict[str, str] = {}  # each logged entry's JSON, encoded once
         self.sent: list[tuple[Service, Message]] = []

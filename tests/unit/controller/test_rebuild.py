@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from services.controller.agent_loop import apply, send_queued_action, sub_task_id
+from services.controller.agent_loop import STEPS, apply, send_queued_action, sub_task_id
 from services.controller.rebuild import RebuildError, rebuild_state, waits_for_a_seat
 from services.controller.turn import Turn
 from shared.commands import ExecuteAction
@@ -166,7 +166,9 @@ def test_a_finished_task() -> None:
         )
     )
     assert live.state.agent_state is AgentState.FINISHED and live.state.finished_at is not None
+    steps = STEPS._value.get()
     rebuilt = _rebuilt(live)
+    assert STEPS._value.get() == steps  # the replay counts no step: they were counted live
     assert_same(live, rebuilt)
     assert rebuilt.result is not None and rebuilt.result.final_message == "done"
     assert (rebuilt.iteration, rebuilt.usage.llm_calls) == (4, 2)
