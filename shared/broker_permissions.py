@@ -66,6 +66,8 @@ def _consumer(stream: str, durable: str) -> list[str]:
 
 def _blob_reader() -> list[str]:
     return [
+        # nats-py finds the object store's stream by its chunks' subject before reading them.
+        "$JS.API.STREAM.NAMES",
         f"$JS.API.STREAM.MSG.GET.{_OBJECTS}",
         f"$JS.API.DIRECT.GET.{_OBJECTS}",
         f"$JS.API.DIRECT.GET.{_OBJECTS}.>",
@@ -103,6 +105,8 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
         [
             *_consumer(WORK_STREAM, "controller"),
             "deckhands.events.*",
+            # A task's log read back, entry by entry, to rebuild a State Redis lost.
+            f"$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}",
             "deckhands.work.controller.*",
             "deckhands.work.reasoner.*",
             "deckhands.work.security.*",
@@ -116,7 +120,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             *_consumer(WORK_STREAM, "reasoner"),
             _CONTROLLER_INBOX,
             "deckhands.storage.history",
-            *_blob_reader(),
+            *_blob_writer(),  # a large argument (a file to write) goes out as a claim check
         ],
         [],
     ),

@@ -10,9 +10,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, utc_now
 
-__all__ = ["Approval", "ApprovedBy", "Awaiting", "Outgoing", "TaskResult", "TaskState", "TaskUsage"]
+__all__ = [
+    "PROCESSED_KEPT",
+    "Approval",
+    "ApprovedBy",
+    "Awaiting",
+    "Outgoing",
+    "TaskResult",
+    "TaskState",
+    "TaskUsage",
+]
 
-_PROCESSED_KEPT = 256
+PROCESSED_KEPT = 256
 # An outbox is needed again only when its input is redelivered: the controller died between
 # saving the State and publishing, and the task waits on what was not sent, so few inputs come
 # in between (a user message, a notice). Each outbox holds whole payloads (an observation, and
@@ -179,7 +188,7 @@ class TaskState(BaseModel):
 
     def record_input(self, input_id: str, outbox: list[Outgoing]) -> dict[str, Any]:
         """Field updates that remember an applied input and what it produced."""
-        processed = [*self.processed, input_id][-_PROCESSED_KEPT:]
+        processed = [*self.processed, input_id][-PROCESSED_KEPT:]
         outboxes = dict(self.outboxes)
         outboxes[input_id] = outbox
         for stale in list(outboxes)[:-_OUTBOXES_KEPT]:

@@ -45,6 +45,7 @@ class TaskStateStore:
         self._cas = redis.register_script(_CAS)
         self._postpone = redis.register_script(_POSTPONE)
         self.deadlines_key = f"{prefix}:deadlines"
+        self.intact_key = f"{prefix}:states-intact"
 
     def _key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
@@ -73,9 +74,11 @@ class TaskStateStore:
     async def exists(self, task_id: str) -> bool:
         return bool(await self.redis.hexists(self._key(task_id), "state"))  # type: ignore[misc]
 
-    async def save(self, state: TaskState) -> TaskState:
-        """Write `state` as the next version of the one it was loaded as."""
-        saved = state.model_copy(update={"version": state.version + 1})
+    async def save(self, state: TaskState, new_version: int | None = None) -> TaskState:
+        """Write `state` as the next version of the one it was loaded as (or as `new_version`)."""
+        saved = state.model_copy(
+            update={"version": state.version + 1 if new_version is None else new_version}
+        )
         deadline = saved.awaiting_deadline
         ok = await self._cas(
             keys=[self._key(state.task_id), self.deadlines_key],
@@ -91,6 +94,14 @@ class TaskStateStore:
             raise StateConflict(f"task {state.task_id}: version {state.version} is stale")
         return saved
 
+    async def intact(self) -> bool:
+        """False when Redis lost what it held (a FLUSHALL, a new empty Redis) since the
+        controller last made sure every live task has its State (`mark_intact`)."""
+        return bool(await self.redis.exists(self.intact_key))
+
+    async def mark_intact(self) -> None:
+        await self.redis.set(self.intact_key, "1")
+
     async def overdue(self, now: float, limit: int = 200) -> list[tuple[str, float]]:
         """Tasks whose awaited answer was due before `now`, with their deadlines."""
         rows: list[tuple[bytes | str, float]] = await self.redis.zrangebyscore(
@@ -105,10 +116,10 @@ class TaskStateStore:
         )
         return bool(moved)
 
-    async def create(self, state: TaskState) -> bool:
-        """Save a brand-new task; False if the id exists."""
+    async def create(self, state: TaskState, version: int = 1) -> bool:
+        """Save a brand-new task (as `version`); False if the id exists."""
         try:
-            await self.save(state.model_copy(update={"version": 0}))
+            await self.save(state.model_copy(update={"version": 0}), new_version=version)
         except StateConflict:
             return False
         return True

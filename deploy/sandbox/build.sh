@@ -2,7 +2,7 @@
 # Build the sandbox image without any registry.
 #
 #   deploy/sandbox/build.sh            # builds deckhands/sandbox:latest if it is missing or
-#                                      # was built from another Dockerfile or executor.py
+#                                      # was built from another Dockerfile, or one of its .py files
 #   FORCE=1 deploy/sandbox/build.sh    # rebuilds it
 #
 # Environment:
@@ -30,7 +30,7 @@ have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 # The image records which sources it was built from: an image of an older executor (whose
 # protocol the runtime may have outgrown) is rebuilt, not reused.
-SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" | sha256sum | cut -c1-16)"
+SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" | sha256sum | cut -c1-16)"
 current() {
     [[ "$(docker image inspect -f '{{ index .Config.Labels "deckhands.sandbox.source" }}' \
         "$SANDBOX_IMAGE" 2>/dev/null)" == "$SOURCE" ]]

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""deckhands' in-sandbox executor: the container's main process (under tini).
+"""deckhands' in-sandbox executor, run as the sandbox user (uid 1000) by holder.py.
 
 Standard library only, and it imports nothing of the project: it is copied alone into the image.
 
 Protocol: one JSON object per line. Requests arrive on stdin, responses leave on stdout (the
-runtime reaches both through `docker attach`; no `docker exec`, no port). Every request has an
-`id` and an `op`; its response carries the same `id` and `ok`. Diagnostics go to stderr (the
-container's capped log), never to stdout.
+runtime reaches both through `docker attach`; no `docker exec`, no port). In the sandbox these
+are pipes to holder.py, which alone (with root's docker-init and tini) holds the channel itself.
+Every request has an `id` and an `op`; its response carries the same `id` and `ok`. Diagnostics
+go to stderr (the container's capped log), never to stdout.
 
   ping                                  -> {ok, pid, uptime_s, protocol}
   bash   {command, timeout_s, no_output_timeout_s?, is_input?, limit?}
@@ -271,6 +272,15 @@ def _child_setup(tty: bool) -> None:
             f.write("1000")
     if tty:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _space_note(output: str) -> str:
+    """space.py's note when the sandbox ran out of room (loaded on first use: start-up counts)."""
+    try:
+        from space import space_note
+    except ImportError:  # only where executor.py runs without its directory on the path
+        return ""
+    return space_note(output)
 
 
 def _user_env() -> dict[str, str]:
@@ -601,14 +611,15 @@ class BashSession:
     def _answer(
         self, out: Captured, code: int, cwd: str, timed_out: bool, running: bool, notes: list[str]
     ) -> dict[str, Any]:
+        output = out.render()
         return {
             "ok": True,
-            "output": out.render(),
+            "output": output,
             "exit_code": code,
             "cwd": cwd or self._cwd(),
             "timed_out": timed_out,
             "running": running,
-            "note": "\n".join(notes),
+            "note": "\n".join(n for n in (*notes, _space_note(output)) if n),
             **out.kept(),
         }
 
@@ -741,12 +752,13 @@ class PythonSession:
                 notes.append(f"[the Python process died (code {rc}); its variables were lost]")
             self.close()
             result = {"rc": rc if rc >= 0 else 128 - rc}
+        output = out.render()
         return {
             "ok": True,
-            "output": out.render(),
+            "output": output,
             "exit_code": int(result.get("rc", 1)),
             "timed_out": timed_out,
-            "note": "\n".join(notes),
+            "note": "\n".join(n for n in (*notes, _space_note(output)) if n),
             **out.kept(),
         }
 
@@ -1112,7 +1124,8 @@ def _write_text(path: str, content: str) -> None:
             f.write(content.encode("utf-8"))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise Fail("no_space", f"{path}: no space left on the device") from None
+            note = _space_note("No space left on device")
+            raise Fail("no_space", f"{path}: no space left on the device {note}".strip()) from None
         raise Fail("io_error", f"{path}: {exc.strerror or exc}") from None
 
 
@@ -1164,8 +1177,9 @@ def _worker(
 
 
 def _harden_self() -> None:
-    # Not dumpable: the sandbox user's own processes cannot open /proc/<executor>/fd/* to read
-    # or forge protocol traffic.
+    # Not dumpable: the sandbox user's own processes cannot open /proc/<executor>/fd/* (its
+    # pipes to the channel's holder, deploy/sandbox/holder.py) to read or forge protocol
+    # traffic, nor ptrace it.
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -1268,20 +1282,18 @@ def _boot(dispatcher: Dispatcher) -> None:
     """Load the modules, start the workers (the shell first), then take over from the boot."""
     try:
         _load_modules()
+        # Before any of the agent's code can run (the shell starts below).
+        _harden_self()
         os.makedirs(os.environ.get("HOME", "/tmp/home"), exist_ok=True)
         responder = Responder(dispatcher.write_lock)
         bash = BashSession()
         files = Files()
 
-        def warm_shell() -> None:
-            _harden_self()
-            bash.start()
-
         # Workers exist before any user code runs: under a fork bomb no thread could start.
         # The shell starts in its worker; commands queue behind it.
         routes: dict[str, queue.Queue[dict[str, Any]]] = {}
         for ops, handler, warmup in (
-            (("bash",), bash.run, warm_shell),
+            (("bash",), bash.run, bash.start),
             (("python",), PYTHON.run, None),
             (("read", "write", "edit"), lambda r: getattr(files, r["op"])(r), None),
             (("chunk",), files.chunk, None),

@@ -34,6 +34,7 @@ from shared.events import (
     RunnableAction,
     SandboxQueuedObservation,
     SecurityVerdictObservation,
+    TaskCreatedObservation,
     UserRejectObservation,
     Verdict,
 )
@@ -43,7 +44,14 @@ from shared.subjects import Service
 from .stuck import SIGNATURES_KEPT, detect, signature
 from .turn import IllegalTransition, Turn
 
-__all__ = ["apply", "sub_task_id"]
+__all__ = [
+    "CONTROLLER_ERROR_CODES",
+    "apply",
+    "ask_for_lost_step",
+    "created_entry",
+    "send_queued_action",
+    "sub_task_id",
+]
 
 
 log = logging.getLogger("deckhands.controller")
@@ -67,8 +75,21 @@ DELEGATIONS_REFUSED = Counter(
     "deckhands_controller_delegations_refused_total",
     "Delegations refused: past the depth or fan-out limit, or the parent's iterations or budget",
 )
+# The error codes of the ErrorObservations the controller itself logs (the other services'
+# errors come to it as inputs): a rebuild tells the two apart by them.
+ILLEGAL_TRANSITION = "illegal_transition"
+DELEGATION_REFUSED = "delegation_refused"
+SECURITY_DENIED = "security_denied"
+CONTROLLER_ERROR_CODES = frozenset({ILLEGAL_TRANSITION, DELEGATION_REFUSED, SECURITY_DENIED})
 _RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2}
 _SUB_TASK_NS = uuid.UUID("0b6f3c1e-8a4d-4c5e-9f2a-7d1e3b5c9a80")
+
+
+def _count(turn: Turn, counter: Counter) -> None:
+    """Count what the turn did, unless it is a replay of the log (a rebuild): that was counted
+    when it happened."""
+    if not turn.replaying:
+        counter.inc()
 
 
 def sub_task_id(delegate_action_id: str) -> str:
@@ -77,6 +98,10 @@ def sub_task_id(delegate_action_id: str) -> str:
 
 
 def apply(turn: Turn, event: EventBase) -> None:
+    if turn.state.last_seq == 0:
+        # The task's first turn: its log opens with what the task was created with, so that
+        # the log alone can rebuild its State (services/controller/rebuild.py).
+        turn.log(created_entry(turn.state))
     awaiting, awaiting_id = turn.state.awaiting, turn.state.awaiting_id
     if event.source is EventSource.USER:
         _from_user(turn, event)
@@ -85,7 +110,7 @@ def apply(turn: Turn, event: EventBase) -> None:
         # the sub-task ended after asking a question): not part of the log, but what it spent
         # is still the parent's (and so the root's).
         _count_sub_task_spend(turn, event)
-        STALE.labels(event.kind).inc()
+        _count(turn, STALE.labels(event.kind))
     elif (
         event.cause is None
         or event.cause != awaiting_id
@@ -94,7 +119,7 @@ def apply(turn: Turn, event: EventBase) -> None:
         # A late answer (the task was stopped meanwhile) or a duplicate: not part of the log.
         # So is the runtime's refusal of an order the task did not send it (forged while the
         # action was still under review or awaiting confirmation).
-        STALE.labels(getattr(event, "kind", "?")).inc()
+        _count(turn, STALE.labels(getattr(event, "kind", "?")))
         log.info("task %s: ignoring stale %s %s", event.task_id, type(event).__name__, event.id)
     elif isinstance(event, AnswerMissingObservation):
         _answer_missing(turn, event)
@@ -109,7 +134,48 @@ def apply(turn: Turn, event: EventBase) -> None:
     elif awaiting in (Awaiting.RUNTIME, Awaiting.DELEGATE):
         _observed(turn, event)
     else:
-        STALE.labels(getattr(event, "kind", "?")).inc()
+        _count(turn, STALE.labels(getattr(event, "kind", "?")))
+
+
+def created_entry(state: TaskState) -> TaskCreatedObservation:
+    """The log's first entry: the limits and settings of a task not yet started."""
+    return TaskCreatedObservation(
+        id=f"created-{state.task_id}",  # one per task, however often its first turn is retried
+        task_id=state.task_id,
+        source=EventSource.SYSTEM,
+        created_at=state.created_at,
+        max_iterations=state.max_iterations,
+        initial_max_iterations=state.initial_max_iterations,
+        max_budget_usd=state.max_budget_usd,
+        initial_budget_usd=state.initial_budget_usd,
+        confirmation_mode=state.confirmation_mode,
+        confirmation_threshold=state.confirmation_threshold,
+        network_egress=state.network_egress,
+        delegation_depth=state.delegation_depth,
+        max_delegation_depth=state.max_delegation_depth,
+        max_sub_tasks=state.max_sub_tasks,
+        parent_task_id=state.parent_task_id,
+        parent_action_id=state.parent_action_id,
+    )
+
+
+def ask_for_lost_step(turn: Turn) -> None:
+    """A State rebuilt from the log awaits a step whose request id no entry names (requests are
+    not logged): ask for the step again, under a new id. A late answer to the lost request is
+    then stale and ignored."""
+    s = turn.state
+    step = StepRequest(task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration)
+    turn.update(awaiting=Awaiting.AGENT, awaiting_id=step.id)
+    turn.send(Service.REASONER, step)
+    _count(turn, RE_REQUESTS.labels(Awaiting.AGENT.value))
+
+
+def send_queued_action(turn: Turn) -> None:
+    """A rebuilt State whose action waited for a sandbox seat: the runtime kept that order in
+    Redis, which lost it, so it is sent again (same action id: it still runs at most once)."""
+    action = turn.state.pending_action
+    if turn.state.awaiting is Awaiting.RUNTIME and action is not None:
+        turn.send(Service.RUNTIME, _execute(turn.state, action))
 
 
 def _answers(state: TaskState, event: EventBase) -> bool:
@@ -144,7 +210,7 @@ def _refuse(turn: Turn, event: EventBase, reason: str) -> None:
             source=EventSource.ENVIRONMENT,
             cause=event.id,
             content=f"Refused: {reason}.",
-            error_code="illegal_transition",
+            error_code=ILLEGAL_TRANSITION,
         )
     )
 
@@ -342,7 +408,7 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
     parent = turn.state
     refusal = _delegation_refusal(parent, action)
     if refusal is not None:
-        DELEGATIONS_REFUSED.inc()
+        _count(turn, DELEGATIONS_REFUSED)
         _remember(
             turn,
             turn.log(
@@ -350,7 +416,7 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
                     task_id=parent.task_id,
                     source=EventSource.ENVIRONMENT,
                     cause=action.id,
-                    error_code="delegation_refused",
+                    error_code=DELEGATION_REFUSED,
                     content=f"Delegation refused: {refusal}.",
                 )
             ),
@@ -426,7 +492,7 @@ def _from_security(turn: Turn, event: EventBase) -> None:
                     task_id=event.task_id,
                     source=EventSource.ENVIRONMENT,
                     cause=action.id,
-                    error_code="security_denied",
+                    error_code=SECURITY_DENIED,
                     content=f"The security monitor denied this action ({verdict.rule}): "
                     f"{verdict.reason}. Choose another way.",
                 )
@@ -466,10 +532,10 @@ def _observed(turn: Turn, event: EventBase) -> None:
 def _queued(turn: Turn, event: SandboxQueuedObservation) -> None:
     """The action waits for a seat: logged for the user; the runtime runs it once seated."""
     if turn.state.awaiting is not Awaiting.RUNTIME:
-        STALE.labels(event.kind).inc()
+        _count(turn, STALE.labels(event.kind))
         return
     turn.log(event)
-    QUEUED.inc()
+    _count(turn, QUEUED)
 
 
 # --- answers that do not come --------------------------------------------------------------
@@ -487,7 +553,7 @@ def _answer_missing(turn: Turn, event: AnswerMissingObservation) -> None:
     s = turn.state
     who = _ANSWERED_BY.get(s.awaiting)
     if who is None:
-        STALE.labels(event.kind).inc()
+        _count(turn, STALE.labels(event.kind))
         return
     if event.why == "overdue" and s.awaiting_attempt < turn.answer_retries:
         _ask_again(turn)
@@ -513,7 +579,7 @@ def _ask_again(turn: Turn) -> None:
         turn.send(Service.SECURITY, ReviewAction(task_id=s.task_id, action=s.pending_action))
     elif s.pending_action is not None and s.awaiting is Awaiting.RUNTIME:
         turn.send(Service.RUNTIME, _execute(s, s.pending_action))
-    RE_REQUESTS.labels(s.awaiting.value).inc()
+    _count(turn, RE_REQUESTS.labels(s.awaiting.value))
 
 
 # --- the next step -------------------------------------------------------------------------
@@ -529,7 +595,7 @@ def _request_step(turn: Turn) -> None:
     state = turn.state
     pattern = detect(state.recent)
     if pattern is not None:
-        STUCK.inc()
+        _count(turn, STUCK)
         _fail(turn, f"stuck in a loop: {pattern}")
         return
     if state.iterations_used() >= state.max_iterations:
@@ -553,7 +619,7 @@ def _request_step(turn: Turn) -> None:
             PrepareSandbox(task_id=state.task_id, network_egress=state.network_egress),
         )
     turn.send(Service.REASONER, step)
-    STEPS.inc()
+    _count(turn, STEPS)
 
 
 def _fail(turn: Turn, reason: str) -> None:

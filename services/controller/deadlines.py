@@ -51,6 +51,11 @@ class AnswerDeadlines:
             return self.runtime_s + own
         return None
 
+    def deadline(self, state: TaskState, now: datetime) -> datetime | None:
+        """When what `state` awaits is overdue, counted from `now` (None: no deadline)."""
+        wait = self.wait_s(state)
+        return None if wait is None else now + timedelta(seconds=wait)
+
     def rearm(
         self, before: TaskState, after: TaskState, event: EventBase, now: datetime
     ) -> dict[str, Any]:

@@ -10,16 +10,24 @@ from faststream.nats import NatsBroker
 from prometheus_client import Counter, Histogram
 
 from shared.delivery import PermanentError
-from shared.events import AnswerMissingObservation, Event, EventSource, utc_now
+from shared.events import (
+    AnswerMissingObservation,
+    Event,
+    EventBase,
+    EventSource,
+    utc_now,
+)
 from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
-from shared.state import Outgoing
+from shared.state import Awaiting, Outgoing, TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import EVENTS_STREAM, Service
 
-from .agent_loop import apply
+from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
+from .rebuild import RebuildError, rebuild_state, waits_for_a_seat
 from .state_cache import StateCache
+from .task_log import TaskLog
 from .task_metrics import count_task_end
 from .turn import Turn
 
@@ -37,6 +45,10 @@ TURN_SECONDS = Histogram("deckhands_controller_turn_seconds", "Time to apply one
 OVERDUE = Counter(
     "deckhands_controller_overdue_answers_total", "Awaited answers found past their deadline"
 )
+REBUILT = Counter(
+    "deckhands_controller_states_rebuilt_total",
+    "Task States rebuilt from the event log because Redis had lost them",
+)
 # An overdue notice not yet applied (the controller busy or down) is looked at again after this.
 _OVERDUE_RECHECK_S = 30.0
 
@@ -50,6 +62,7 @@ class ControllerHandlers:
         deadlines: AnswerDeadlines | None = None,
         answer_retries: int = 2,
         cache: StateCache | None = None,
+        task_log: TaskLog | None = None,
     ) -> None:
         self.broker = broker
         self.store = store
@@ -57,6 +70,7 @@ class ControllerHandlers:
         self.deadlines = deadlines or AnswerDeadlines(900.0, 120.0, 900.0)
         self.answer_retries = answer_retries
         self.cache = cache if cache is not None else StateCache(0)
+        self.task_log = task_log
 
     async def on_input(self, event: Event) -> None:
         with TURN_SECONDS.time():
@@ -96,6 +110,8 @@ class ControllerHandlers:
         for _ in range(self.cas_attempts):
             state = self.cache.get(event.task_id) or await self.store.load(event.task_id)
             if state is None:
+                state = await self._recover(event.task_id, event)
+            if state is None:
                 raise PermanentError(f"unknown task {event.task_id}")
             if state.has_processed(event.id):
                 # Applied before, but maybe not fully published: publish it again (the
@@ -122,6 +138,69 @@ class ControllerHandlers:
         raise RuntimeError(
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
         )
+
+    async def _recover(self, task_id: str, event: EventBase | None) -> TaskState | None:
+        """The task's State rebuilt from its log and created in Redis, when Redis lost it; None
+        when the task has no log (it never ran a turn: nothing says what it was) or the log
+        cannot rebuild it. `event` is the input that found the State missing, if any."""
+        if self.task_log is None:
+            return None
+        entries = await self.task_log.read(task_id)
+        if not entries:
+            return None
+        try:
+            rebuilt = rebuild_state(entries, event)
+        except RebuildError as exc:
+            log.error("task %s: its State is lost and cannot be rebuilt: %s", task_id, exc)
+            return None
+        turn = Turn(rebuilt, answer_retries=self.answer_retries)
+        if rebuilt.awaiting is Awaiting.AGENT and rebuilt.awaiting_id is None:
+            ask_for_lost_step(turn)
+        elif waits_for_a_seat(entries, rebuilt):
+            send_queued_action(turn)
+        turn.update(awaiting_deadline=self.deadlines.deadline(turn.state, utc_now()))
+        outbox = turn.outbox()
+        turn.update(**turn.state.record_input(f"rebuilt-{task_id}-{rebuilt.last_seq}", outbox))
+        # Versions start again above any the lost Redis held: a replica's cached State from
+        # before the loss then fails its compare-and-set instead of passing it by chance.
+        version = int(time.time() * 1000)
+        if not await self.store.create(turn.state, version):
+            return await self.store.load(task_id)  # another replica rebuilt it first
+        REBUILT.inc()
+        log.warning(
+            "task %s: State rebuilt from its log (%d entries): %s, awaiting %s",
+            task_id,
+            len(entries),
+            rebuilt.agent_state.value,
+            turn.state.awaiting.value,
+        )
+        await self._publish(outbox)
+        saved = turn.state.model_copy(update={"version": version})
+        self.cache.put(saved)
+        return saved
+
+    async def recover_lost_states(self) -> int:
+        """Rebuild the State of every task still going when Redis lost them (a FLUSHALL, a new
+        Redis): its marker key is gone. Tasks that were waiting for an answer get it, but one
+        waiting for a person (or whose order's answer was lost) would hear nothing: rebuilt
+        here, the gateway shows it and the runtime runs its actions again. An ended task is
+        rebuilt when an input comes for it."""
+        if self.task_log is None or await self.store.intact():
+            return 0
+        recovered = 0
+        for task_id in await self.task_log.task_ids():
+            if await self.store.exists(task_id) or await self.task_log.has_ended(task_id):
+                continue
+            if await self._recover(task_id, None) is not None:
+                recovered += 1
+        await self.store.mark_intact()
+        if recovered:
+            log.warning("Redis had lost its States: rebuilt %d live tasks from the log", recovered)
+        return recovered
+
+    async def watch_lost_states(self, every_s: float) -> None:
+        """The recovery loop, for the life of the process."""
+        await every(every_s, self.recover_lost_states, "looking for States Redis lost", log)
 
     async def sweep_overdue(self) -> int:
         """Tell each task whose awaited answer is overdue; any replica may do it, and the

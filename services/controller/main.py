@@ -18,6 +18,7 @@ from .deadlines import AnswerDeadlines
 from .handlers import ControllerHandlers
 from .settings import ControllerSettings
 from .state_cache import StateCache
+from .task_log import TaskLog
 
 __all__ = ["build_app", "main"]
 
@@ -33,6 +34,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         AnswerDeadlines.from_settings(settings),
         settings.answer_retries,
         StateCache(settings.state_cache_size),
+        TaskLog(lambda: broker.config.connection_state.stream),
     )
     broker.subscriber(
         work_subject(Service.CONTROLLER),
@@ -63,6 +65,8 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
     @app.after_startup
     async def _watch() -> None:
         sweeper.append(asyncio.create_task(handlers.watch_deadlines(settings.deadline_poll_s)))
+        # Same pace: a task whose State Redis lost waits for it no longer than for a deadline.
+        sweeper.append(asyncio.create_task(handlers.watch_lost_states(settings.deadline_poll_s)))
 
     @app.on_shutdown
     async def _unwatch() -> None:

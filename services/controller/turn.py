@@ -24,7 +24,6 @@ from shared.events import (
     EventSource,
     SubTaskSpend,
     can_transition,
-    utc_now,
 )
 from shared.state import Outgoing, TaskState
 from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
@@ -47,9 +46,10 @@ class IllegalTransition(Exception):
 
 
 class Turn:
-    def __init__(self, state: TaskState, answer_retries: int = 2) -> None:
+    def __init__(self, state: TaskState, answer_retries: int = 2, replaying: bool = False) -> None:
         self.state = state
         self.answer_retries = answer_retries
+        self.replaying = replaying  # a rebuild replaying the log: decided, sent, counted before
         self.logged: list[EventBase] = []
         self._payloads: dict[str, str] = {}  # each logged entry's JSON, encoded once
         self.sent: list[tuple[Service, Message]] = []
@@ -102,7 +102,7 @@ class Turn:
             return
         if not can_transition(current, target):
             raise IllegalTransition(current, target)
-        self.log(
+        entry = self.log(
             AgentStateChangedObservation(
                 task_id=self.state.task_id,
                 source=EventSource.ENVIRONMENT,
@@ -113,7 +113,9 @@ class Turn:
             )
         )
         finished = target in SANDBOX_ENDING_STATES or target is AgentState.ERROR
-        self.update(agent_state=target, reason=reason, finished_at=utc_now() if finished else None)
+        # When the log says it ended, so that a State rebuilt from the log says the same.
+        ended_at = entry.timestamp if finished else None
+        self.update(agent_state=target, reason=reason, finished_at=ended_at)
         if target in SANDBOX_ENDING_STATES:
             self.send(
                 Service.RUNTIME, ReleaseSandbox(task_id=self.state.task_id, reason=target.value)

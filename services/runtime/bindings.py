@@ -92,6 +92,17 @@ class TaskBindings:
     async def clear_stopped(self, container_id: str) -> None:
         await self.redis.delete(self._stopped_key(container_id))
 
+    # -- whether Redis still holds what this replica wrote
+
+    async def intact(self, replica_id: str) -> bool:
+        """False once Redis lost its keys (a FLUSHALL, a new Redis) since `mark_intact`."""
+        return bool(await self.redis.exists(f"{self.prefix}:intact:{replica_id}"))
+
+    async def mark_intact(self, replica_id: str) -> None:
+        # Expiring is harmless (the next check binds what is bound already) and keeps no key
+        # of a replica that died.
+        await self.redis.set(f"{self.prefix}:intact:{replica_id}", "1", ex=86_400)
+
     # -- replicas
 
     async def heartbeat(self, replica_id: str, ttl_s: int) -> None:
@@ -101,7 +112,9 @@ class TaskBindings:
         return bool(await self.redis.exists(f"{self.prefix}:replica:{replica_id}"))
 
     async def replica_gone(self, replica_id: str) -> None:
-        await self.redis.delete(f"{self.prefix}:replica:{replica_id}")
+        await self.redis.delete(
+            f"{self.prefix}:replica:{replica_id}", f"{self.prefix}:intact:{replica_id}"
+        )
 
 
 # One round trip per step of an action: begin (recorded result, or claim), complete (record the

@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import LogConfig, Mount, Ulimit
+from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
 from .executor_client import ExecutorClient, SandboxLost, open_attach_socket
+from .keepers import ROLE_KEEPER, remove_keeper, remove_stray_keepers, start_keeper
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -187,6 +188,11 @@ class DockerSandboxes:
             await self._call(_check)
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"cannot reach the Docker engine: {exc}") from exc
+        if self.settings.workspace_bytes is None:
+            log.warning(
+                "sandbox_workspace=volume: /workspace has no size limit, one sandbox can fill "
+                "the engine's disk (sandbox_workspace=tmpfs sets a quota)"
+            )
 
     # -- creation
 
@@ -208,34 +214,42 @@ class DockerSandboxes:
     def host_config(self, network: str | None = None) -> dict[str, Any]:
         """The hardening every sandbox gets; see README's runtime section."""
         s = self.settings
-        workspace: Mount
-        if s.sandbox_workspace == "tmpfs":
-            workspace = Mount(
-                "/workspace",
-                None,
-                type="tmpfs",
-                tmpfs_size=s.sandbox_workspace_size,
-                tmpfs_mode=0o1777,
-            )
-        else:
-            # An anonymous volume: Docker copies the image's /workspace (owned by the sandbox
-            # user) into it, and `remove(v=True)` deletes it with the container.
-            workspace = Mount(
-                "/workspace",
-                None,
-                type="volume",
-                labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
-            )
+        files = f"nr_inodes={s.sandbox_inodes}"
+        tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},{files},mode=1777"}
+        # Without a quota: a volume on the engine's disk, with no size limit.
+        driver = None
+        if s.workspace_bytes is not None:
+            # The quota: a local volume of type tmpfs, so the kernel answers ENOSPC past its
+            # bytes or files, on any engine and storage driver, with no privilege (Docker's
+            # local volumes have no size option, a loop-mounted image needs root on the engine's
+            # host, fuse-overlayfs no quotas). Its pages are memory charged to the sandbox (see
+            # container_memory_bytes); a keeper holds it mounted across a stop (keepers.py).
+            options = f"size={s.workspace_bytes},{files},uid=1000,gid=1000,mode=0755"
+            driver = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options})
+        # Anonymous: removed with the container (`remove(v=True)`), pruned by label if a crash
+        # left it behind.
+        workspace = Mount(
+            "/workspace",
+            None,
+            type="volume",
+            labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
+            driver_config=driver,
+        )
+        memory = s.container_memory_bytes
         return {
             "network_mode": network or self.pool_network,
             "read_only": True,
             "mounts": [workspace],
-            "tmpfs": {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},mode=1777"},
+            "tmpfs": tmpfs,
             "cap_drop": ["ALL"],
+            # Only for the image's holder.py, which starts as root, forks the executor as the
+            # sandbox user and then leaves root itself: both setuids clear every capability,
+            # so no process the agent can reach has any (no-new-privileges keeps it so).
+            "cap_add": ["SETUID", "SETGID"],
             "security_opt": ["no-new-privileges"],
             "pids_limit": s.sandbox_pids,
-            "mem_limit": s.sandbox_memory,
-            "memswap_limit": s.sandbox_memory,  # equal to the memory limit: no swap
+            "mem_limit": memory,
+            "memswap_limit": memory,  # equal to the memory limit: no swap
             "nano_cpus": int(s.sandbox_cpus * 1e9),
             "ulimits": [
                 Ulimit(name="nofile", soft=s.sandbox_open_files, hard=s.sandbox_open_files),
@@ -269,7 +283,9 @@ class DockerSandboxes:
                 labels=self.labels(network),
                 stdin_open=True,  # the executor's request channel
                 tty=False,
-                user="1000:1000",
+                # Root only for Docker's init, tini and the start of holder.py: the agent's
+                # commands run as uid 1000, the channel is held by uid 999 (see holder.py).
+                user="0:0",
                 working_dir="/workspace",
                 hostname="sandbox",
                 environment={"DECKHANDS_WORKSPACE": "/workspace"},
@@ -373,6 +389,10 @@ class DockerSandboxes:
         await self._call(lambda: self._api().start(container_id))
 
     def _remove_sync(self, container_id: str) -> None:
+        if self.settings.workspace_bytes is not None:
+            # A stopped sandbox's keeper holds its workspace volume: it goes first, so the
+            # volume goes with the container.
+            remove_keeper(self._api(), container_id)
         try:
             self._api().remove_container(container_id, v=True, force=True)
         except NotFound:
@@ -399,6 +419,35 @@ class DockerSandboxes:
             await self._call(self._remove_sync, container_id)
         except docker.errors.DockerException as exc:
             log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
+
+    # -- workspace keepers (keepers.py): a tmpfs workspace's files across a stop
+
+    async def keep_workspace(self, container_id: str) -> None:
+        """Before a sandbox with a tmpfs workspace stops: hold its volume mounted."""
+        if self.settings.workspace_bytes is None:
+            return  # on disk, the volume keeps its files anyway
+        labels = {LABEL_ROLE: ROLE_KEEPER, LABEL_POOL: self.settings.pool_name}
+        await self._call(start_keeper, self._api(), self.settings, labels, container_id)
+
+    async def release_workspace(self, container_id: str) -> None:
+        """Once the sandbox runs again: its keeper is no longer needed."""
+        if self.settings.workspace_bytes is None:
+            return
+        try:
+            await self._call(remove_keeper, self._api(), container_id)
+        except docker.errors.DockerException as exc:  # reconciliation removes it later
+            log.warning("could not remove the keeper of %s: %s", container_id[:12], exc)
+
+    async def remove_stray_keepers(self) -> int:
+        """Keepers whose sandbox is gone or running again (a crash between two steps)."""
+        filters = [f"{LABEL_ROLE}={ROLE_KEEPER}", f"{LABEL_POOL}={self.settings.pool_name}"]
+        try:
+            return await self._call(
+                remove_stray_keepers, self._api(), filters, self.settings.start_timeout_s * 2
+            )
+        except docker.errors.DockerException as exc:
+            log.warning("could not remove stray workspace keepers: %s", exc)
+            return 0
 
     # -- queries
 

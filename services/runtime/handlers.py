@@ -52,6 +52,7 @@ from .executor_client import SandboxLost
 from .metrics import ACTION_SECONDS, ACTIONS, PREPARED, SEATS
 from .order_check import OrderCheck
 from .pool import PoolExhausted, WarmPool
+from .recent_actions import RecentActions
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes, WorkspaceLost
@@ -123,6 +124,8 @@ class RuntimeService:
         self._seats: SandboxSeats | None = None
         self._orders: OrderCheck | None = None
         self._admitter: asyncio.Task[None] | None = None
+        self._recoverer: asyncio.Task[None] | None = None
+        self.recent = RecentActions()
 
     # -- parts that exist once started
 
@@ -172,9 +175,14 @@ class RuntimeService:
         self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
         await self.reconcile()
         await self._hold_bound_seats()
+        await self.bindings.mark_intact(self.replica_id)
         self._admitter = asyncio.create_task(
             every(_ADMIT_EVERY_S, self.admit_queued, "admitting queued tasks", log),
             name="runtime-admission",
+        )
+        self._recoverer = asyncio.create_task(
+            every(_ADMIT_EVERY_S, self.readopt_after_redis_loss, "re-adopting sandboxes", log),
+            name="runtime-redis-recovery",
         )
         self.pool.periodic = self._upkeep
         self.pool.start()
@@ -187,7 +195,7 @@ class RuntimeService:
 
     async def stop(self) -> None:
         """Stop the pool and remove idle sandboxes; task sandboxes stay for adoption."""
-        for background in (self._heartbeat, self._admitter):
+        for background in (self._heartbeat, self._admitter, self._recoverer):
             if background is not None:
                 background.cancel()
                 with contextlib.suppress(BaseException):
@@ -223,7 +231,7 @@ class RuntimeService:
         """Stop the sandboxes of tasks that wait (for a person, or, while others queue for a
         seat, for a sub-task) and ran nothing for a while; their seats go to the queue."""
         s = self.settings
-        if s.sandbox_workspace == "tmpfs" or self._states is None:
+        if self._states is None:
             return 0
         _, queued = await self.seats.counts()
         idle_s = s.sandbox_idle_stop_s
@@ -254,14 +262,41 @@ class RuntimeService:
         free while the sandbox still runs."""
         freed = 0
         for task_id in await self.seats.seated():
-            if await self._task_is_over(task_id) or (
-                self._states is not None and await self._states.load(task_id) is None
-            ):
+            if await self._task_is_over(task_id) or await self._task_is_gone(task_id):
                 await self.release(ReleaseSandbox(task_id=task_id, reason="ended; seat freed"))
                 freed += 1
         if freed:
             log.info("released %d seats of tasks that ended", freed)
         return freed
+
+    async def _task_is_gone(self, task_id: str) -> bool:
+        """The task has no State, and not because Redis lost it: while the controller has not
+        rebuilt the States of a Redis that lost them, a missing one proves nothing."""
+        if self._states is None or await self._states.load(task_id) is not None:
+            return False
+        return await self._states.intact()
+
+    async def readopt_after_redis_loss(self) -> int:
+        """When Redis lost what it held (a FLUSHALL, a new Redis: this replica's marker is
+        gone), bind this replica's task sandboxes again and hold their seats: their tasks keep
+        their workspaces, and new tasks are admitted only into the seats that are left.
+
+        Other replicas do the same for theirs; a task sandbox nobody holds in memory (its
+        replica restarted meanwhile) is bound again by reconciliation, by its name, once the
+        controller has rebuilt its task's State. What Redis held for queued tasks is gone: the
+        controller sends their order again when it rebuilds their State."""
+        if await self.bindings.intact(self.replica_id):
+            return 0
+        readopted = 0
+        for task_id, sandbox in self.tasks.tasks().items():
+            if sandbox.lost:
+                continue
+            if await self.bindings.bind(task_id, sandbox.container_id) == sandbox.container_id:
+                await self.seats.hold(task_id)
+                readopted += 1
+        await self.bindings.mark_intact(self.replica_id)
+        log.warning("Redis lost the runtime's records: %d task sandboxes bound again", readopted)
+        return readopted
 
     # -- admission
 
@@ -364,22 +399,48 @@ class RuntimeService:
             )
         if not await self.orders.admit(command):
             return  # not the reviewed action its task awaits: answered, never run
+        known = await self._known_here(action.id, progress)
+        if known is not None:  # ran, or runs, here: Redis may have lost its ledger since
+            await self.publish(EventAdapter.validate_json(known))
+            return
         if not await self._seated(command):
             return  # it waits in Redis for a seat, holding nothing here
         state, recorded = await self.ledger.begin(action.id, self.replica_id, _CLAIM_TTL_S)
         if state == "claimed":
+            self.recent.begin(action.id)
             try:
                 async with self._keepalive(action.id, progress):
                     observation = await self._run(command, last_try)
             except BaseException:
+                self.recent.abandon(action.id)
                 await self.ledger.finish(action.id, self.replica_id)
                 raise
             recorded = await self.ledger.complete(
                 action.id, self.replica_id, observation.model_dump_json()
             )
+            self.recent.done(action.id, recorded)
         elif recorded is None:
             recorded = await self._result_of_duplicate(command, progress)
         await self.publish(EventAdapter.validate_json(recorded))
+
+    async def _known_here(self, action_id: str, progress: Progress | None) -> str | None:
+        """The observation of an action this replica ran, or of its run under way here (waited
+        for, telling JetStream the order is being worked on); None if it never ran here."""
+        kept = self.recent.result(action_id)
+        if kept is not None:
+            return kept
+        run = self.recent.running(action_id)
+        while run is not None and not run.done():
+            try:
+                await wait_up_to(_CLAIM_REFRESH_S, asyncio.shield(run))
+            except asyncio.CancelledError:
+                if not run.cancelled():
+                    raise  # we are cancelled, not the run
+            if progress is not None and not run.done():
+                await progress()
+        if run is None or run.cancelled():
+            return None
+        return run.result()
 
     async def prepare(self, command: PrepareSandbox) -> None:
         """Bind the task's sandbox ahead of its first action, if a seat is free now. Never an

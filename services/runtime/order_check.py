@@ -17,11 +17,15 @@ its cause the action's id) and a WARNING on the `deckhands.security` logger, and
 no sandbox is started or touched for it. The controller takes the refusal as the action's answer
 only when it awaits exactly that; otherwise it is a stale answer it ignores. An order for a task
 with no State at all is dead-lettered (PermanentError) as before: there is no task to answer.
+But when Redis lost every State (a FLUSHALL, a new Redis), the controller rebuilds them from the
+tasks' logs: until it has, an order waits for its task's State, then is retried.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import Counter
@@ -32,9 +36,11 @@ from shared.events import AgentState, ErrorObservation, EventBase, EventSource
 from shared.state import Awaiting, TaskState
 from shared.state_store import TaskStateStore
 
-__all__ = ["OrderCheck", "refusal_of"]
+__all__ = ["OrderCheck", "StateBeingRebuilt", "refusal_of"]
 
 security_log = logging.getLogger("deckhands.security")
+
+_REBUILD_POLL_S = 0.25
 
 REFUSED = Counter(
     "deckhands_runtime_orders_refused_total",
@@ -62,15 +68,38 @@ def refusal_of(state: TaskState, order: ExecuteAction) -> tuple[str, str] | None
     return None
 
 
+class StateBeingRebuilt(Exception):
+    """Redis lost the task's State and the controller has not rebuilt it yet: the order is
+    tried again later (a retryable failure, not a dead letter)."""
+
+
 class OrderCheck:
-    def __init__(self, states: TaskStateStore, publish: Callable[[EventBase], Awaitable[None]]):
+    def __init__(
+        self,
+        states: TaskStateStore,
+        publish: Callable[[EventBase], Awaitable[None]],
+        rebuild_wait_s: float = 20.0,
+    ):
         self.states = states
         self.publish = publish
+        self.rebuild_wait_s = rebuild_wait_s
+
+    async def _state_of(self, task_id: str) -> TaskState | None:
+        """The task's State; when Redis lost it (the controller's marker is gone too), the one
+        the controller rebuilds from the task's log, waited for a while. None: no such task."""
+        state = await self.states.load(task_id)
+        deadline = time.monotonic() + self.rebuild_wait_s
+        while state is None and not await self.states.intact():
+            if time.monotonic() > deadline:
+                raise StateBeingRebuilt(f"task {task_id}: its State is not rebuilt yet")
+            await asyncio.sleep(_REBUILD_POLL_S)
+            state = await self.states.load(task_id)
+        return state
 
     async def admit(self, order: ExecuteAction) -> bool:
         """Whether the order may run; a refused one is answered and logged here."""
         action = order.action
-        state = await self.states.load(order.task_id)
+        state = await self._state_of(order.task_id)
         if state is None:
             REFUSED.labels("unknown_task").inc()
             security_log.warning(

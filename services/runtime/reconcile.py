@@ -9,8 +9,9 @@ Run at start-up and periodically. For each container labelled as this pool's san
 - otherwise a warm sandbox. Removed if its creator is this replica (a leak), a replica that
   no longer sends heartbeats, or if it has not been running long after its creation; left
   alone while its creator lives.
-Bindings whose task is over are dropped with their container, and workspace volumes that no
-container uses any more are pruned.
+Bindings whose task is over are dropped with their container, workspace keepers whose sandbox is
+gone or running again are removed, and workspace volumes that no container uses any more are
+pruned.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class ReconcileReport:
     kept: int = 0
     unbound: int = 0
     volumes_pruned: int = 0
+    keepers_removed: int = 0
     rebound: int = 0
 
 
@@ -123,8 +125,16 @@ async def reconcile(
         if cid not in present and await task_is_over(task_id):
             await bindings.unbind(task_id, cid)
             report.unbound += 1
+    # Before the volumes: a keeper no longer needed must not hold one.
+    report.keepers_removed = await docker.remove_stray_keepers()
     report.volumes_pruned = await docker.prune_volumes()
-    if report.removed or report.adopted or report.unbound or report.volumes_pruned:
+    if (
+        report.removed
+        or report.adopted
+        or report.unbound
+        or report.volumes_pruned
+        or report.keepers_removed
+    ):
         log.info("reconciled: %s", report)
     return report
 

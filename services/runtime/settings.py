@@ -8,9 +8,17 @@ from pydantic import Field, field_validator, model_validator
 
 from shared.settings import CommonSettings
 
-__all__ = ["RuntimeSettings"]
+__all__ = ["RuntimeSettings", "size_bytes"]
 
 _SIZE = re.compile(r"^\d+(\.\d+)?[bkmg]?$", re.IGNORECASE)
+
+
+def size_bytes(value: str) -> int:
+    """A size in docker's syntax (512m, 2g; suffixes b, k, m, g) in bytes."""
+    value = value.lower()
+    unit = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(value[-1], 1)
+    number = value[:-1] if value[-1] in "bkmg" else value
+    return int(float(number) * unit)
 
 
 class RuntimeSettings(CommonSettings):
@@ -83,7 +91,17 @@ class RuntimeSettings(CommonSettings):
     sandbox_pids: int = Field(
         default=512, ge=32, description="Process/thread limit per sandbox (fork bombs stop here)."
     )
-    sandbox_tmp_size: str = Field(default="512m", description="Size of the /tmp tmpfs.")
+    sandbox_tmp_size: str = Field(
+        default="512m", description="Size of the /tmp tmpfs (within sandbox_memory)."
+    )
+    sandbox_inodes: int = Field(
+        default=262_144,
+        ge=1024,
+        le=1 << 24,
+        description="Files, directories and links that /workspace (tmpfs) and /tmp may each "
+        "hold; past it creating one fails with 'No space left on device'. Each costs the "
+        "kernel about 1 KiB of the sandbox's memory.",
+    )
     sandbox_open_files: int = Field(
         default=4096, ge=64, le=1 << 20, description="Open files per process in a sandbox."
     )
@@ -93,12 +111,17 @@ class RuntimeSettings(CommonSettings):
         "past it fails with 'File too large'.",
     )
     sandbox_workspace: str = Field(
-        default="volume",
-        description="'volume': /workspace is an anonymous Docker volume (disk, removed with the "
-        "container); 'tmpfs': it lives in memory and counts against the memory limit.",
+        default="tmpfs",
+        description="'tmpfs': /workspace is a tmpfs of sandbox_workspace_size bytes and "
+        "sandbox_inodes files, so writing past it fails with 'No space left on device'; it "
+        "lives in memory, so the container's memory limit is sandbox_memory plus that size. "
+        "'volume': an anonymous Docker volume on the engine's disk with NO size limit (one "
+        "sandbox can fill the engine's disk).",
     )
     sandbox_workspace_size: str = Field(
-        default="1g", description="Size of /workspace when sandbox_workspace is 'tmpfs'."
+        default="2g",
+        description="Most bytes /workspace holds when sandbox_workspace is 'tmpfs' (its quota; "
+        "added to the container's memory limit).",
     )
     sandbox_network: bool = Field(
         default=False,
@@ -180,8 +203,8 @@ class RuntimeSettings(CommonSettings):
         description="A task sandbox whose task waits for the user (input, confirmation, "
         "paused, or ERROR awaiting a resume) and that ran no action for this long is stopped to "
         "free its memory and CPU. Its /workspace is kept; it starts again on the task's next "
-        "action, with a new shell and Python session. Unset keeps such sandboxes running; "
-        "never applies with sandbox_workspace=tmpfs (the files would be lost).",
+        "action, with a new shell and Python session (a tmpfs workspace is held meanwhile by a "
+        "keeper container, its files still in memory). Unset keeps such sandboxes running.",
     )
     binding_ttl_s: int = Field(
         default=7 * 86_400,
@@ -191,11 +214,21 @@ class RuntimeSettings(CommonSettings):
 
     @property
     def max_file_bytes(self) -> int:
-        """sandbox_max_file_size in bytes (docker's suffixes: b, k, m, g)."""
-        value = self.sandbox_max_file_size.lower()
-        unit = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(value[-1], 1)
-        number = value[:-1] if value[-1] in "bkmg" else value
-        return int(float(number) * unit)
+        """sandbox_max_file_size in bytes."""
+        return size_bytes(self.sandbox_max_file_size)
+
+    @property
+    def workspace_bytes(self) -> int | None:
+        """The /workspace quota in bytes, or None when it is an (unsized) volume."""
+        if self.sandbox_workspace != "tmpfs":
+            return None
+        return size_bytes(self.sandbox_workspace_size)
+
+    @property
+    def container_memory_bytes(self) -> int:
+        """The container's memory limit: the processes' memory plus a tmpfs workspace, whose
+        pages are charged to the same cgroup (so a full workspace is ENOSPC, not an OOM)."""
+        return size_bytes(self.sandbox_memory) + (self.workspace_bytes or 0)
 
     @field_validator(
         "sandbox_memory",

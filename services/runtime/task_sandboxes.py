@@ -158,6 +158,8 @@ class TaskSandboxes:
             await self.docker.start(container_id)
         except docker.errors.DockerException as exc:
             log.warning("could not start stopped sandbox %s: %s", container_id[:12], exc)
+        else:
+            await self.docker.release_workspace(container_id)  # it holds its workspace again
         return await self.docker.inspect(container_id)
 
     def idle_since(self, idle_s: float) -> list[str]:
@@ -173,6 +175,12 @@ class TaskSandboxes:
                 return False
             if self._used.get(task_id, 0.0) >= time.monotonic() - idle_s:
                 return False  # asked for while we were deciding
+            try:
+                # A tmpfs workspace would lose its files with the stop: a keeper holds them.
+                await self.docker.keep_workspace(sandbox.container_id)
+            except (docker.errors.DockerException, LookupError) as exc:
+                log.warning("not stopping %s: cannot keep its files: %s", sandbox.short_id, exc)
+                return False
             # Marked first: a crash before the stop leaves a running sandbox that is simply
             # attached again; the other order could leave a stopped one that looks dead.
             await self.bindings.mark_stopped(sandbox.container_id, time.time())

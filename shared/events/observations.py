@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ __all__ = [
     "SandboxQueuedObservation",
     "SecurityVerdictObservation",
     "SubTaskSpend",
+    "TaskCreatedObservation",
     "UserRejectObservation",
     "Verdict",
 ]
@@ -178,3 +180,28 @@ class SandboxQueuedObservation(EventBase):
     kind: Literal["sandbox_queued"] = "sandbox_queued"
     position: int = Field(ge=1, description="Place in the queue when queued (1 = next).")
     max_sandboxes: int = Field(ge=1, description="Seats of the pool (tasks holding a sandbox).")
+
+
+class TaskCreatedObservation(EventBase):
+    """The limits and settings a task was created with: the first entry of every task's log,
+    written by the controller from the State the gateway (or the parent task) created.
+
+    The log is the source of truth: with this entry, the task's State can be rebuilt from its
+    log alone when Redis lost it (services/controller/rebuild.py). The task's text is not
+    repeated here: it is the first user message, the entry after this one.
+    """
+
+    kind: Literal["task_created"] = "task_created"
+    created_at: datetime
+    max_iterations: int = Field(ge=1)
+    initial_max_iterations: int | None = None
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    initial_budget_usd: float | None = Field(default=None, gt=0)
+    confirmation_mode: bool = False
+    confirmation_threshold: RiskLevel = RiskLevel.HIGH
+    network_egress: bool = False
+    delegation_depth: int = Field(default=0, ge=0)
+    max_delegation_depth: int = Field(default=3, ge=0)
+    max_sub_tasks: int = Field(default=10, ge=0)
+    parent_task_id: str | None = None
+    parent_action_id: str | None = None

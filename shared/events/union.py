@@ -31,6 +31,7 @@ from .observations import (
     PythonOutputObservation,
     SandboxQueuedObservation,
     SecurityVerdictObservation,
+    TaskCreatedObservation,
     UserRejectObservation,
 )
 
@@ -66,7 +67,8 @@ Event = Annotated[
     | UserRejectObservation
     | AgentDelegateObservation
     | AnswerMissingObservation
-    | SandboxQueuedObservation,
+    | SandboxQueuedObservation
+    | TaskCreatedObservation,
     Field(discriminator="kind"),
 ]
 
@@ -106,4 +108,5 @@ OBSERVATION_TYPES = (
     AgentDelegateObservation,
     AnswerMissingObservation,
     SandboxQueuedObservation,
+    TaskCreatedObservation,
 )

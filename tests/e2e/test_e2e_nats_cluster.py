@@ -44,9 +44,9 @@ def _script() -> dict[str, Any]:
     return {"model": "scripted", "turns": turns}
 
 
-async def _cluster_view(url: str, stream: str) -> tuple[str, bool]:
+async def _cluster_view(login: dict[str, Any], stream: str) -> tuple[str, bool]:
     """The stream's leader, and whether every replica is current."""
-    nc = await nats.connect(servers=url.split(","), connect_timeout=3, max_reconnect_attempts=2)
+    nc = await nats.connect(**login, connect_timeout=3, max_reconnect_attempts=2)
     try:
         info = await nc.jetstream(timeout=3).stream_info(stream)
         cluster = info.cluster
@@ -64,7 +64,7 @@ def _wait_for(stack: Stack, stream: str, *, caught_up: bool, timeout_s: float = 
     last: Any = None
     while time.monotonic() < deadline:
         try:
-            leader, current = asyncio.run(_cluster_view(stack.config.nats_url, stream))
+            leader, current = asyncio.run(_cluster_view(stack.nats_login(), stream))
             if current or not caught_up:
                 return leader
             last = f"leader {leader}, replicas not current"

@@ -190,7 +190,7 @@ async def test_one_task_through_the_loop_with_redelivery(harness: Harness) -> No
     assert done.iteration == 2
     assert ReleaseSandbox.model_validate(await runtime.receive()).task_id == task_id
 
-    for _ in range(50):
+    for _ in range(200):  # storage follows the stream; slower on a loaded machine
         reply = HistoryReply.model_validate_json(
             (
                 await nc.request(
@@ -206,6 +206,7 @@ async def test_one_task_through_the_loop_with_redelivery(harness: Harness) -> No
     kinds = [e["kind"] for e in reply.events]
     assert [e["seq"] for e in reply.events] == list(range(1, done.last_seq + 1))
     assert kinds == [
+        "task_created",
         "message",
         "agent_state_changed",
         "run",
@@ -249,3 +250,93 @@ async def test_unknown_task_and_garbage_are_dead_lettered(system: CommonSettings
         assert any("validation" in r.lower() or "json" in r.lower() for r in reasons)
     finally:
         await nc.close()
+
+
+async def _log_of(nc: nats.aio.client.Client, task_id: str, last_seq: int) -> list[dict[str, Any]]:
+    for _ in range(400):
+        reply = HistoryReply.model_validate_json(
+            (
+                await nc.request(
+                    HISTORY_SUBJECT,
+                    HistoryRequest(task_id=task_id).model_dump_json().encode(),
+                    timeout=5,
+                )
+            ).data
+        )
+        if reply.last_seq >= last_seq:
+            return reply.events
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task {task_id}: storage never held seq {last_seq}")
+
+
+async def test_a_state_redis_lost_mid_action_is_rebuilt_from_the_log(harness: Harness) -> None:
+    """FLUSHALL while the runtime runs the task's action: its answer finds no State, the
+    controller rebuilds it from the log (awaiting that action) and the task goes on."""
+    task_id, store, js = harness.task_id, harness.store, harness.js
+    reasoner, runtime = harness.reasoner, harness.runtime
+    created = TaskState(task_id=task_id, task="list files", max_iterations=5)
+    assert await store.create(created)
+    await _answer(js, MessageAction(task_id=task_id, source="USER", content="list files"))
+    step = StepRequest.model_validate(await reasoner.receive())
+    action = CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="ls")
+    await _answer(js, action)
+    assert (await runtime.receive())["kind"] == "prepare_sandbox"
+    assert ExecuteAction.model_validate(await runtime.receive()).action.id == action.id
+
+    await store.redis.flushall()
+    output = CmdOutputObservation(
+        task_id=task_id,
+        source="ENVIRONMENT",
+        cause=action.id,
+        command="ls",
+        content="a.txt",
+        exit_code=0,
+        cwd="/workspace",
+    )
+    await _answer(js, output)
+    step2 = StepRequest.model_validate(await reasoner.receive())
+    assert step2.iteration == 2
+    await _answer(js, AgentFinishAction(task_id=task_id, source="AGENT", cause=step2.id))
+    done = await _wait_state(store, task_id, AgentState.FINISHED)
+    assert (done.iteration, done.max_iterations, done.created_at) == (
+        2,
+        5,
+        created.created_at,
+    )
+    events = await _log_of(harness.nc, task_id, done.last_seq)
+    assert [e["seq"] for e in events] == list(range(1, done.last_seq + 1))
+    assert [e["kind"] for e in events][-5:] == [
+        "run",
+        "security_verdict",
+        "run_output",
+        "finish",
+        "agent_state_changed",
+    ]
+
+
+async def test_a_live_task_is_rebuilt_without_any_input_and_its_lost_step_asked_again(
+    harness: Harness,
+) -> None:
+    """FLUSHALL while the reasoner thinks: the controller sees Redis lost its States, rebuilds
+    every live task, and asks again for the step whose request no entry names; the answer to
+    the old request is then stale."""
+    task_id, store, js = harness.task_id, harness.store, harness.js
+    reasoner = harness.reasoner
+    assert await store.create(TaskState(task_id=task_id, task="think", max_iterations=5))
+    await _answer(js, MessageAction(task_id=task_id, source="USER", content="think"))
+    step = StepRequest.model_validate(await reasoner.receive())
+
+    await store.redis.flushall()
+    again = StepRequest.model_validate(await reasoner.receive(timeout=20))
+    assert again.id != step.id and again.iteration == step.iteration == 1
+    rebuilt = await store.load(task_id)
+    assert rebuilt is not None and rebuilt.awaiting_id == again.id
+    assert rebuilt.awaiting_deadline is not None
+    await _answer(js, CmdRunAction(task_id=task_id, source="AGENT", cause=step.id, command="ls"))
+    await _answer(
+        js, AgentFinishAction(task_id=task_id, source="AGENT", cause=again.id, final_message="ok")
+    )
+    done = await _wait_state(store, task_id, AgentState.FINISHED)
+    events = await _log_of(harness.nc, task_id, done.last_seq)
+    assert [e["seq"] for e in events] == list(range(1, done.last_seq + 1))
+    assert "run" not in [e["kind"] for e in events]  # the stale answer is not logged

@@ -78,6 +78,9 @@ def make_settings(base: CommonSettings, image: str, pool: str, **overrides: Any)
         "sandbox_memory": "256m",
         "sandbox_pids": 128,
         "sandbox_max_file_size": "8m",
+        # A small quota: the workspace lives in the sandbox's memory (test_runtime_quota).
+        "sandbox_workspace_size": "64m",
+        "sandbox_inodes": 4096,
         "action_timeout_s": 30.0,
         "pool_health_interval_s": 2.0,
         # Tests here check egress per task: the operator allowed it (it is off by default).

@@ -1,9 +1,9 @@
 """An agent that tries to break out of its sandbox or into others' (issue 10's hostile-agent
 suite), through the real runtime service on Docker: each attempt with the exact result expected.
 
-Also in the suite elsewhere: writing into the executor's channel (test_runtime_service), the
-memory and fork bombs (test_runtime_limits), the network and the read-only root
-(test_runtime_sandbox), FIFOs and devices as files (test_runtime_service).
+Also in the suite elsewhere: what the runtime does with a foreign writer on the executor's
+channel (test_runtime_service), the memory and fork bombs (test_runtime_limits), the network
+and the read-only root (test_runtime_sandbox), FIFOs and devices as files (test_runtime_service).
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ async def test_other_sandboxes_processes_and_the_host_are_invisible(
     assert "3131" not in seen  # A's process
     for host_side in ("dockerd", "containerd", "services.runtime", "nats-server", "redis"):
         assert host_side not in seen
-    assert {line.split()[0] for line in seen.splitlines()[1:-2] if line.strip()} == {"sandbox"}
+    # Docker's init and tini as root, the channel's holder as `channel`, the rest the agent's.
+    users = [line.split()[0] for line in seen.splitlines()[1:-2] if line.strip()]
+    assert users[:3] == ["root", "root", "channel"] and set(users[3:]) == {"sandbox"}, seen
     assert int(seen.split()[-1]) < 20  # only its own few processes
     await ctl_a.release()
     await ctl_b.release()
@@ -70,17 +72,53 @@ async def test_the_engine_and_other_workspaces_are_not_in_the_filesystem(
     await ctl.release()
 
 
-async def test_ending_its_own_init_ends_only_its_own_sandbox(
+async def test_the_executors_channel_is_out_of_the_agents_reach(
     runtime: Runtime, js: JetStreamContext
 ) -> None:
-    """PID 1 (Docker's init) runs as the sandbox user: SIGKILL from inside is ignored by the
-    kernel, SIGTERM is forwarded and ends the container. The agent can end its own sandbox,
-    is told so, and gets a fresh one; its neighbour notices nothing."""
+    """Only root's docker-init and tini and the holder (uid 999, not dumpable) hold the channel;
+    the executor (uid 1000 like the agent, not dumpable) holds pipes to the holder. From a
+    command, none of their descriptors opens for writing or reading, none of them can be read
+    as a tracer would, and the processes of other uids cannot be signalled; the sandbox works
+    on."""
+    task_id, ctl = await _task(runtime, js)
+    seen = await _out(
+        ctl,
+        task_id,
+        "HOLDER=$(ps -o ppid= -p $PPID | tr -d ' '); echo holder $HOLDER executor $PPID; "
+        "for p in 1 $HOLDER $PPID; do "
+        "  printf 'not-json-probe\\n' > /proc/$p/fd/1; printf x > /proc/$p/fd/0; "
+        "  head -c 1 /proc/$p/fd/0; ls /proc/$p/fd; head -c 1 /proc/$p/environ; "
+        "done; kill -TERM 1 $HOLDER; echo END; "
+        "grep -E '^(Uid|CapEff)' /proc/$HOLDER/status /proc/$PPID/status; echo alive",
+    )
+    lines = seen.splitlines()
+    holder, executor = lines[0].split()[1], lines[0].split()[3]
+    attempts = lines[1 : lines.index("END")]
+    # 3 processes x (write fd 1, write fd 0, read fd 0, list fds, read what only a tracer may),
+    # refused by the kernel; then the two signals.
+    assert len(attempts) == 17, seen
+    assert all(line.endswith("Permission denied") for line in attempts[:15]), seen
+    assert all(line.endswith("Operation not permitted") for line in attempts[15:]), seen
+    assert f"/proc/{holder}/status:Uid:\t999\t999\t999\t999" in seen
+    assert f"/proc/{executor}/status:Uid:\t1000\t1000\t1000\t1000" in seen
+    assert seen.count("CapEff:\t0000000000000000") == 2  # no capability left in either
+    assert seen.strip().endswith("alive")
+    assert (await _out(ctl, task_id, "echo works")).strip() == "works"
+    await ctl.release()
+
+
+async def test_ending_its_own_executor_ends_only_its_own_sandbox(
+    runtime: Runtime, js: JetStreamContext
+) -> None:
+    """Signals to PID 1 (root's docker-init) are refused. The agent can still kill its own
+    executor (the same uid): `kill -KILL -1` ends its own sandbox, it is told so and gets a
+    fresh one; its neighbour notices nothing."""
     task_id, ctl = await _task(runtime, js)
     other, ctl_other = await _task(runtime, js)
     await _out(ctl_other, other, "echo kept > /workspace/mine.txt")
-    assert "survived" in await _out(ctl, task_id, "kill -KILL 1; sleep 0.5; echo survived")
-    ended = await ctl.run(cmd(task_id, "kill -TERM 1; sleep 10"))
+    refused = await _out(ctl, task_id, "kill -KILL 1; kill -TERM 1; echo survived")
+    assert refused.count("Operation not permitted") == 2 and "survived" in refused, refused
+    ended = await ctl.run(cmd(task_id, "kill -KILL -1; sleep 10"))
     assert isinstance(ended, ErrorObservation) and ended.error_code == "sandbox_lost", ended
     assert "fresh" in await _out(ctl, task_id, "echo fresh")
     assert (await _out(ctl_other, other, "cat /workspace/mine.txt")).strip() == "kept"

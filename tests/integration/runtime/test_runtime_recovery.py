@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from runtime_helpers import (  # type: ignore[import-not-found]
     Controller,
     Runtime,
+    await_approved,
     cmd,
     eventually,
     make_settings,
@@ -200,6 +201,71 @@ async def test_a_waiting_tasks_idle_sandbox_is_stopped_and_started_again_with_it
         left = pool_containers(docker_client, pool)
         assert container_id not in {c.id for c in left}
         assert all(c.name.startswith("deckhands-idle-") for c in left)  # warm ones only
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
+
+
+async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice(
+    settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    """Redis loses everything (the ledger, the bindings, the seats, the States) while the
+    task's action runs. Until the controller has rebuilt the State the order waits; the replica
+    binds its task sandbox again and holds its seat; a duplicate order of the running action
+    waits for that run and gets its observation, and so does one after it: one run."""
+    pool = f"test-flush-{uuid.uuid4().hex[:6]}"
+    published: list[EventBase] = []
+
+    async def publish(event: EventBase) -> None:
+        published.append(event)
+
+    service = RuntimeService(make_settings(settings, sandbox_image, pool), publish)
+    await service.start()
+    try:
+        store = TaskStateStore(redis)
+        await store.mark_intact()  # the controller's marker: every State is there
+        task_id = uuid.uuid4().hex
+        running = TaskState(
+            task_id=task_id, task="t", max_iterations=3, agent_state=AgentState.RUNNING
+        )
+        assert await store.create(running)
+        warm_up = cmd(task_id, "echo warm")
+        await await_approved(settings.redis_url, task_id, warm_up)
+        await service.execute(ExecuteAction(task_id=task_id, action=warm_up))
+        sandbox = service.tasks.local(task_id)
+        assert sandbox is not None
+
+        action = cmd(task_id, "echo run >> /workspace/runs; sleep 2; wc -l < /workspace/runs")
+        await await_approved(settings.redis_url, task_id, action)
+        state = await store.load(task_id)
+        order = ExecuteAction(task_id=task_id, action=action)
+        first = asyncio.create_task(service.execute(order))
+        await asyncio.sleep(1.0)  # running
+        await redis.flushall()
+        # The order's duplicate comes before the controller rebuilt the State: it waits.
+        duplicate = asyncio.create_task(service.execute(order))
+        await asyncio.sleep(0.5)
+        assert not duplicate.done()
+        assert state is not None and await store.create(state)  # "rebuilt"
+        await store.mark_intact()
+        await asyncio.wait_for(asyncio.gather(first, duplicate), 30)
+        outputs = [e for e in published if e.cause == action.id]
+        assert len(outputs) == 2 and outputs[0] == outputs[1]
+        assert isinstance(outputs[0], CmdOutputObservation)
+        assert outputs[0].content.strip().endswith("1")  # ran once
+
+        # The replica's recovery round (every second) bound its sandbox again.
+        async def bound_again() -> bool:
+            return bool(await service.bindings.get(task_id) == sandbox.container_id)
+
+        await eventually(bound_again)
+        assert task_id in await service.seats.seated()
+        assert await service.readopt_after_redis_loss() == 0  # once per loss
+        await service.execute(order)  # and once more, after it ran
+        assert [e for e in published if e.cause == action.id][-1] == outputs[0]
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)

@@ -257,7 +257,10 @@ async def test_container_is_hardened(
     assert host["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in host["SecurityOpt"]
     assert host["PidsLimit"] == 128
-    assert host["Memory"] == 256 * 1024 * 1024
+    # 256 MiB for the processes, plus the tmpfs workspace's quota (make_settings: 64 MiB).
+    assert host["Memory"] == (256 + 64) * 1024 * 1024
+    [workspace] = [m for m in host["Mounts"] if m["Target"] == "/workspace"]
+    assert "size=67108864,nr_inodes=4096," in str(workspace["VolumeOptions"]["DriverConfig"])
     assert host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
     assert host["Init"] is True
@@ -265,7 +268,10 @@ async def test_container_is_hardened(
     assert limits == {"nofile": (4096, 4096), "fsize": (8 << 20, 8 << 20)}
     assert host["LogConfig"]["Config"]["max-size"] == "1m"
     assert not host.get("Binds")
-    assert attrs["Config"]["User"] == "1000:1000"
+    # Root starts holder.py, which needs these two to leave root for uids 999 and 1000; the
+    # agent's uid and capabilities are checked from inside (test_runtime_hostile).
+    assert attrs["Config"]["User"] == "0:0"
+    assert host["CapAdd"] == ["SETUID", "SETGID"]
     assert "/tmp" in host["Tmpfs"]
     for mount in attrs["Mounts"]:
         assert mount["Type"] in {"volume", "tmpfs"}, mount  # never a host path

@@ -423,13 +423,13 @@ async def test_file_actions_on_a_fifo_or_device_are_refused_and_the_workspace_st
     await ctl.release()
 
 
-async def test_writing_into_the_executors_channel_ends_only_that_sandbox(
-    runtime: Runtime, js: JetStreamContext
+async def test_a_foreign_writer_on_the_channel_ends_only_that_sandbox(
+    runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient
 ) -> None:
-    """Docker's init (PID 1) holds the channel and runs as the sandbox user, so code in the
-    sandbox can write to it (issue 10). The runtime treats that as hostile: a foreign line, or a
-    flood of bytes with no end of line, ends that sandbox with the reason, and costs the runtime
-    no more than a bounded buffer."""
+    """The agent cannot reach the executor's channel (test_runtime_hostile), but the runtime
+    does not count on it: a process that did (here a `docker exec` as root, the uid of Docker's
+    init) writing a foreign line, or a flood of bytes with no end of line, ends that sandbox
+    with the reason, and costs the runtime no more than a bounded buffer (issue 10)."""
     import resource
 
     for probe, seen in (
@@ -440,8 +440,15 @@ async def test_writing_into_the_executors_channel_ends_only_that_sandbox(
         ctl = await Controller.for_task(js, task_id, runtime.settings.redis_url)
         first = await ctl.run(cmd(task_id, "echo before > /workspace/a.txt"))
         assert isinstance(first, CmdOutputObservation)
+        await runtime.service.tasks.renamed(task_id)
+        container = docker_client.containers.get(task_container_name(task_id))
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        ended = await ctl.run(cmd(task_id, probe, timeout_s=60))
+        running = asyncio.ensure_future(ctl.run(cmd(task_id, "sleep 50", timeout_s=60)))
+        await asyncio.sleep(0.5)
+        await asyncio.wait_for(
+            asyncio.to_thread(container.exec_run, ["sh", "-c", probe], user="0"), 60
+        )
+        ended = await asyncio.wait_for(running, 60)
         assert isinstance(ended, ErrorObservation) and ended.error_code == "sandbox_lost", ended
         assert seen in ended.content, ended.content
         grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before

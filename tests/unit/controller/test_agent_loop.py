@@ -44,11 +44,13 @@ def _start() -> tuple[Turn, StepRequest]:
 def test_user_task_starts_the_loop_and_asks_the_reasoner() -> None:
     turn, step = _start()
     kinds = [e.kind for e in turn.logged]  # type: ignore[attr-defined]
-    assert kinds == ["message", "agent_state_changed"]
-    assert [e.seq for e in turn.logged] == [1, 2]
+    # The log opens with what the task was created with (what a rebuild of its State needs).
+    assert kinds == ["task_created", "message", "agent_state_changed"]
+    assert [e.seq for e in turn.logged] == [1, 2, 3]
+    assert turn.logged[0].max_iterations == 5  # type: ignore[attr-defined]
     assert turn.state.agent_state is AgentState.RUNNING
     assert (turn.state.awaiting, turn.state.awaiting_id) == (Awaiting.AGENT, step.id)
-    assert step.after_seq == 2 and step.iteration == 1
+    assert step.after_seq == 3 and step.iteration == 1
 
 
 def test_runnable_action_goes_to_security_then_runtime_then_next_step() -> None:

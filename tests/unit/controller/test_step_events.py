@@ -30,7 +30,8 @@ def test_each_step_carries_the_entries_logged_since_the_previous_one() -> None:
     first = apply_event(start, MessageAction(task_id=TASK, source="USER", content="do it"))
     step = _step_of(first)
     assert [e["seq"] for e in step.events] == list(range(1, step.after_seq + 1))
-    assert step.events[0]["kind"] == "message" and step.events[0]["content"] == "do it"
+    assert step.events[0]["kind"] == "task_created"
+    assert step.events[1]["kind"] == "message" and step.events[1]["content"] == "do it"
     assert first.state.unseen_events == [] and first.state.unseen_bytes == 0
 
     turn, state = _one_step(first.state, "a.txt\n")

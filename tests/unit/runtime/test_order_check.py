@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.runtime.order_check import OrderCheck, refusal_of
+from services.runtime.order_check import OrderCheck, StateBeingRebuilt, refusal_of
 from shared.commands import ORDER_REFUSED, ExecuteAction
 from shared.delivery import PermanentError
 from shared.events import AgentState, CmdRunAction, ErrorObservation, EventBase, EventSource
@@ -80,13 +80,20 @@ def test_an_order_asking_for_egress_the_task_has_not_is_refused() -> None:
 
 
 class _States:
-    def __init__(self, state: TaskState | None) -> None:
+    def __init__(self, state: TaskState | None, intact: bool = True) -> None:
         self.state = state
         self.reads = 0
+        self.is_intact = intact
+        self.later: TaskState | None = None  # rebuilt by the controller after a few reads
 
     async def load(self, task_id: str) -> TaskState | None:
         self.reads += 1
+        if self.later is not None and self.reads > 2:
+            self.state, self.is_intact = self.later, True
         return self.state
+
+    async def intact(self) -> bool:
+        return self.is_intact
 
 
 async def test_a_refusal_is_answered_logged_and_costs_one_read(
@@ -123,3 +130,23 @@ async def test_an_order_for_a_task_with_no_state_is_dead_lettered() -> None:
     check = OrderCheck(_States(None), publish)  # type: ignore[arg-type]
     with pytest.raises(PermanentError, match="unknown task"):
         await check.admit(ExecuteAction(task_id=TASK, action=_action()))
+
+
+async def test_while_redis_lost_the_states_an_order_waits_for_the_rebuilt_one() -> None:
+    """A FLUSHALL took the States (and the controller's marker): the order waits for the
+    State the controller rebuilds from the log, and is retried (not dead-lettered) if it is
+    not back in time."""
+
+    async def publish(event: EventBase) -> None:
+        raise AssertionError("nothing to answer")
+
+    action = _action()
+    states = _States(None, intact=False)
+    states.later = _awaiting(action)
+    check = OrderCheck(states, publish, rebuild_wait_s=5)  # type: ignore[arg-type]
+    assert await check.admit(ExecuteAction(task_id=TASK, action=action))
+
+    never = OrderCheck(_States(None, intact=False), publish, rebuild_wait_s=0.3)  # type: ignore[arg-type]
+    with pytest.raises(StateBeingRebuilt):
+        await never.admit(ExecuteAction(task_id=TASK, action=action))
+    assert not isinstance(StateBeingRebuilt(), PermanentError)

@@ -67,16 +67,31 @@ def test_hardening_is_the_default() -> None:
     assert hc["cap_drop"] == ["ALL"]
     assert hc["security_opt"] == ["no-new-privileges"]
     assert hc["init"] is True
-    assert hc["mem_limit"] == hc["memswap_limit"] == "1g"
-    assert [m["Type"] for m in hc["mounts"]] == ["volume"]
+    assert hc["cap_add"] == ["SETUID", "SETGID"]  # for holder.py's two setuids only
+    # The workspace's quota is a tmpfs whose pages are charged to the sandbox: 1 GiB for the
+    # processes plus 2 GiB for /workspace.
+    assert hc["mem_limit"] == hc["memswap_limit"] == 3 << 30
+    [workspace] = hc["mounts"]
+    assert workspace["Type"] == "volume" and workspace["Target"] == "/workspace"
+    assert workspace["VolumeOptions"]["DriverConfig"] == {
+        "Name": "local",
+        "Options": {
+            "type": "tmpfs",
+            "device": "tmpfs",
+            "o": f"size={2 << 30},nr_inodes=262144,uid=1000,gid=1000,mode=0755",
+        },
+    }
+    assert "nr_inodes=262144" in hc["tmpfs"]["/tmp"]
     assert "binds" not in hc and "volumes" not in hc
     opted = DockerSandboxes(
-        RuntimeSettings(sandbox_network=True, docker_runtime="runsc", sandbox_workspace="tmpfs"),
+        RuntimeSettings(sandbox_network=True, docker_runtime="runsc", sandbox_workspace="volume"),
         "r",
     ).host_config()
     assert opted["network_mode"] == "bridge"
     assert opted["runtime"] == "runsc"
-    assert [m["Type"] for m in opted["mounts"]] == ["tmpfs"]
+    assert [m["Type"] for m in opted["mounts"]] == ["volume"]
+    assert "DriverConfig" not in opted["mounts"][0]["VolumeOptions"]  # no quota on disk
+    assert opted["mem_limit"] == 1 << 30  # no workspace in memory
 
 
 def test_task_container_names_are_valid_docker_names() -> None:

@@ -1,0 +1,257 @@
+"""A task's State rebuilt from its event log, for when Redis lost it (issue 12, part 2).
+
+The log is the source of truth and Redis only a snapshot of it. Every log opens with the task's
+TaskCreatedObservation (its limits and settings); after it, each turn of the controller logged
+its input (a user message, the agent's action, a verdict, an observation...) followed by what
+the turn itself wrote (state changes, refusals), in consecutive seqs. `rebuild_state` replays
+each logged input through the live policy (`apply`), so the rebuilt State is what the same
+code decided, not a second copy of the rules; the entries the replay writes are checked against
+the ones in the log, and where they differ (an input that is not logged, such as an overdue
+notice that ended the task) the log's entries win.
+
+What the log cannot tell, and what a rebuilt State holds instead:
+- the id of a step request in flight (requests are not logged): the cause of `next_input` when
+  it is the answer to an unknown request (the input that made the controller rebuild), else
+  None, and the controller asks for the step again (`agent_loop.ask_for_lost_step`);
+- `awaiting_attempt` (re-requests are not logged): 0, and `awaiting_deadline`: None, for the
+  caller to set;
+- `unseen_events`: None, so the next step's reasoner reads the history from storage;
+- `processed`: the ids of the logged inputs; `outboxes`: none;
+- `sub_task_spend`: each sub-task's latest report in the log; a report that came after the task
+  stopped waiting for that sub-task was never logged;
+- `version`: 0 (the caller creates it); `updated_at`: the last entry's time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from shared.events import (
+    AgentState,
+    AgentStateChangedObservation,
+    ErrorObservation,
+    EventBase,
+    EventSource,
+    MessageAction,
+    SandboxQueuedObservation,
+    TaskCreatedObservation,
+    UserRejectObservation,
+)
+from shared.state import PROCESSED_KEPT, Awaiting, TaskState
+
+from .agent_loop import CONTROLLER_ERROR_CODES, apply
+from .turn import Turn
+
+__all__ = ["RebuildError", "is_logged_input", "rebuild_state", "waits_for_a_seat"]
+
+log = logging.getLogger("deckhands.controller.rebuild")
+
+_ENDED = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED, AgentState.ERROR})
+
+
+class RebuildError(Exception):
+    """The log cannot rebuild a State: it is empty, has a hole, or does not open with the
+    task's creation (a task created before TaskCreatedObservation existed)."""
+
+
+def is_logged_input(entry: EventBase) -> bool:
+    """Whether the entry is an input the controller applied and logged as it came, rather than
+    one the controller wrote in answer to an input."""
+    if isinstance(
+        entry, TaskCreatedObservation | AgentStateChangedObservation | UserRejectObservation
+    ):
+        return False
+    return not (
+        isinstance(entry, ErrorObservation)
+        and entry.source is EventSource.ENVIRONMENT
+        and entry.error_code in CONTROLLER_ERROR_CODES
+    )
+
+
+def rebuild_state(
+    log_entries: Sequence[EventBase], next_input: EventBase | None = None
+) -> TaskState:
+    """The State the controller had after logging `log_entries` (the task's whole log, in any
+    order). `next_input` is the input about to be applied, if any (see the module docstring)."""
+    entries = _in_order(log_entries)
+    first = entries[0]
+    if not isinstance(first, TaskCreatedObservation):
+        raise RebuildError(f"task {first.task_id}: the log does not open with its creation")
+    state = _created(first, entries)
+    pos = 1
+    while pos < len(entries):
+        entry = entries[pos]
+        if not is_logged_input(entry):
+            state = _as_logged(state, entry)
+            pos += 1
+            continue
+        # The first turn also wrote the creation entry, before its input.
+        start = 0 if state.last_seq == 0 else pos
+        turn = Turn(_expecting(state, entry), replaying=True)
+        apply(turn, entry)
+        written = entries[start : start + len(turn.logged)]
+        if turn.logged and _same_entries(turn.logged, written, entry):
+            state = _settled(turn.state, written)
+            pos = start + len(turn.logged)
+        else:
+            log.warning(
+                "task %s: replaying %s %s wrote %s, the log has %s: following the log",
+                entry.task_id,
+                type(entry).__name__,
+                entry.id,
+                [_shape(e) for e in turn.logged],
+                [_shape(e) for e in written],
+            )
+            state = _as_logged(state, entry)
+            pos += 1
+    return _finished(state, entries, next_input)
+
+
+def _in_order(log_entries: Sequence[EventBase]) -> list[EventBase]:
+    """The entries by seq, each seq once (a republished entry is the same entry), gap-free."""
+    by_seq: dict[int, EventBase] = {}
+    for entry in log_entries:
+        if entry.seq is not None:
+            by_seq.setdefault(entry.seq, entry)
+    if not by_seq:
+        raise RebuildError("the log is empty")
+    entries = [by_seq[s] for s in sorted(by_seq)]
+    for expected, entry in enumerate(entries, start=1):
+        if entry.seq != expected:
+            raise RebuildError(f"task {entry.task_id}: the log has no entry {expected}")
+    return entries
+
+
+def _created(first: TaskCreatedObservation, entries: list[EventBase]) -> TaskState:
+    # The task's text is its first user message (the gateway's, or the parent's delegation).
+    text = next(
+        (
+            e.content
+            for e in entries
+            if isinstance(e, MessageAction) and e.source is EventSource.USER
+        ),
+        "",
+    )
+    return TaskState(
+        task_id=first.task_id,
+        task=text,
+        created_at=first.created_at,
+        updated_at=first.created_at,
+        max_iterations=first.max_iterations,
+        initial_max_iterations=first.initial_max_iterations,
+        max_budget_usd=first.max_budget_usd,
+        initial_budget_usd=first.initial_budget_usd,
+        confirmation_mode=first.confirmation_mode,
+        confirmation_threshold=first.confirmation_threshold,
+        network_egress=first.network_egress,
+        delegation_depth=first.delegation_depth,
+        max_delegation_depth=first.max_delegation_depth,
+        max_sub_tasks=first.max_sub_tasks,
+        parent_task_id=first.parent_task_id,
+        parent_action_id=first.parent_action_id,
+    )
+
+
+def _expecting(state: TaskState, entry: EventBase) -> TaskState:
+    """The State as it was when `entry` came: an answer to a step request names the request,
+    whose id the replay cannot know (the live request had a random one)."""
+    if (
+        state.awaiting is Awaiting.AGENT
+        and entry.source is not EventSource.USER
+        and entry.cause is not None
+    ):
+        return state.model_copy(update={"awaiting_id": entry.cause})
+    return state
+
+
+def _shape(entry: EventBase) -> str:
+    kind = getattr(entry, "kind", type(entry).__name__)
+    if isinstance(entry, AgentStateChangedObservation):
+        return f"{kind}:{entry.agent_state.value}"
+    if isinstance(entry, ErrorObservation):
+        return f"{kind}:{entry.error_code}"
+    return str(kind)
+
+
+def _same_entries(replayed: list[EventBase], logged: list[EventBase], entry: EventBase) -> bool:
+    """The replayed turn wrote what the live one did (ids and times of written entries aside)."""
+    if len(replayed) != len(logged) or entry.id not in {e.id for e in logged}:
+        return False
+    return [_shape(e) for e in replayed] == [_shape(e) for e in logged]
+
+
+def _settled(state: TaskState, written: list[EventBase]) -> TaskState:
+    """The replayed turn's State with the log's own seqs and times."""
+    update: dict[str, object] = {"last_seq": written[-1].seq, "updated_at": written[-1].timestamp}
+    if state.finished_at is not None:
+        ended = [e for e in written if isinstance(e, AgentStateChangedObservation)]
+        if ended:
+            update["finished_at"] = ended[-1].timestamp
+    return state.model_copy(update=update)
+
+
+def _as_logged(state: TaskState, entry: EventBase) -> TaskState:
+    """An entry no replayed input wrote: the state change of an input that is not logged (an
+    overdue or dead-lettered answer ending the task in ERROR), taken as the log has it."""
+    update: dict[str, object] = {"last_seq": entry.seq, "updated_at": entry.timestamp}
+    if isinstance(entry, AgentStateChangedObservation):
+        target = entry.agent_state
+        update |= {
+            "agent_state": target,
+            "reason": entry.reason,
+            "finished_at": entry.timestamp if target in _ENDED else None,
+        }
+        if target in _ENDED:
+            update |= {
+                "awaiting": Awaiting.NOTHING,
+                "awaiting_id": None,
+                "pending_action": None,
+                "approval": None,
+            }
+    return state.model_copy(update=update)
+
+
+def _finished(
+    state: TaskState, entries: list[EventBase], next_input: EventBase | None
+) -> TaskState:
+    last = entries[-1]
+    known = {e.id for e in entries}
+    awaiting_id = state.awaiting_id
+    if state.awaiting is Awaiting.AGENT:
+        awaiting_id = _answered_step(next_input, known)
+    inputs = [e.id for e in entries if is_logged_input(e)]
+    return state.model_copy(
+        update={
+            "version": 0,
+            "last_seq": last.seq,
+            "updated_at": last.timestamp,
+            "awaiting_id": awaiting_id,
+            "awaiting_attempt": 0,
+            "awaiting_deadline": None,
+            "unseen_events": None,
+            "unseen_bytes": 0,
+            "processed": inputs[-PROCESSED_KEPT:],
+            "outboxes": {},
+        }
+    )
+
+
+def _answered_step(next_input: EventBase | None, known: set[str]) -> str | None:
+    """The step request `next_input` answers, when it answers one the log does not name (the
+    reasoner's action, its rate-limit notice, or a notice that the step went unanswered)."""
+    if next_input is None or next_input.source is EventSource.USER:
+        return None
+    cause = next_input.cause
+    return cause if cause is not None and cause not in known else None
+
+
+def waits_for_a_seat(log_entries: Sequence[EventBase], state: TaskState) -> bool:
+    """Whether the rebuilt `state` awaits an action that, as its log last said, waits for a
+    sandbox seat: the runtime kept that order in Redis, so it must be sent again."""
+    if state.awaiting is not Awaiting.RUNTIME or state.awaiting_id is None:
+        return False
+    about = [e for e in log_entries if e.cause is not None and e.cause == state.awaiting_id]
+    return bool(about) and isinstance(
+        max(about, key=lambda e: e.seq or 0), SandboxQueuedObservation
+    )

@@ -1,0 +1,175 @@
+"""Redis loses everything while tasks run (issue 12, part 2): first a FLUSHALL, then
+redis-server killed and started again on an empty data directory. The controller rebuilds
+every live task's State from its log, the runtime binds its sandboxes again, and every task
+finishes with a gap-free log and each action run once.
+
+What Redis alone held for the gateway goes with it: API keys, tenants, the records of who owns
+which task. The old key is then refused (401), a new one works, and a task made before the loss
+answers 404 (its owner is unknown: never guessed) while it runs on to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nats
+import pytest
+import redis
+
+from services.controller.task_log import TaskLog
+from shared.events import EventBase
+from shared.state import TaskState
+from tools.stack import Stack, StackConfig, running
+
+pytestmark = pytest.mark.docker
+
+FLUSHED_TASKS = 10
+RESTARTED_TASKS = 6
+COMMANDS = 5
+SLEEPER = "sleep 2; echo slept"  # a task is likely in the middle of it when Redis goes
+
+
+def _script() -> dict[str, Any]:
+    turns: list[dict[str, Any]] = [
+        {"tool": "execute_bash", "arguments": {"command": f"echo step {i}"}, "delay_s": 0.4}
+        for i in range(COMMANDS)
+    ]
+    turns.insert(2, {"tool": "execute_bash", "arguments": {"command": SLEEPER}})
+    turns.append({"tool": "finish", "arguments": {"message": "done: {{last_tool_output}}"}})
+    return {"model": "scripted", "turns": turns}
+
+
+def _post(client: httpx.Client, n: int, label: str) -> list[str]:
+    ids = []
+    for i in range(n):
+        response = client.post("/v1/tasks", json={"task": f"{label} {i}", "max_iterations": 30})
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["id"])
+    return ids
+
+
+def _state(store: redis.Redis, task_id: str) -> TaskState | None:
+    try:
+        raw = store.hget(f"deckhands:task:{task_id}", "state")
+    except redis.ConnectionError:
+        return None  # being restarted
+    return None if raw is None else TaskState.model_validate_json(raw)  # type: ignore[arg-type]
+
+
+def _wait_all_ended(store: redis.Redis, ids: list[str], timeout_s: float) -> dict[str, TaskState]:
+    ended: dict[str, TaskState] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(ended) < len(ids) and time.monotonic() < deadline:
+        for task_id in [t for t in ids if t not in ended]:
+            state = _state(store, task_id)
+            if state is not None and state.agent_state.value in {"FINISHED", "ERROR", "STOPPED"}:
+                ended[task_id] = state
+        time.sleep(0.5)
+    assert len(ended) == len(ids), f"{len(ids) - len(ended)} tasks never ended"
+    return ended
+
+
+def _wait_mid_run(store: redis.Redis, ids: list[str]) -> None:
+    """Until every task has run its first command: Redis goes while they are under way."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = [_state(store, t) for t in ids]
+        if all(s is not None and s.iteration >= 2 for s in states):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the tasks did not start")
+
+
+def _logs(stack: Stack, ids: list[str]) -> dict[str, list[EventBase]]:
+    async def read() -> dict[str, list[EventBase]]:
+        nc = await nats.connect(**stack.nats_login())
+        try:
+            js = nc.jetstream()
+            log = TaskLog(lambda: js)
+            return {task_id: await log.read(task_id) for task_id in ids}
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def _check_logs(stack: Stack, ended: dict[str, TaskState]) -> None:
+    logs = _logs(stack, list(ended))
+    for task_id, state in ended.items():
+        assert state.agent_state.value == "FINISHED", (task_id, state.reason)
+        events = logs[task_id]
+        seqs = [e.seq for e in events]
+        assert seqs == list(range(1, len(seqs) + 1)), f"gap or repeat in {task_id}: {seqs}"
+        assert state.last_seq == len(events)
+        kinds = [getattr(e, "kind", "") for e in events]
+        assert kinds[0] == "task_created"
+        runs = [e for e in events if getattr(e, "kind", "") == "run"]
+        commands = Counter(getattr(e, "command", "") for e in runs)
+        expected = Counter([*(f"echo step {i}" for i in range(COMMANDS)), SLEEPER])
+        assert commands == expected, (task_id, commands)
+        run_ids = {e.id for e in runs}
+        answers = Counter(
+            e.cause
+            for e in events
+            if getattr(e, "kind", "") in {"run_output", "error"} and e.cause in run_ids
+        )
+        assert answers == Counter(run_ids), f"{task_id}: {answers}"
+        # Each command's output says it ran once: a second run would have been answered by
+        # a second output, or refused as not awaited (an error of kind order_refused).
+        assert all(getattr(e, "error_code", "") != "order_refused" for e in events), (
+            f"{task_id}: an order was refused"
+        )
+        assert kinds.count("finish") == 1
+
+
+def _rebuilt(stack: Stack) -> int:
+    return (stack.logs / "controller.log").read_text().count("State rebuilt from its log")
+
+
+def _empty_redis_restart(stack: Stack) -> None:
+    stack.kill_service("redis")
+    data = stack.config.run_dir / "redis"
+    shutil.rmtree(data, ignore_errors=True)
+    stack.start_service("redis")
+
+
+def test_tasks_finish_when_redis_loses_everything(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(_script()))
+    config = StackConfig.isolated(
+        tmp_path / "run",
+        llm_script=script,
+        extra_env={"DECKHANDS_ACK_WAIT_S": "5", "DECKHANDS_POOL_HEALTH_INTERVAL_S": "2"},
+    )
+    with running(config) as stack:
+        admin = redis.Redis(**stack.redis_login("admin"))
+        gateway = stack.config.gateway_url
+        with httpx.Client(base_url=gateway, headers=stack.auth_headers, timeout=10) as client:
+            first = _post(client, FLUSHED_TASKS, "flushed")
+            _wait_mid_run(admin, first)
+            admin.flushall()
+            # The key went with Redis: refused, as any unknown key.
+            assert client.get("/v1/tasks").status_code == 401
+        ended = _wait_all_ended(admin, first, 240)
+        _check_logs(stack, ended)
+        assert _rebuilt(stack) >= FLUSHED_TASKS  # not one task waited for its own next input
+
+        stack.ensure_api_key()  # the operator issues the tenant a key again
+        with httpx.Client(base_url=gateway, headers=stack.auth_headers, timeout=10) as client:
+            lost = client.get(f"/v1/tasks/{first[0]}")
+            assert lost.status_code == 404, lost.text  # its owner is unknown: nobody's
+            second = _post(client, RESTARTED_TASKS, "restarted")
+            _wait_mid_run(admin, second)
+            _empty_redis_restart(stack)
+            ended = _wait_all_ended(admin, second, 240)
+            _check_logs(stack, ended)
+        assert _rebuilt(stack) >= FLUSHED_TASKS + RESTARTED_TASKS
+        assert "task sandboxes bound again" in (stack.logs / "runtime.log").read_text()
+        admin.close()
