@@ -17,7 +17,14 @@ from .context import GatewayContext, get_context
 from .errors import Unauthorized
 from .tenants import Caller
 
-__all__ = ["AdminDep", "CallerDep", "authenticate_admin", "authenticate_caller"]
+__all__ = [
+    "AdminDep",
+    "AnyKeyDep",
+    "CallerDep",
+    "authenticate_admin",
+    "authenticate_any",
+    "authenticate_caller",
+]
 
 # auto_error=False: a missing header is our 401 (with WWW-Authenticate), not FastAPI's 403.
 _tenant_bearer = HTTPBearer(
@@ -57,5 +64,20 @@ async def authenticate_admin(
         raise Unauthorized("missing or wrong admin key: send 'Authorization: Bearer <admin key>'")
 
 
+async def authenticate_any(
+    context: Annotated[GatewayContext, Depends(get_context)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_tenant_bearer)],
+) -> None:
+    """A tenant's key or the admin key: for what any caller may read (the API's document)."""
+    if credentials is None:
+        raise Unauthorized(_NO_KEY)
+    expected = context.settings.admin_api_key
+    if expected is not None and same_secret(credentials.credentials, expected.get_secret_value()):
+        return
+    if await context.tenants.authenticate(credentials.credentials) is None:
+        raise Unauthorized(_NO_KEY)
+
+
 CallerDep = Annotated[Caller, Depends(authenticate_caller)]
 AdminDep = Depends(authenticate_admin)
+AnyKeyDep = Depends(authenticate_any)

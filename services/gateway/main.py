@@ -26,6 +26,7 @@ from shared.telemetry import setup_logging, setup_tracing
 from . import (
     admin_router,
     blob_router,
+    docs_router,
     event_router,
     health_router,
     quota_router,
@@ -121,8 +122,10 @@ def build_app(
         version="1",
         summary="Run OpenHands-style coding agents: create tasks, follow their events, steer them.",
         lifespan=_lifespan,
-        docs_url="/docs",
-        openapi_url="/openapi.json",
+        # The document is served by docs_router, behind a key; no public page.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.settings = settings
     app.state.broker = build_gateway_broker(settings, tracer_provider)
@@ -138,6 +141,7 @@ def build_app(
     app.include_router(health_router.router)
     app.include_router(admin_router.router)
     app.include_router(quota_router.router)
+    app.include_router(docs_router.router)
     return app
 
 

@@ -51,8 +51,10 @@ def _key_for(case: schemathesis.Case, api_key: str, admin_key: str) -> dict[str,
     return auth_headers(admin_key if case.path.startswith("/v1/admin") else api_key)
 
 
-def test_the_running_gateway_serves_this_document(gateway_url: str) -> None:
-    assert httpx.get(f"{gateway_url}/openapi.json", timeout=10).json() == _document()
+def test_the_running_gateway_serves_this_document(gateway_url: str, api_key: str) -> None:
+    served = httpx.get(f"{gateway_url}/openapi.json", headers=auth_headers(api_key), timeout=10)
+    assert served.json() == _document()
+    assert httpx.get(f"{gateway_url}/openapi.json", timeout=10).status_code == 401
 
 
 @schema.parametrize()
