@@ -17,6 +17,7 @@ from .broker_metrics import BoundedNatsPrometheusMiddleware
 from .broker_permissions import inbox_prefix
 from .delivery import DeliveryGuard
 from .health import PROCESS_HEALTH, ProgressMiddleware
+from .nats_fetch import install as install_nats_fetch_fix
 from .settings import CommonSettings
 from .subjects import EVENTS_STREAM, WORK_STREAM, Service
 
@@ -60,6 +61,7 @@ class IdleFetchFilter(logging.Filter):
 
 
 BROKER_LOG.addFilter(IdleFetchFilter())
+install_nats_fetch_fix()
 
 
 class ServiceBroker(NatsBroker):

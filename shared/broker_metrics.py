@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from faststream.nats.prometheus.provider import (
+    BatchNatsMetricsSettingsProvider,
     NatsMetricsSettingsProvider,
     settings_provider_factory,
 )
@@ -51,8 +52,24 @@ class _BoundedProvider(NatsMetricsSettingsProvider):
         return subject_pattern(super().get_publish_destination_name_from_cmd(cmd))
 
 
+class _BoundedBatchProvider(BatchNatsMetricsSettingsProvider):
+    """A batch (storage's consumer) is labelled by its first message's subject: bounded too."""
+
+    __slots__ = ()
+
+    def get_consume_attrs_from_message(self, msg: StreamMessage[list[Msg]]) -> ConsumeAttrs:
+        attrs = super().get_consume_attrs_from_message(msg)
+        attrs["destination_name"] = subject_pattern(attrs["destination_name"])
+        return attrs
+
+    def get_publish_destination_name_from_cmd(self, cmd: PublishCommand) -> str:
+        return subject_pattern(super().get_publish_destination_name_from_cmd(cmd))
+
+
 def _bounded_provider(msg: Msg | Sequence[Msg] | None) -> MetricsSettingsProvider[Any] | None:
     provider = settings_provider_factory(msg)
+    if isinstance(provider, BatchNatsMetricsSettingsProvider):
+        return _BoundedBatchProvider()
     return _BoundedProvider() if isinstance(provider, NatsMetricsSettingsProvider) else provider
 
 

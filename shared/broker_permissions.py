@@ -185,7 +185,10 @@ def redis_acl(password: Callable[[str], str]) -> list[str]:
     """Redis ACL rules (one `user ...` line each): the default user off, each service every
     key but none of the dangerous commands (FLUSHALL, CONFIG, KEYS, DEBUG, ACL, SHUTDOWN...),
     the admin everything. `password(user)` is the password as it is written after `>`."""
-    rules = ["user default off"]
+    # The default user cannot log in (off), but keeps every permission: Redis 7.0 replays the
+    # append-only file's transactions (MULTI/EXEC) as the default user, and without them every
+    # transaction written before a restart is refused and lost (tenants, keys, States).
+    rules = ["user default off ~* &* +@all"]
     for user in REDIS_USERS:
         commands = "+@all" if user == ADMIN_USER else "+@all -@dangerous"
         rules.append(f"user {user} on >{password(user)} ~* &* {commands}")

@@ -20,12 +20,16 @@ pytestmark = pytest.mark.docker
 
 TASKS = 12
 COMMANDS = 8
+# Each task waits at least COMMANDS x LLM_S for its LLM, longer than one round of kills
+# (VICTIMS x about KILL_EVERY_S): every component dies while every task still runs.
+LLM_S = 2.0
+KILL_EVERY_S = 2.0
 VICTIMS = ("controller", "reasoner", "runtime", "storage", "security", "nats", "redis", "gateway")
 
 
 def _script() -> dict[str, Any]:
     turns: list[dict[str, Any]] = [
-        {"tool": "execute_bash", "arguments": {"command": f"echo step {i}"}, "delay_s": 0.3}
+        {"tool": "execute_bash", "arguments": {"command": f"echo step {i}"}, "delay_s": LLM_S}
         for i in range(COMMANDS)
     ]
     turns.append({"tool": "finish", "arguments": {"message": "done: {{last_tool_output}}"}})
@@ -34,15 +38,17 @@ def _script() -> dict[str, Any]:
 
 def _get(client: httpx.Client, path: str) -> Any:
     """The gateway may be the one killed just now: try again for a while."""
+    last = "no answer"
     for _ in range(150):
         try:
             response = client.get(path)
             if response.status_code == 200:
                 return response.json()
-        except httpx.TransportError:
-            pass
+            last = f"{response.status_code} {response.text[:300]}"
+        except httpx.TransportError as exc:
+            last = repr(exc)
         time.sleep(0.2)
-    raise AssertionError(f"GET {path} kept failing")
+    raise AssertionError(f"GET {path} kept failing; last: {last}")
 
 
 def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
@@ -70,7 +76,7 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
 
         def chaos(stack: Stack) -> None:
             for victim in VICTIMS * 2:
-                if stop.wait(2.5):
+                if stop.wait(KILL_EVERY_S):
                     return
                 stack.kill_service(victim)
                 kills.append(victim)
@@ -110,5 +116,6 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
                 for e in events
                 if e["kind"] in {"run_output", "error"} and e.get("cause") in run_ids
             )
-            assert answers == Counter(run_ids), f"{task_id}: {answers}"
+            log = [(e["seq"], e["kind"], e.get("cause")) for e in events]
+            assert answers == Counter(run_ids), f"{task_id}: {answers}; log: {log}"
             assert sum(1 for e in events if e["kind"] == "finish") == 1
