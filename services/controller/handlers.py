@@ -27,7 +27,7 @@ from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
 from .rebuild import RebuildError, rebuild_state, waits_for_a_seat
 from .state_cache import StateCache
-from .task_log import TaskLog
+from .task_log import TaskLog, has_ended
 from .task_metrics import count_task_end
 from .turn import Turn
 
@@ -49,6 +49,8 @@ REBUILT = Counter(
     "deckhands_controller_states_rebuilt_total",
     "Task States rebuilt from the event log because Redis had lost them",
 )
+# A task whose last entry is younger than this may be in the middle of a turn.
+_SETTLE_S = 1.0
 # An overdue notice not yet applied (the controller busy or down) is looked at again after this.
 _OVERDUE_RECHECK_S = 30.0
 
@@ -145,10 +147,10 @@ class ControllerHandlers:
         cannot rebuild it. `event` is the input that found the State missing, if any."""
         if self.task_log is None:
             return None
-        entries = await self.task_log.read(task_id)
-        if not entries:
-            return None
         try:
+            entries = await self.task_log.read(task_id)
+            if not entries:
+                return None
             rebuilt = rebuild_state(entries, event)
         except RebuildError as exc:
             log.error("task %s: its State is lost and cannot be rebuilt: %s", task_id, exc)
@@ -188,12 +190,22 @@ class ControllerHandlers:
         if self.task_log is None or await self.store.intact():
             return 0
         recovered = 0
+        busy = False
         for task_id in await self.task_log.task_ids():
-            if await self.store.exists(task_id) or await self.task_log.has_ended(task_id):
+            if await self.store.exists(task_id):
+                continue
+            last = await self.task_log.last_entry(task_id)
+            if last is None or has_ended(last):
+                continue
+            if (utc_now() - last.timestamp).total_seconds() < _SETTLE_S:
+                # A turn may still be publishing what it logged: a rebuild from part of it
+                # would log the same seqs again. The next round, or the task's next input.
+                busy = True
                 continue
             if await self._recover(task_id, None) is not None:
                 recovered += 1
-        await self.store.mark_intact()
+        if not busy:
+            await self.store.mark_intact()
         if recovered:
             log.warning("Redis had lost its States: rebuilt %d live tasks from the log", recovered)
         return recovered

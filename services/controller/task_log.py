@@ -12,13 +12,14 @@ from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+from pydantic import ValidationError
 
 from shared.events import TERMINAL_STATES, AgentStateChangedObservation, EventAdapter, EventBase
 from shared.subjects import EVENTS_STREAM, event_subject
 
 from .rebuild import RebuildError
 
-__all__ = ["TaskLog"]
+__all__ = ["TaskLog", "has_ended"]
 
 _PREFIX = event_subject("*").removesuffix("*")  # "deckhands.events."
 
@@ -39,7 +40,7 @@ class TaskLog:
             except NotFoundError:
                 return entries
             if msg.data:
-                entries.append(EventAdapter.validate_json(msg.data))
+                entries.append(_parsed(task_id, msg.data))
             if msg.seq is None:
                 raise RebuildError(f"task {task_id}: the stream gave an entry without a seq")
             seq = msg.seq + 1
@@ -50,16 +51,23 @@ class TaskLog:
         subjects = info.state.subjects or {}
         return [s[len(_PREFIX) :] for s in subjects if s.startswith(_PREFIX)]
 
-    async def has_ended(self, task_id: str) -> bool:
-        """Whether the task's last entry ended it (FINISHED, STOPPED, ERROR...): nothing will
-        come for it until a person writes to it."""
+    async def last_entry(self, task_id: str) -> EventBase | None:
+        """The task's latest entry (None: it has no log)."""
         try:
             msg = await self._jetstream().get_last_msg(EVENTS_STREAM, event_subject(task_id))
         except NotFoundError:
-            return True
-        if not msg.data:
-            return False
-        last = EventAdapter.validate_json(msg.data)
-        return (
-            isinstance(last, AgentStateChangedObservation) and last.agent_state in TERMINAL_STATES
-        )
+            return None
+        return _parsed(task_id, msg.data)
+
+
+def has_ended(last: EventBase) -> bool:
+    """Whether a task whose latest entry is `last` ended (FINISHED, STOPPED, ERROR...): nothing
+    comes for it until a person writes to it."""
+    return isinstance(last, AgentStateChangedObservation) and last.agent_state in TERMINAL_STATES
+
+
+def _parsed(task_id: str, data: bytes | None) -> EventBase:
+    try:
+        return EventAdapter.validate_json(data or b"")
+    except ValidationError as exc:
+        raise RebuildError(f"task {task_id}: an entry of its log is no event: {exc}") from exc

@@ -415,10 +415,13 @@ class RuntimeService:
                 self.recent.abandon(action.id)
                 await self.ledger.finish(action.id, self.replica_id)
                 raise
-            recorded = await self.ledger.complete(
-                action.id, self.replica_id, observation.model_dump_json()
-            )
-            self.recent.done(action.id, recorded)
+            produced = observation.model_dump_json()
+            # Remembered here before Redis records it: a Redis that fails now (restarting after
+            # it lost its data) must not leave a duplicate waiting for this run for ever.
+            self.recent.done(action.id, produced)
+            recorded = await self.ledger.complete(action.id, self.replica_id, produced)
+            if recorded != produced:
+                self.recent.done(action.id, recorded)  # the ledger's copy wins, as before
         elif recorded is None:
             recorded = await self._result_of_duplicate(command, progress)
         await self.publish(EventAdapter.validate_json(recorded))

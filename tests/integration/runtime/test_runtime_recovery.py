@@ -266,6 +266,24 @@ async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice
         assert await service.readopt_after_redis_loss() == 0  # once per loss
         await service.execute(order)  # and once more, after it ran
         assert [e for e in published if e.cause == action.id][-1] == outputs[0]
+
+        # Redis fails as the run is recorded (it restarts empty): the order is redelivered,
+        # and gets the run's observation from the replica's memory, not a second run.
+        again = cmd(task_id, "echo again >> /workspace/again; wc -l < /workspace/again")
+        await await_approved(settings.redis_url, task_id, again)
+        second = ExecuteAction(task_id=task_id, action=again)
+        complete = service.ledger.complete
+
+        async def redis_gone(*args: object) -> str:
+            service.ledger.complete = complete  # type: ignore[method-assign]
+            raise ConnectionError("Connection closed by server.")
+
+        service.ledger.complete = redis_gone  # type: ignore[method-assign]
+        with pytest.raises(ConnectionError):
+            await service.execute(second)
+        await asyncio.wait_for(service.execute(second), 30)
+        [answer] = [e for e in published if e.cause == again.id]
+        assert isinstance(answer, CmdOutputObservation) and answer.content.strip() == "1"
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
