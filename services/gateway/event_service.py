@@ -263,15 +263,27 @@ class EventService:
         self._per_tenant: dict[str, int] = {}
 
     async def page(self, task_id: str, tenant_id: str, after: int, limit: int) -> EventPage:
-        await self.tasks.get(task_id, tenant_id)
+        """A page of the log. Storage consumes the log on its own, a moment behind the State:
+        what the State says was logged is waited for (up to `catch_up_s`) while the page has
+        room for it, so a client that saw the task end reads its whole log."""
+        state = await self.tasks.get(task_id, tenant_id)
         reply = await self.history.page(task_id, after, limit)
+        deadline = time.monotonic() + self.catch_up_s
+        while (
+            reply.last_seq < state.last_seq
+            and len(reply.events) < limit
+            and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(self.gap_retry_s)
+            reply = await self.history.page(task_id, after, limit)
         next_after = (event_seq(reply.events[-1]) or after) if reply.events else after
+        last_seq = max(reply.last_seq, state.last_seq)
         return EventPage(
             task_id=task_id,
             events=reply.events,
             next_after=next_after,
-            last_seq=reply.last_seq,
-            has_more=next_after < reply.last_seq,
+            last_seq=last_seq,
+            has_more=next_after < last_seq,
         )
 
     async def trajectory(self, task_id: str, tenant_id: str) -> Trajectory:

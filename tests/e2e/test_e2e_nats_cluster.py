@@ -155,7 +155,12 @@ def test_tasks_survive_losing_one_nats_server_then_another(tmp_path: Path) -> No
             answers = Counter(
                 e["cause"] for e in events if e["kind"] == "run_output" and e.get("cause")
             )
-            assert answers == Counter(e["id"] for e in runs), f"{task_id}: {answers}"
+            others = [
+                (e["kind"], e.get("error_code"), str(e.get("content") or e.get("message"))[:200])
+                for e in events
+                if e.get("cause") in {r["id"] for r in runs} and e["kind"] != "run_output"
+            ]
+            assert answers == Counter(e["id"] for e in runs), f"{task_id}: {answers}; {others}"
             [finish] = [e for e in events if e["kind"] == "finish"]
             # Every command ran once in the sandbox, whatever NATS redelivered: the file they
             # appended to holds each line once, in order.
