@@ -502,11 +502,14 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"\n{'row':<46} {'figure':<22} {'baseline (same run)':<30} {'target':<16}")
     if rows & {"40x2", "200x5", "500q"}:
-        # Every task is the one tenant's: its running-tasks quota must not be what is measured.
+        # Every task is the one tenant's: its quotas must not be what is measured.
         config = StackConfig.isolated(
             run_dir / "delayed",
             llm_script=script_path,
-            extra_env={"DECKHANDS_TENANT_MAX_RUNNING_TASKS": "10000"},
+            extra_env={
+                "DECKHANDS_TENANT_MAX_RUNNING_TASKS": "10000",
+                "DECKHANDS_TENANT_MAX_SANDBOXES": "10000",
+            },
         )
         with running(config) as stack:
             # Not measured: the first call of each service's clients, as in a deployment
