@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2e_helpers import get_until_ok  # type: ignore[import-not-found]
 
 from tools.stack import Stack, StackConfig, running
 
@@ -34,21 +35,6 @@ def _script() -> dict[str, Any]:
     ]
     turns.append({"tool": "finish", "arguments": {"message": "done: {{last_tool_output}}"}})
     return {"model": "scripted", "turns": turns}
-
-
-def _get(client: httpx.Client, path: str) -> Any:
-    """The gateway may be the one killed just now: try again for a while."""
-    last = "no answer"
-    for _ in range(150):
-        try:
-            response = client.get(path)
-            if response.status_code == 200:
-                return response.json()
-            last = f"{response.status_code} {response.text[:300]}"
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        time.sleep(0.2)
-    raise AssertionError(f"GET {path} kept failing; last: {last}")
 
 
 def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
@@ -89,7 +75,7 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
         deadline = time.monotonic() + 300
         while len(views) < TASKS and time.monotonic() < deadline:
             for task_id in [t for t in ids if t not in views]:
-                view = _get(client, f"/v1/tasks/{task_id}")
+                view = get_until_ok(client, f"/v1/tasks/{task_id}")
                 if view["state"] in {"FINISHED", "ERROR", "STOPPED"}:
                     views[task_id] = view
             time.sleep(1)
@@ -102,7 +88,7 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
             (v["state"], v["reason"]) for v in views.values()
         ]
         for task_id in ids:
-            events = _get(client, f"/v1/tasks/{task_id}/trajectory")["events"]
+            events = get_until_ok(client, f"/v1/tasks/{task_id}/trajectory")["events"]
             seqs = [e["seq"] for e in events]
             assert seqs == list(range(1, len(seqs) + 1)), f"gap or repeat in {task_id}: {seqs}"
             runs = [e for e in events if e["kind"] == "run"]

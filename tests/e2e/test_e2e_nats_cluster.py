@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import nats
 import pytest
+from e2e_helpers import get_until_ok  # type: ignore[import-not-found]
 
 from shared.subjects import EVENTS_STREAM, WORK_STREAM
 from tools.stack import Stack, StackConfig, running
@@ -74,18 +75,6 @@ def _wait_for(stack: Stack, stream: str, *, caught_up: bool, timeout_s: float = 
     raise AssertionError(f"{stream}: no {'current ' if caught_up else ''}leader: {last}")
 
 
-def _get(client: httpx.Client, path: str) -> Any:
-    for _ in range(100):
-        try:
-            response = client.get(path)
-            if response.status_code == 200:
-                return response.json()
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"GET {path} kept failing")
-
-
 def test_tasks_survive_losing_one_nats_server_then_another(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(_script()))
@@ -129,7 +118,7 @@ def test_tasks_survive_losing_one_nats_server_then_another(tmp_path: Path) -> No
         deadline = time.monotonic() + 240
         while len(views) < TASKS and time.monotonic() < deadline:
             for task_id in [t for t in ids if t not in views]:
-                view = _get(client, f"/v1/tasks/{task_id}")
+                view = get_until_ok(client, f"/v1/tasks/{task_id}")
                 if view["state"] in {"FINISHED", "ERROR", "STOPPED"}:
                     views[task_id] = view
             time.sleep(1)
@@ -143,7 +132,7 @@ def test_tasks_survive_losing_one_nats_server_then_another(tmp_path: Path) -> No
         ]
         expected_ledger = "\n".join(f"step {i}" for i in range(COMMANDS))
         for task_id in ids:
-            events = _get(client, f"/v1/tasks/{task_id}/trajectory")["events"]
+            events = get_until_ok(client, f"/v1/tasks/{task_id}/trajectory")["events"]
             seqs = [e["seq"] for e in events]
             assert seqs == list(range(1, len(seqs) + 1)), f"gap or repeat in {task_id}: {seqs}"
             runs = [e for e in events if e["kind"] == "run"]
