@@ -93,8 +93,8 @@ class TenantLimits(BaseModel):
 class QuotaDefaults:
     """The server's defaults (GatewaySettings): what a tenant gets unless the operator says."""
 
-    max_running_tasks: int = 100
-    max_sandboxes: int = 100
+    max_running_tasks: int = 1000
+    max_sandboxes: int = 1000
     max_spend_usd_per_day: float | None = None
     default_max_budget_usd: float | None = 10.0
     max_delegation_depth: int = 3

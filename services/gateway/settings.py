@@ -36,11 +36,14 @@ class GatewaySettings(CommonSettings):
         "the runtime's.",
     )
     # Each tenant's quotas, unless the operator sets the tenant's own (services.gateway.quotas).
+    # A fairness limit per tenant, above the pool's size (DECKHANDS_MAX_SANDBOXES, 100) by
+    # default: past the pool, tasks queue first come, first served (the global admission); the
+    # quota only keeps one tenant from taking every place in that queue.
     tenant_max_running_tasks: int = Field(
-        default=100, ge=0, description="Tasks one tenant may have running at once; more: 429."
+        default=1000, ge=0, description="Tasks one tenant may have running at once; more: 429."
     )
     tenant_max_sandboxes: int = Field(
-        default=100,
+        default=1000,
         ge=0,
         description="Sandboxes one tenant's tasks (sub-tasks included) may hold before its new "
         "tasks are refused with 429.",
