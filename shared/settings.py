@@ -83,6 +83,18 @@ class CommonSettings(BaseSettings):
         "refer to; when full, new content is not kept and the event says so.",
     )
 
+    secrets_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="Encrypts tenants' secrets at rest (shared/secrets_store.py): 32 random "
+        "bytes, URL-safe base64. Kubernetes: the Secret deckhands-secrets-key; `make up`: "
+        ".run/credentials/secrets-key. Empty: secrets are off (the routes answer 503).",
+    )
+    secrets_previous_keys: SecretStr = Field(
+        default=SecretStr(""),
+        description="Older secrets keys, comma-separated: they still open what they sealed "
+        "while DECKHANDS_SECRETS_KEY seals anew (key rotation).",
+    )
+
     otel_exporter: str = Field(
         default="none", description="'none', 'console' or 'otlp' (OTLP over HTTP)."
     )
