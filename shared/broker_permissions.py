@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .subjects import BLOBS_BUCKET, DLQ_STREAM, EVENTS_STREAM, WORK_STREAM, Service
+from .subjects import BLOBS_BUCKET, DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM, Service
 
 __all__ = [
     "ADMIN_USER",
@@ -44,7 +44,8 @@ REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", ADMIN_USER)
 Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subjects
 
 _OBJECTS = f"OBJ_{BLOBS_BUCKET}"
-_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, _OBJECTS)
+_TENANTS = f"KV_{TENANTS_BUCKET}"
+_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, _OBJECTS, _TENANTS)
 
 
 def inbox_prefix(user: str) -> str:
@@ -82,6 +83,22 @@ def _blob_reader() -> list[str]:
 def _blob_writer() -> list[str]:
     # Putting an object (chunks, then its metadata), or deleting one (a marker, chunks purged).
     return [*_blob_reader(), f"$O.{BLOBS_BUCKET}.>", f"$JS.API.STREAM.PURGE.{_OBJECTS}"]
+
+
+def _tenant_records() -> list[str]:
+    """The gateway's tenants bucket: read a record, write one, list them (a watch of one's
+    own, an ordered consumer removed after)."""
+    return [
+        f"$KV.{TENANTS_BUCKET}.>",
+        f"$JS.API.STREAM.MSG.GET.{_TENANTS}",
+        f"$JS.API.DIRECT.GET.{_TENANTS}",
+        f"$JS.API.DIRECT.GET.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.CREATE.{_TENANTS}",
+        f"$JS.API.CONSUMER.CREATE.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.INFO.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.DELETE.{_TENANTS}.>",
+        f"$JS.FC.{_TENANTS}.>",
+    ]
 
 
 def _service(user: str, publish: list[str], subscribe: list[str]) -> Permissions:
@@ -152,6 +169,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
             *_blob_writer(),
+            *_tenant_records(),  # tenants and API keys, durable (Redis caches them)
         ],
         ["deckhands.events.*"],  # live events for the SSE stream
     ),

@@ -9,15 +9,22 @@ when the streams are there, and fails with the server's refusal when they are no
 from __future__ import annotations
 
 import nats
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from .blobs import ensure_blob_bucket
 from .broker_permissions import inbox_prefix
 from .settings import CommonSettings
-from .subjects import DLQ_STREAM, EVENTS_STREAM, WORK_STREAM
+from .subjects import DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM
 
-__all__ = ["ensure_streams", "stream_configs"]
+__all__ = ["ensure_streams", "ensure_tenants_bucket", "stream_configs"]
 
 _DAY_S = 86_400.0
 # Long enough to cover a publisher's retries after a lost ack; Nats-Msg-Id dedups within it.
@@ -81,6 +88,23 @@ def _as_declared(current: StreamConfig, wanted: StreamConfig) -> bool:
     )
 
 
+async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None:
+    """The gateway's durable record of tenants, API key hashes and limits (Redis caches it):
+    a key-value bucket replicated like the streams. Created unless it exists."""
+    try:
+        await js.key_value(TENANTS_BUCKET)
+    except (BucketNotFoundError, NotFoundError):
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=TENANTS_BUCKET,
+                description="Tenants, API key hashes and limits: the source of truth.",
+                history=1,
+                storage=StorageType.FILE,
+                replicas=replicas,
+            )
+        )
+
+
 async def ensure_streams(settings: CommonSettings) -> None:
     """Create the streams, or bring an existing one's config up to date."""
     login: dict[str, str] = {}
@@ -105,5 +129,6 @@ async def ensure_streams(settings: CommonSettings) -> None:
                 if not _as_declared(info.config, config):
                     await js.update_stream(config)
         await ensure_blob_bucket(js, settings.blob_store_max_bytes, settings.stream_replicas)
+        await ensure_tenants_bucket(js, settings.stream_replicas)
     finally:
         await nc.close()

@@ -7,6 +7,7 @@ Layout:
   deckhands.storage.history          request/reply, core NATS
   deckhands.storage.forget           request/reply, core NATS, every storage replica
   object store BLOBS_BUCKET          large content an event refers to (claim checks)
+  key-value TENANTS_BUCKET           tenants, API key hashes and limits (the gateway's)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "EVENTS_STREAM",
     "FORGET_SUBJECT",
     "HISTORY_SUBJECT",
+    "TENANTS_BUCKET",
     "WORK_STREAM",
     "Service",
     "dlq_subject",
@@ -30,6 +32,7 @@ EVENTS_STREAM = "DECKHANDS_EVENTS"
 WORK_STREAM = "DECKHANDS_WORK"
 DLQ_STREAM = "DECKHANDS_DLQ"
 BLOBS_BUCKET = "deckhands-blobs"
+TENANTS_BUCKET = "deckhands-tenants"
 
 HISTORY_SUBJECT = "deckhands.storage.history"
 FORGET_SUBJECT = "deckhands.storage.forget"

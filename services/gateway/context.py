@@ -21,6 +21,8 @@ from .settings import GatewaySettings
 from .task_deletion import TaskDeletion
 from .task_listing import TaskListing
 from .task_service import TaskDefaults, TaskService
+from .tenant_records import TenantRecords
+from .tenant_service import TenantService
 from .tenants import TenantStore
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "TaskListingDep",
     "TaskServiceDep",
     "TenantQuotasDep",
+    "TenantServiceDep",
     "TenantStoreDep",
     "build_context",
     "get_context",
@@ -51,6 +54,7 @@ class GatewayContext:
     tenants: TenantStore
     listing: TaskListing
     deletion: TaskDeletion
+    tenant_admin: TenantService
 
 
 def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
@@ -99,6 +103,10 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     deletion = TaskDeletion(
         tasks, history, broker, blob_store, stop_timeout_s=settings.delete_stop_timeout_s
     )
+    # Tenants, keys and limits: durable in NATS key-value, cached in Redis.
+    records = TenantRecords(lambda: broker.connection.jetstream())
+    tenants = TenantStore(redis, records)
+    tasks.quotas.records = records
     return GatewayContext(
         settings,
         broker,
@@ -107,9 +115,10 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         events,
         readiness,
         blobs,
-        TenantStore(redis),
+        tenants,
         TaskListing(store, tasks.records),
         deletion,
+        TenantService(tenants, tasks.quotas, tasks),
     )
 
 
@@ -162,3 +171,10 @@ TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]
 TaskListingDep = Annotated[TaskListing, Depends(_listing)]
 TenantQuotasDep = Annotated[TenantQuotas, Depends(_quotas)]
 TaskDeletionDep = Annotated[TaskDeletion, Depends(_deletion)]
+
+
+async def _tenant_admin(context: Annotated[GatewayContext, Depends(get_context)]) -> TenantService:
+    return context.tenant_admin
+
+
+TenantServiceDep = Annotated[TenantService, Depends(_tenant_admin)]

@@ -29,6 +29,7 @@ from . import (
     docs_router,
     event_router,
     health_router,
+    key_router,
     quota_router,
     task_router,
 )
@@ -141,6 +142,7 @@ def build_app(
     app.include_router(health_router.router)
     app.include_router(admin_router.router)
     app.include_router(quota_router.router)
+    app.include_router(key_router.router)
     app.include_router(docs_router.router)
     return app
 

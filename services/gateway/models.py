@@ -30,6 +30,8 @@ __all__ = [
     "CreateApiKeyRequest",
     "CreateTaskRequest",
     "CreateTenantRequest",
+    "DeletedTenantView",
+    "DisableTenantRequest",
     "ErrorResponse",
     "EventPage",
     "InvalidRequestResponse",
@@ -388,10 +390,34 @@ class TenantView(_View):
     id: str
     name: str
     created_at: datetime
+    disabled_at: datetime | None = Field(
+        default=None, description="Since when its keys answer 403 (null: enabled)."
+    )
+    disabled_reason: str | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantView:
-        return cls(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+        return cls(
+            id=tenant.id,
+            name=tenant.name,
+            created_at=tenant.created_at,
+            disabled_at=tenant.disabled_at,
+            disabled_reason=tenant.disabled_reason,
+        )
+
+
+class DisableTenantRequest(_Request):
+    reason: str = Field(
+        default="",
+        max_length=500,
+        description="Why: every request with the tenant's keys is answered 403 with it.",
+    )
+
+
+class DeletedTenantView(_View):
+    id: str
+    keys_revoked: int
+    tasks_stopped: int = Field(description="Tasks asked to stop (with ?force=true).")
 
 
 class TenantList(_View):
@@ -410,15 +436,23 @@ class ApiKeyView(_View):
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    last_used_at: datetime | None = Field(
+        default=None, description="When it last authenticated a request (to the minute)."
+    )
+    created_by: str | None = Field(
+        default=None, description="The prefix of the key that made it; null: the operator."
+    )
 
     @classmethod
-    def of(cls, record: ApiKeyRecord) -> ApiKeyView:
+    def of(cls, record: ApiKeyRecord, last_used_at: datetime | None = None) -> ApiKeyView:
         return cls(
             prefix=record.prefix,
             tenant_id=record.tenant_id,
             name=record.name,
             created_at=record.created_at,
             revoked_at=record.revoked_at,
+            last_used_at=last_used_at,
+            created_by=record.created_by,
         )
 
 

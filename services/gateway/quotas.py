@@ -5,6 +5,11 @@ override per tenant (PUT /v1/admin/tenants/{id}/limits). A task is admitted when
 and again when a user message resumes one that had ended (FINISHED, ERROR, REJECTED); over a
 limit the gateway answers 429 with Retry-After and a body naming the limit.
 
+The operator's limits are kept durably in the tenants bucket (`limits.<id>`, TenantRecords)
+and cached in Redis (`deckhands:tenant:<id>:limits`, refilled from the bucket on a miss), so
+a Redis that lost its data still applies them. The counts below are Redis's alone: they are
+settled against the States, which the controller rebuilds from the log.
+
 How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
 - `running` HASH task id -> its Reservation: the tenant's tasks admitted and not yet seen to
   end. Each admission first settles the entries whose State has ended (or is gone), so the hash
@@ -44,6 +49,7 @@ from shared.state import TaskState
 from shared.state_store import TaskStateStore
 
 from .errors import QuotaExceeded, StorageUnavailable
+from .tenant_records import TenantRecords
 
 __all__ = ["Holder", "QuotaDefaults", "Quotas", "Reservation", "TenantLimits", "TenantQuotas"]
 
@@ -54,6 +60,7 @@ _ENDED = frozenset({AgentState.FINISHED, AgentState.ERROR, AgentState.STOPPED, A
 _RETRY_RUNNING_S = 30  # a running task ends when it ends: look again in a while
 _SETTLE_GRACE_S = 120.0
 _SPEND_KEPT_S = 3 * 86_400  # a day's counter outlives the day by a little, for settlements
+_LIMITS_CACHED_S = 600  # a cache entry filled as the operator changed the limits lasts no longer
 
 
 class TenantLimits(BaseModel):
@@ -230,6 +237,8 @@ class TenantQuotas:
     ) -> None:
         self.store = store
         self.redis: Redis = store.redis
+        # The durable copy of the operator's limits; None: Redis alone (unit tests).
+        self.records: TenantRecords | None = None
         self.defaults = defaults
         self.prefix = prefix
         self._seats_key = f"{seats_prefix(pool_name)}:seats"
@@ -254,6 +263,9 @@ class TenantQuotas:
     async def limits(self, tenant_id: str) -> TenantLimits:
         try:
             raw = await self.redis.get(self._limits_key(tenant_id))
+            if raw is None and self.records is not None:
+                raw = await self.records.get(f"limits.{tenant_id}") or b"{}"
+                await self.redis.set(self._limits_key(tenant_id), raw, ex=_LIMITS_CACHED_S)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return TenantLimits() if raw is None else TenantLimits.model_validate_json(raw)
@@ -265,12 +277,31 @@ class TenantQuotas:
         return Quotas.of(limits, self.defaults)
 
     async def set_limits(self, tenant_id: str, limits: TenantLimits) -> None:
+        raw = limits.model_dump_json()
+        if self.records is not None:
+            await self.records.put(f"limits.{tenant_id}", raw.encode())
         try:
-            await self.redis.set(self._limits_key(tenant_id), limits.model_dump_json())
+            await self.redis.set(self._limits_key(tenant_id), raw)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
 
     # -- use
+
+    async def stoppable_tasks(self, tenant_id: str) -> list[str]:
+        """The tenant's running tasks (settled), and the trees that may hold a sandbox."""
+        try:
+            running = await self._running(tenant_id)
+            holders = await self.redis.hkeys(self._holders_key(tenant_id))  # type: ignore[misc]
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+        return list(dict.fromkeys([*running, *(_text(h) for h in holders)]))
+
+    async def live_tasks(self, tenant_id: str) -> list[str]:
+        """The tenant's running tasks, after settling those that ended."""
+        try:
+            return list(await self._running(tenant_id))
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
 
     async def usage(self, tenant_id: str) -> tuple[int, int, float]:
         """(running tasks, sandboxes held, spend today in USD), after settling ended tasks."""
