@@ -168,6 +168,8 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             "deckhands.storage.forget",
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
+            # Webhooks: one durable consumer of the log shared by the replicas (issue 11).
+            *_consumer(EVENTS_STREAM, "webhooks"),
             *_blob_writer(),
             *_tenant_records(),  # tenants and API keys, durable (Redis caches them)
         ],

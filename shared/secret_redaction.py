@@ -9,6 +9,7 @@ another is named as itself.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 __all__ = ["Redactor", "placeholder"]
 
 M = TypeVar("M", bound=BaseModel)
+_PLACEHOLDER = re.compile(r"(<secret:[A-Za-z0-9_]{1,128}>)")
 
 
 def placeholder(name: str) -> str:
@@ -35,10 +37,18 @@ class Redactor:
         return bool(self._pairs)
 
     def text(self, text: str) -> str:
-        for value, marker in self._pairs:
-            if value in text:
-                text = text.replace(value, marker)
-        return text
+        if not any(value in text for value, _ in self._pairs):
+            return text
+        # Placeholders already there stay as they are (redacting twice changes nothing, even
+        # for a value that is part of a placeholder).
+        parts = _PLACEHOLDER.split(text)
+        for i in range(0, len(parts), 2):
+            part = parts[i]
+            for value, marker in self._pairs:
+                if value in part:
+                    part = part.replace(value, marker)
+            parts[i] = part
+        return "".join(parts)
 
     def data(self, data: bytes) -> bytes:
         """Bytes of UTF-8 text (a kept output): the same replacement, byte for byte."""

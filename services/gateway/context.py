@@ -10,6 +10,7 @@ from faststream.nats import NatsBroker
 from redis.asyncio import Redis
 
 from shared.blobs import BlobStore
+from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
 
 from .blob_service import BlobService
@@ -17,13 +18,16 @@ from .event_service import EventService
 from .history import HistoryClient
 from .quotas import QuotaDefaults, TenantQuotas
 from .readiness_service import ReadinessService
+from .secret_service import SecretService
 from .settings import GatewaySettings
+from .task_attachments import TaskAttachments
 from .task_deletion import TaskDeletion
 from .task_listing import TaskListing
 from .task_service import TaskDefaults, TaskService
 from .tenant_records import TenantRecords
 from .tenant_service import TenantService
 from .tenants import TenantStore
+from .webhooks import WebhookStore
 
 __all__ = [
     "BlobServiceDep",
@@ -55,6 +59,10 @@ class GatewayContext:
     listing: TaskListing
     deletion: TaskDeletion
     tenant_admin: TenantService
+    # Issue 11: tenants' secrets (None: DECKHANDS_SECRETS_KEY unset) and what tasks are
+    # created with besides their State (secrets they may use, a webhook).
+    secrets: SecretsStore | None = None
+    attachments: TaskAttachments | None = None
 
 
 def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
@@ -107,6 +115,13 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     records = TenantRecords(lambda: broker.connection.jetstream())
     tenants = TenantStore(redis, records)
     tasks.quotas.records = records
+    secrets_store = SecretsStore.from_settings(redis, settings)
+    attachments = TaskAttachments(
+        SecretService(secrets_store),
+        WebhookStore(redis),
+        settings.webhook_allow_private_targets,
+    )
+    tasks.attachments = attachments
     return GatewayContext(
         settings,
         broker,
@@ -119,6 +134,8 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         TaskListing(store, tasks.records),
         deletion,
         TenantService(tenants, tasks.quotas, tasks),
+        secrets=secrets_store,
+        attachments=attachments,
     )
 
 

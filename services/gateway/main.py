@@ -31,7 +31,9 @@ from . import (
     health_router,
     key_router,
     quota_router,
+    secret_router,
     task_router,
+    webhook_router,
 )
 from .context import build_context
 from .errors import install_error_handlers
@@ -39,6 +41,7 @@ from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
 from .observability import HttpObservabilityMiddleware
 from .settings import GatewaySettings
 from .trusted_hosts import TrustedHostMiddleware
+from .webhook_delivery import WebhookDeliverer, build_deliverer
 
 __all__ = ["build_app", "build_gateway_broker", "main"]
 
@@ -88,13 +91,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             f"gateway start-up: cannot reach Redis at {settings.redis_url} "
             f"(DECKHANDS_REDIS_URL): {type(exc).__name__}: {exc}"
         ) from exc
+    deliverer: WebhookDeliverer | None = None
     try:
         await broker.start()
         app.state.gateway = build_context(settings, broker, redis)
+        deliverer = build_deliverer(settings, broker, redis, app.state.gateway)
+        await deliverer.start()
         log.info("gateway ready (NATS %s, Redis %s)", settings.nats_url, settings.redis_url)
         yield
     finally:
         app.state.gateway = None
+        if deliverer is not None:
+            await deliverer.stop()
         try:
             await _stop_broker(broker)
         finally:
@@ -142,6 +150,8 @@ def build_app(
     app.include_router(health_router.router)
     app.include_router(admin_router.router)
     app.include_router(quota_router.router)
+    app.include_router(secret_router.router)
+    app.include_router(webhook_router.router)
     app.include_router(key_router.router)
     app.include_router(docs_router.router)
     return app

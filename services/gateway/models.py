@@ -15,10 +15,12 @@ from pydantic import (
 )
 
 from shared.events import AgentState, EventAdapter, RiskLevel
+from shared.secrets_store import MAX_SECRETS_PER_TASK, SECRET_NAME_PATTERN
 from shared.state import Awaiting, TaskState
 
 from .quotas import Quotas, TenantLimits
 from .tenants import TENANT_ID_PATTERN, ApiKeyRecord, Tenant
+from .webhooks import WebhookSpec
 
 __all__ = [
     "LABEL_PATTERN",
@@ -63,6 +65,7 @@ MAX_LABELS = 16
 # label is safe in a URL's query as it is.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/=@+-]{0,127}$"
 Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
+SecretName = Annotated[str, StringConstraints(pattern=SECRET_NAME_PATTERN)]
 
 
 def _not_blank(value: str) -> str:
@@ -105,6 +108,17 @@ class CreateTaskRequest(_Request):
         max_length=MAX_LABELS,
         description="Up to 16 distinct labels (1-128 characters: letters, digits, `._:/=@+-`), "
         "to find the task with GET /v1/tasks?label=...",
+    )
+    secrets: list[SecretName] = Field(
+        default_factory=list,
+        max_length=MAX_SECRETS_PER_TASK,
+        description="Names of the tenant's secrets (PUT /v1/secrets/{name}) the task's commands "
+        "get as environment variables; their values never appear in its events.",
+    )
+    webhook: WebhookSpec | None = Field(
+        default=None,
+        description="Where to POST the task's terminal state (and, with on_waiting, when it waits "
+        "for a person); the tenant's default (PUT /v1/webhook) when absent.",
     )
 
     _task_not_blank = field_validator("task")(_not_blank)

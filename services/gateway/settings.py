@@ -126,6 +126,32 @@ class GatewaySettings(CommonSettings):
         description="How long DELETE /v1/tasks/{id} waits for a running task to stop before it "
         "gives up (503, nothing removed).",
     )
+    # Webhooks (issue 11): services/gateway/webhooks.py and webhook_delivery.py.
+    webhook_allow_private_targets: bool = Field(
+        default=False,
+        description="Let webhooks go to loopback, private and link-local addresses (refused by "
+        "default: a tenant must not reach the operator's own network through them).",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=50, description="How long one webhook POST may take."
+    )
+    webhook_backoff_s: float = Field(
+        default=2.0, gt=0, description="Delay before a failed webhook's second attempt; doubles."
+    )
+    webhook_backoff_max_s: float = Field(
+        default=600.0, gt=0, description="Longest delay between two attempts of a webhook."
+    )
+    webhook_deadline_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="A webhook not delivered this long after its first attempt is given up.",
+    )
+    webhook_max_attempts: int = Field(
+        default=20, ge=1, description="Attempts of one webhook notification at most."
+    )
+    webhook_concurrency: int = Field(
+        default=16, ge=1, le=256, description="Webhook POSTs in flight at once per gateway."
+    )
     admin_api_key: SecretStr | None = Field(
         default=None,
         description="The key of the admin API (/v1/admin: tenants and their API keys), at "

@@ -41,6 +41,8 @@ from shared.events import (
 )
 from shared.periodic import every
 from shared.redis_client import connect_redis
+from shared.secret_redaction import Redactor
+from shared.secrets_store import SecretsStore
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
 from shared.waiting import wait_up_to
@@ -56,6 +58,7 @@ from .recent_actions import RecentActions
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes, WorkspaceLost
+from .task_secrets import TaskSecrets
 
 __all__ = ["Publish", "RuntimeService"]
 
@@ -126,6 +129,7 @@ class RuntimeService:
         self._admitter: asyncio.Task[None] | None = None
         self._recoverer: asyncio.Task[None] | None = None
         self.recent = RecentActions()
+        self.secrets = TaskSecrets(None)
 
     # -- parts that exist once started
 
@@ -165,6 +169,7 @@ class RuntimeService:
         )
         self._ledger = ActionLedger(self._redis, self.settings.dedup_ttl_s)
         self._states = TaskStateStore(self._redis)
+        self.secrets = TaskSecrets(SecretsStore.from_settings(self._redis, self.settings))
         # Through self.publish at call time: tests capture what the service publishes.
         self._orders = OrderCheck(self._states, lambda event: self.publish(event))
         self._tasks = TaskSandboxes(self.pool, self.docker, self._bindings)
@@ -517,8 +522,11 @@ class RuntimeService:
             ACTIONS.labels(kind, "interrupted").inc()
             return self._interrupted(action)
         try:
-            observation = await run_action(sandbox, action, self.settings, self.blobs)
+            secrets = await self.secrets.of(command.task_id)
+            observation = await run_action(sandbox, action, self.settings, self.blobs, secrets)
             observation = _with_notice(sandbox, observation)
+            # Redacted at the source: before the ledger records it or anyone sees it.
+            observation = Redactor(secrets).model(observation)
         except (SandboxLost, TimeoutError) as exc:
             if (
                 isinstance(exc, TimeoutError)

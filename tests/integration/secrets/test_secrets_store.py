@@ -109,3 +109,10 @@ def test_redactor_names_each_value_longest_first() -> None:
     redacted = redactor.model(event)
     assert redacted.content == "<secret:SHORT>\n" and redacted.id == event.id
     assert Redactor({}).model(event) is event
+
+
+def test_redacting_twice_changes_nothing() -> None:
+    redactor = Redactor({"NAME": "secret"})  # a value that is part of its own placeholder
+    once = redactor.text("a secret b")
+    assert once == "a <secret:NAME> b"
+    assert redactor.text(once) == once
