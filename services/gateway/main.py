@@ -33,6 +33,7 @@ from . import (
     quota_router,
     secret_router,
     task_router,
+    ui_router,
     webhook_router,
 )
 from .context import build_context
@@ -154,6 +155,7 @@ def build_app(
     app.include_router(webhook_router.router)
     app.include_router(key_router.router)
     app.include_router(docs_router.router)
+    app.include_router(ui_router.router)  # the web console's static files, public
     return app
 
 

@@ -334,6 +334,9 @@ class TaskSummary(BaseModel):
     reason: str
     labels: list[str]
     iterations: int
+    cost_usd: float = Field(
+        description="The task's LLM spend so far, its sub-tasks' included once they report."
+    )
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -347,6 +350,7 @@ class TaskSummary(BaseModel):
             reason=state.reason,
             labels=list(labels),
             iterations=state.iteration,
+            cost_usd=state.total_usage().cost_usd,
             created_at=state.created_at,
             updated_at=state.updated_at,
             finished_at=state.finished_at,
