@@ -23,7 +23,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .subjects import BLOBS_BUCKET, DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM, Service
+from .subjects import (
+    BLOBS_BUCKET,
+    DELETIONS_STREAM,
+    DLQ_STREAM,
+    EVENTS_STREAM,
+    TENANTS_BUCKET,
+    WORK_STREAM,
+    Service,
+)
 
 __all__ = [
     "ADMIN_USER",
@@ -45,7 +53,7 @@ Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subject
 
 _OBJECTS = f"OBJ_{BLOBS_BUCKET}"
 _TENANTS = f"KV_{TENANTS_BUCKET}"
-_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, _OBJECTS, _TENANTS)
+_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, DELETIONS_STREAM, _OBJECTS, _TENANTS)
 
 
 def inbox_prefix(user: str) -> str:
@@ -156,8 +164,9 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
     ),
     Service.STORAGE.value: lambda: _service(
         "storage",
-        # One durable consumer per replica (storage-0, storage-1, ...).
-        [*_consumer(EVENTS_STREAM, "*")],
+        # One durable consumer per replica (storage-0, storage-1, ...), of the log and of the
+        # deleted tasks.
+        [*_consumer(EVENTS_STREAM, "*"), *_consumer(DELETIONS_STREAM, "*")],
         ["deckhands.storage.history", "deckhands.storage.forget"],
     ),
     Service.GATEWAY.value: lambda: _service(
@@ -168,6 +177,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             "deckhands.storage.forget",
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
+            "deckhands.deletions.*",  # ... and tells every storage replica, down ones included
             # Webhooks: one durable consumer of the log shared by the replicas (issue 11).
             *_consumer(EVENTS_STREAM, "webhooks"),
             *_blob_writer(),

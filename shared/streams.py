@@ -22,7 +22,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from .blobs import ensure_blob_bucket
 from .broker_permissions import inbox_prefix
 from .settings import CommonSettings
-from .subjects import DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM
+from .subjects import DELETIONS_STREAM, DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM
 
 __all__ = ["ensure_streams", "ensure_tenants_bucket", "stream_configs"]
 
@@ -59,6 +59,17 @@ def stream_configs(settings: CommonSettings) -> list[StreamConfig]:
             name=DLQ_STREAM,
             description="Messages a service gave up on, with the reason in headers.",
             subjects=["deckhands.dlq.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=max_age,
+            duplicate_window=_DUPLICATE_WINDOW_S,
+            num_replicas=settings.stream_replicas,
+        ),
+        StreamConfig(
+            name=DELETIONS_STREAM,
+            description="Deleted tasks: every storage replica removes its copy of their events, "
+            "one that was down when it is back.",
+            subjects=["deckhands.deletions.>"],
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
             max_age=max_age,

@@ -11,16 +11,22 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
-from faststream.nats import NatsBroker
+from faststream.nats import JStream, NatsBroker
 from opentelemetry.sdk.trace import TracerProvider
 
 from shared.broker import WORK, build_broker
-from shared.commands import HistoryRequest
+from shared.commands import ForgetTaskRequest, HistoryRequest
 from shared.events import ChangeAgentStateAction, MessageAction
 from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
 from shared.streams import ensure_streams
-from shared.subjects import HISTORY_SUBJECT, Service, work_subject
+from shared.subjects import (
+    DELETIONS_STREAM,
+    HISTORY_SUBJECT,
+    Service,
+    deletion_subject,
+    work_subject,
+)
 from shared.telemetry import setup_logging, setup_tracing
 
 from . import (
@@ -68,6 +74,13 @@ def build_gateway_broker(
         title="gateway.history_query",
         description="Request/reply with the storage service, answered with a HistoryReply.",
         schema=HistoryRequest,
+    )
+    broker.publisher(
+        deletion_subject("*"),
+        stream=JStream(DELETIONS_STREAM, declare=False),
+        title="gateway.task_deleted",
+        description="A deleted task, for every storage replica to remove its copy of the log.",
+        schema=ForgetTaskRequest,
     )
     return broker
 
