@@ -209,3 +209,33 @@ def test_errors_are_named_with_their_exit_code(console_stack: Stack) -> None:
         console_stack, "run", "x", *[a for i in range(17) for a in ("-l", f"l{i}")]
     )
     assert too_many.returncode == 6 and "labels" in too_many.stderr
+
+
+def test_logs_follow_survives_a_gateway_restart_and_shows_each_event_once(
+    console_stack: Stack,
+) -> None:
+    detached = deckhands(console_stack, "run", "slow squares, once more", "--detach")
+    task_id = detached.stdout.strip()
+    follow = subprocess.Popen(
+        [str(DECKHANDS), "logs", "-f", task_id, "--json", "--timeout", "120"],
+        env=_env(console_stack),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None
+        seen = [json.loads(follow.stdout.readline())["seq"] for _ in range(4)]
+        console_stack.kill_service("gateway")
+        time.sleep(1)
+        console_stack.start_service("gateway")
+        console_stack.wait_ready(("gateway",))
+        rest, errors = follow.communicate(timeout=120)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, errors
+    seen += [json.loads(line)["seq"] for line in rest.splitlines()]
+    assert seen == list(range(1, len(seen) + 1)) and len(seen) >= 12, seen
+    assert "reconnecting after #" in errors

@@ -258,7 +258,7 @@ def test_post_the_seed_task_and_watch_it_finish(
     _assert_each_event_once(page, console_stack, task_id)
     if os.environ.get("DECKHANDS_UPDATE_SCREENSHOT") == "1":
         page.execute_script("window.scrollTo(0, 0)")
-        page.set_window_size(1280, 2300)
+        page.set_window_size(1280, 1900)
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.save_screenshot(str(SCREENSHOT))
         page.set_window_size(1280, 1400)

@@ -172,7 +172,8 @@ class _Follower:
             after,
             stop_at_end=False,
             deadline=self.deadline,
-            on_reconnect=lambda why: self._print(Text(f"[stream: {why}]", style="yellow")),
+            # On stderr: stdout stays the events (JSON lines with --json).
+            on_reconnect=lambda why: err_console.print(Text(f"[stream: {why}]", style="yellow")),
         )
         try:
             for event in events:

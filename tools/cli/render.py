@@ -129,11 +129,6 @@ def _new_file_diff(path: str, content: str) -> Text:
     return _diff("\n".join(head + ["+" + line for line in lines]))
 
 
-def _replace_diff(path: str, old: str, new: str) -> Text:
-    body = ["-" + line for line in old.split("\n")] + ["+" + line for line in new.split("\n")]
-    return _diff("\n".join([f"--- {path}", f"+++ {path}", *body]))
-
-
 def _para(text: str, style: str = "") -> Text:
     return _indented(Text(text.rstrip("\n"), style=style))
 
@@ -202,14 +197,9 @@ def event_renderable(event: dict[str, Any]) -> RenderableType:
     elif kind == "edit":
         command = event.get("command", "")
         head += f"[bold]edits[/bold] {escape(event.get('path', ''))} [dim]({command})[/dim]"
+        # The outcome (edit_output) shows the real diff; the action only a new file's content.
         if command == "create":
             body.append(_new_file_diff(event.get("path", ""), event.get("file_text") or ""))
-        elif command == "str_replace":
-            body.append(
-                _replace_diff(
-                    event.get("path", ""), event.get("old_str") or "", event.get("new_str") or ""
-                )
-            )
     elif kind == "edit_output":
         head += f"[dim]edited {escape(event.get('path', ''))}[/dim]"
         body.append(

@@ -327,6 +327,7 @@ function taskPage(taskId) {
   const stat = (id, k) => h("div", { class: "stat" }, h("span", { class: "k", text: k }), h("span", { class: "v", id }));
   const head = h("section", { class: "card task-head" },
     h("div", { class: "title", id: "task-text" }),
+    h("div", { class: "muted mono", id: "task-id", text: taskId }),
     h("div", { class: "stats" },
       h("div", { class: "stat" }, h("span", { class: "k", text: "state" }), h("span", { class: "v", id: "task-state" })),
       stat("task-iterations", "iterations"),

@@ -133,7 +133,8 @@ const KINDS = {
   write: (e) => ["action", "writes " + e.path,
     e.content_ref ? textBlock(`(${e.content_ref.size} bytes, kept in the blob store)`) : creationDiff(e.path, e.content)],
   write_output: (e) => ["quiet", "wrote " + e.path, null],
-  edit: (e) => ["action", `edits ${e.path} (${e.command})`, editBody(e)],
+  // The edit's outcome (edit_output) carries the real diff; the action shows only a new file.
+  edit: (e) => ["action", `edits ${e.path} (${e.command})`, e.command === "create" ? editBody(e) : null],
   edit_output: (e) => ["output", "edited " + e.path, e.diff ? diff(e.diff) : terminal(e.content)],
   think: (e) => ["quiet", "thinks", null],
   finish: (e) => ["finish", "finished", textBlock(e.final_message)],
