@@ -30,7 +30,7 @@ from shared.secret_redaction import Redactor
 from .containers import Sandbox
 from .executor_client import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
-from .task_secrets import with_exports
+from .task_secrets import python_exports, with_exports
 
 __all__ = [
     "RuntimeObservation",
@@ -189,6 +189,11 @@ async def run_action(
             )
         if isinstance(action, RunPythonAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
+            if secrets:
+                # A cell of its own before the agent's, so the agent's line numbers are its own.
+                await sandbox.client.request(
+                    "python", 30.0, code=python_exports(secrets), timeout_s=10.0, limit=1000
+                )
             answer = await sandbox.client.request(
                 "python",
                 timeout_s + _GRACE_S,

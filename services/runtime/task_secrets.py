@@ -4,7 +4,8 @@ commands, and redacted from everything the runtime hands back.
 
 The values reach the sandbox through the executor's private channel only: each command of the
 task runs after an `export NAME='value' ...` line the runtime puts in front of it (the command
-shown in events is the agent's own). A shell that restarted, a new sandbox, a secret updated
+shown in events is the agent's own), and each Python cell after a cell of the runtime's that
+sets them in `os.environ`. A shell that restarted, a new sandbox, a secret updated
 meanwhile: the next command has the current values.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 
 from shared.secrets_store import SecretsStore, SecretUnreadable
 
-__all__ = ["TaskSecrets", "with_exports"]
+__all__ = ["TaskSecrets", "python_exports", "with_exports"]
 
 log = logging.getLogger("deckhands.runtime.secrets")
 
@@ -28,6 +29,12 @@ def with_exports(command: str, env: Mapping[str, str]) -> str:
         return command
     exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(env.items()))
     return f"export {exports}\n{command}"
+
+
+def python_exports(env: Mapping[str, str]) -> str:
+    """A Python cell that puts `env` into the Python session's environment (its cells and
+    the processes they start): `repr` of a dict of strings is a literal, nothing in it runs."""
+    return f"import os as _dh_os; _dh_os.environ.update({dict(env)!r}); del _dh_os"
 
 
 class TaskSecrets:

@@ -214,6 +214,8 @@ def test_a_secret_reaches_the_command_and_never_the_log(stack: Stack, http: http
     assert run["content"].strip() == "the token is <secret:API_TOKEN>", run
     read = next(e for e in events if e["kind"] == "read_output")
     assert "<secret:API_TOKEN>" in read["content"], read
+    cell = next(e for e in events if e["kind"] == "python_output")
+    assert cell["content"].strip() == "python sees <secret:API_TOKEN>", cell
     assert "<secret:API_TOKEN>" in view["result"]["final_message"]
     for where, text in (
         ("events", json.dumps(events)),

@@ -4,8 +4,10 @@ value (quotes, newlines, `$`, backslashes) arrives byte for byte, checked with a
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
-from services.runtime.task_secrets import with_exports
+from services.runtime.task_secrets import python_exports, with_exports
 
 VALUES = {
     "PLAIN": "abcd1234",
@@ -29,3 +31,18 @@ def test_values_arrive_unchanged_and_nothing_in_them_runs() -> None:
 
 def test_no_secrets_leave_the_command_alone() -> None:
     assert with_exports("echo hi", {}) == "echo hi"
+
+
+def test_the_python_cell_sets_the_same_values(tmp_path: Path) -> None:
+    script = tmp_path / "cell.py"
+    script.write_text(
+        python_exports(VALUES)
+        + "\nimport os, sys\n"
+        + "sys.stdout.write('\\0'.join(os.environ[n] for n in "
+        + repr(list(VALUES))
+        + "))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", str(script)], capture_output=True, timeout=10, check=True, env={}
+    ).stdout.decode()
+    assert out.split("\0") == list(VALUES.values())
