@@ -160,7 +160,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             "deckhands.work.runtime.*",  # a queued order re-sent to itself (module docstring)
             *_blob_writer(),
         ],
-        [],
+        ["deckhands.runtime.workspace"],  # a task's workspace in and out (request/reply)
     ),
     Service.STORAGE.value: lambda: _service(
         "storage",
@@ -175,6 +175,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             _CONTROLLER_INBOX,
             "deckhands.storage.history",
             "deckhands.storage.forget",
+            "deckhands.runtime.workspace",
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
             "deckhands.deletions.*",  # ... and tells every storage replica, down ones included
@@ -206,6 +207,8 @@ def nats_authorization(password: Callable[[str], str]) -> str:
         lines.append(f"      subscribe: {{allow: {json.dumps(permissions['subscribe'])}}}")
         if user == Service.STORAGE.value:
             lines.append("      allow_responses: true  # answers history and forget requests")
+        if user == Service.RUNTIME.value:
+            lines.append("      allow_responses: true  # answers workspace requests")
         lines.append("    }}")
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"

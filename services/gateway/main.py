@@ -49,6 +49,8 @@ from .observability import HttpObservabilityMiddleware
 from .settings import GatewaySettings
 from .trusted_hosts import TrustedHostMiddleware
 from .webhook_delivery import WebhookDeliverer, build_deliverer
+from .workspace_router import router as workspace_routes
+from .workspace_service import build_workspace
 
 __all__ = ["build_app", "build_gateway_broker", "main"]
 
@@ -109,6 +111,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         await broker.start()
         app.state.gateway = build_context(settings, broker, redis)
+        app.state.workspace = build_workspace(settings, broker, redis, app.state.gateway)
         deliverer = build_deliverer(settings, broker, redis, app.state.gateway)
         await deliverer.start()
         log.info("gateway ready (NATS %s, Redis %s)", settings.nats_url, settings.redis_url)
@@ -155,12 +158,17 @@ def build_app(
     app.state.gateway = None
     install_error_handlers(app)
     # Inside the observability middleware, so that a refused body is counted and traced too.
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_request_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=settings.max_request_body_bytes,
+        max_upload_bytes=settings.workspace_max_upload_bytes,
+    )
     app.add_middleware(TrustedHostMiddleware, trusted_hosts=settings.trusted_hosts)
     app.add_middleware(HttpObservabilityMiddleware)
     app.include_router(task_router.router)
     app.include_router(event_router.router)
     app.include_router(blob_router.router)
+    app.include_router(workspace_routes)
     app.include_router(health_router.router)
     app.include_router(admin_router.router)
     app.include_router(quota_router.router)
@@ -209,6 +217,7 @@ def main() -> None:
         http=bounded_h11_protocol(
             request_timeout_s=settings.request_timeout_s,
             max_header_bytes=settings.max_request_header_bytes,
+            upload_timeout_s=settings.workspace_upload_timeout_s,
         ),
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,

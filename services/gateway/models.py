@@ -17,6 +17,7 @@ from pydantic import (
 from shared.events import AgentState, EventAdapter, RiskLevel
 from shared.secrets_store import MAX_SECRETS_PER_TASK, SECRET_NAME_PATTERN
 from shared.state import Awaiting, TaskState
+from shared.workspace import RepositorySpec
 
 from .quotas import Quotas, TenantLimits
 from .tenants import TENANT_ID_PATTERN, ApiKeyRecord, Tenant
@@ -108,6 +109,13 @@ class CreateTaskRequest(_Request):
         max_length=MAX_LABELS,
         description="Up to 16 distinct labels (1-128 characters: letters, digits, `._:/=@+-`), "
         "to find the task with GET /v1/tasks?label=...",
+    )
+    repository: RepositorySpec | None = Field(
+        default=None,
+        description="A git repository checked out into /workspace (`.git` included) before the "
+        "task's first action: `url` (https, http or git), `ref` (branch, tag or commit; the "
+        "default branch if absent), `token_secret` (the tenant's secret holding an access "
+        "token). A failed checkout ends the task in ERROR with the reason.",
     )
     secrets: list[SecretName] = Field(
         default_factory=list,

@@ -35,6 +35,35 @@ class GatewaySettings(CommonSettings):
         "(`network_egress`); false (the default) refuses such tasks with 403. Same variable as "
         "the runtime's.",
     )
+    # A task's workspace in and out, its repository (workspace_service.py, workspace_router.py).
+    workspace_max_upload_bytes: int = Field(
+        default=256 << 20,
+        ge=1,
+        description="PUT /v1/tasks/{id}/workspace: the most bytes an upload's body may hold "
+        "(spooled to a temporary file, never held in memory).",
+    )
+    workspace_upload_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="An upload's body must arrive in full within this long (other requests: "
+        "DECKHANDS_REQUEST_TIMEOUT_S).",
+    )
+    workspace_max_download_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="GET .../workspace (the tar.gz, one file) and .../workspace/diff: the most "
+        "bytes an answer may hold; past it, 413.",
+    )
+    workspace_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long the gateway waits for the runtime's answer to a workspace request.",
+    )
+    repository_url_schemes: list[str] = Field(
+        default=["https", "http", "git"],
+        description="URL schemes a task's repository may use (JSON list); same variable as the "
+        "runtime's.",
+    )
     # Each tenant's quotas, unless the operator sets the tenant's own (services.gateway.quotas).
     # A fairness limit per tenant, above the pool's size (DECKHANDS_MAX_SANDBOXES, 100) by
     # default: past the pool, tasks queue first come, first served (the global admission); the

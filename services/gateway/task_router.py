@@ -115,6 +115,7 @@ async def create_task(
         network_egress=body.network_egress,
         trajectory=body.trajectory,
         labels=tuple(body.labels),
+        repository=body.repository.model_dump() if body.repository is not None else None,
         secrets=tuple(body.secrets),
         webhook=body.webhook,
     )

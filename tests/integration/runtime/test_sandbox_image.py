@@ -39,7 +39,8 @@ CHECKS = [
     ),
     (
         "pytest runs a failing test",
-        "printf 'def test_x():\\n    assert 1 == 2\\n' > test_x.py; pytest -q test_x.py; echo rc=$?",
+        "printf 'def test_x():\\n    assert 1 == 2\\n' > test_x.py; "
+        "pytest -q test_x.py; echo rc=$?",
         "rc=1",
     ),
     (
@@ -57,8 +58,8 @@ CHECKS = [
         # No root, no network: a local package installs into the user site (~/.local).
         "pip install without root",
         "mkdir -p pkg/demo_pkg && touch pkg/demo_pkg/__init__.py && "
-        "printf 'from setuptools import setup\\nsetup(name=\"demo-pkg\", version=\"1\", "
-        "packages=[\"demo_pkg\"])\\n' > pkg/setup.py && "
+        'printf \'from setuptools import setup\\nsetup(name="demo-pkg", version="1", '
+        'packages=["demo_pkg"])\\n\' > pkg/setup.py && '
         "pip install -q --no-index --no-build-isolation ./pkg 2>&1 | tail -1; "
         "cd / && python -c 'import demo_pkg, site; print(\"imported\", site.USER_SITE)'",
         "imported /tmp/home/.local",
