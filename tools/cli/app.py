@@ -147,24 +147,30 @@ class _Follower:
         self.live: Live | None = None
         self.hinted: set[str] = set()
         self.shown_result = ""  # the final message of the last finish event shown
+        self.ended = False
 
     def _print(self, renderable: Any) -> None:
         (self.live.console if self.live else console).print(renderable)
 
     def _refresh(self) -> None:
         self.task = _call(self.client.task, self.task_id)
-        if self.live:
-            self.live.update(status_line(self.task, time.monotonic() - self.started))
+
+    def __rich__(self) -> Text:
+        """The live status line, drawn again 4 times a second (the clock moves)."""
+        return status_line(self.task, time.monotonic() - self.started)
 
     def run(self, after: int = 0) -> Exit:
         self.task = _call(self.client.task, self.task_id)
         if not console.is_terminal or self.as_json:
-            return self._loop(after)
-        with Live(
-            status_line(self.task, 0), console=console, transient=True, refresh_per_second=4
-        ) as live:
-            self.live = live
-            return self._loop(after)
+            code = self._loop(after)
+        else:
+            with Live(self, console=console, transient=True, refresh_per_second=4) as live:
+                self.live = live
+                code = self._loop(after)
+            self.live = None
+        if self.ended:
+            self._summary()
+        return code
 
     def _loop(self, after: int) -> Exit:
         events = self.client.follow(
@@ -226,18 +232,20 @@ class _Follower:
         return None
 
     def _end(self) -> Exit:
-        if not self.as_json:
-            if self.live:
-                self.live.update(Text(""))
-            result = self.task.get("result")
-            console.print()
-            console.print(status_line(self.task, time.monotonic() - self.started))
-            if result and result["final_message"] != self.shown_result:
-                console.print(Text("result:", style="bold green"))
-                console.print(Text(result["final_message"]))
-            elif self.task.get("reason") and self.task.get("state") != "FINISHED":
-                console.print(Text(f"reason: {self.task['reason']}", style="red"))
+        self.ended = True
         return _BY_STATE.get(self.task.get("state", ""), Exit.ERROR)
+
+    def _summary(self) -> None:
+        if self.as_json:
+            return
+        result = self.task.get("result")
+        console.print()
+        console.print(status_line(self.task, time.monotonic() - self.started))
+        if result and result["final_message"] != self.shown_result:
+            console.print(Text("result:", style="bold green"))
+            console.print(Text(result["final_message"]))
+        elif self.task.get("reason") and self.task.get("state") != "FINISHED":
+            console.print(Text(f"reason: {self.task['reason']}", style="red"))
 
     def _confirm(self) -> None:
         pending = self.task.get("pending_action") or {}
