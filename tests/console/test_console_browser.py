@@ -256,12 +256,29 @@ def test_post_the_seed_task_and_watch_it_finish(
     assert int(page.find_element(By.ID, "task-tokens").text) > 0
     assert page.find_element(By.ID, "task-cost").text.startswith("$0.0")
     _assert_each_event_once(page, console_stack, task_id)
+    # An ended task's page lets its stream go (open tabs hold none of the tenant's streams).
+    _wait(
+        page,
+        lambda d: d.find_element(By.ID, "stream-status").get_attribute("data-status") == "ended",
+    )
     if os.environ.get("DECKHANDS_UPDATE_SCREENSHOT") == "1":
         page.execute_script("window.scrollTo(0, 0)")
         page.set_window_size(1280, 1900)
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.save_screenshot(str(SCREENSHOT))
         page.set_window_size(1280, 1400)
+
+    # A message continues the ended task: the page follows it again, each event once.
+    before = _log_length(console_stack, task_id)
+    page.find_element(By.ID, "message-text").send_keys("Now say goodbye")
+    page.find_element(By.ID, "send-message").click()
+    _wait(page, lambda d: any(seq > before + 2 for seq, _ in _events(d)))
+    _wait_state(page, "FINISHED")
+    _assert_each_event_once(page, console_stack, task_id)
+    assert any(
+        "Now say goodbye" in item.text
+        for item in page.find_elements(By.CSS_SELECTOR, "#events > li[data-source=USER]")
+    )
 
     # The trajectory downloads as a file (the key travels in a header, not in a link).
     page.find_element(By.ID, "download-trajectory").click()

@@ -370,6 +370,7 @@ function taskPage(taskId) {
     box.hidden = !err;
   };
 
+  let onPaint = () => {};
   const paint = (task) => {
     view = task;
     $("task-text").textContent = task.task;
@@ -410,6 +411,7 @@ function taskPage(taskId) {
     $("agent-question").textContent = asks ? lastQuestion : "";
     resultPanel.hidden = !task.result;
     if (task.result) $("result-text").textContent = task.result.final_message;
+    onPaint(task);
     subTasks.hidden = task.sub_tasks.length === 0;
     if (task.sub_tasks.length) {
       subTasks.replaceChildren(h("h2", { text: "Sub-tasks" }), h("ul", {}, task.sub_tasks.map((s) =>
@@ -441,32 +443,62 @@ function taskPage(taskId) {
     }
   };
 
+  // The stream is open while the task can still change. Once it ended (its last event a
+  // final state, and the task says so) the page lets the stream go, so that open tabs of
+  // ended tasks hold none of the tenant's streams; a message (here or from elsewhere, seen
+  // by a slow poll) opens it again after the last seq shown.
   let follower = null;
-  follower = new EventFollower({
-    url: path + "/events/stream",
-    key: apiKey(),
-    onEvent: (event) => {
-      if (seen.has(event.seq)) return; // never twice, whatever the stream does
-      seen.add(event.seq);
-      if (event.kind === "message" && event.source === "AGENT") lastQuestion = event.content;
-      events.append(renderEvent(event, { openBlob }));
-      events.dataset.lastSeq = String(event.seq);
-      if (nearBottom()) window.scrollTo(0, document.body.scrollHeight);
-      scheduleRefresh();
-    },
-    onStatus: (status, detail) => {
-      streamStatus.className = "stream-status " + status;
-      streamStatus.textContent = status === "live" ? "live" : status + (detail ? ": " + detail : "");
-      streamStatus.dataset.status = status;
-      streamStatus.dataset.reconnects = String(follower ? follower.reconnects : 0);
-      if (status === "live") refresh(); // what changed while the stream was down
-    },
-    onUnauthorized: () => signOut("The gateway refused the API key (unknown or revoked)."),
-  }).start();
-  cleanups.push(() => follower.stop());
-  // Tests and the curious can break the stream as a network loss would.
-  window.deckhandsStream = follower;
-  cleanups.push(() => { if (window.deckhandsStream === follower) delete window.deckhandsStream; });
+  let lastSeq = 0;
+  let endedShown = false;
+  const follow = () => {
+    if (follower && !follower.stopped) return;
+    const next = new EventFollower({
+      url: path + "/events/stream",
+      key: apiKey(),
+      onEvent: (event) => {
+        if (seen.has(event.seq)) return; // never twice, whatever the stream does
+        seen.add(event.seq);
+        lastSeq = Math.max(lastSeq, event.seq);
+        endedShown = event.kind === "agent_state_changed" && ENDED.has(event.agent_state);
+        if (event.kind === "message" && event.source === "AGENT") lastQuestion = event.content;
+        events.append(renderEvent(event, { openBlob }));
+        events.dataset.lastSeq = String(event.seq);
+        if (nearBottom()) window.scrollTo(0, document.body.scrollHeight);
+        scheduleRefresh();
+      },
+      onStatus: (status, detail) => {
+        streamStatus.className = "stream-status " + status;
+        streamStatus.textContent = status === "live" ? "live" : status + (detail ? ": " + detail : "");
+        streamStatus.dataset.status = status;
+        streamStatus.dataset.reconnects = String(reconnects + (follower ? follower.reconnects : 0));
+        if (status === "live") refresh(); // what changed while the stream was down
+      },
+      onUnauthorized: () => signOut("The gateway refused the API key (unknown or revoked)."),
+    });
+    next.lastSeq = lastSeq;
+    follower = next;
+    // Tests and the curious can break the stream as a network loss would.
+    window.deckhandsStream = next;
+    next.start();
+  };
+  let reconnects = 0; // of the streams let go before this one
+  const letGo = () => {
+    if (!follower || follower.stopped) return;
+    reconnects += follower.reconnects;
+    follower.stop();
+    streamStatus.className = "stream-status ended";
+    streamStatus.textContent = "ended (a message continues the task)";
+    streamStatus.dataset.status = "ended";
+  };
+  follow();
+  cleanups.push(() => {
+    if (follower) follower.stop();
+    delete window.deckhandsStream;
+  });
+  onPaint = (task) => {
+    if (ENDED.has(task.state) && endedShown) letGo();
+    else if (!ENDED.has(task.state)) follow();
+  };
 
   let pendingRefresh = null;
   function scheduleRefresh() {
@@ -475,7 +507,13 @@ function taskPage(taskId) {
   }
   cleanups.push(() => clearTimeout(pendingRefresh));
   // Tokens and cost grow between events too (a sub-task's spend); a slow poll keeps them true.
-  every(5000, () => { if (!document.hidden && view && !ENDED.has(view.state)) refresh(); });
+  // An ended task is looked at less often: someone may continue it from elsewhere.
+  let polls = 0;
+  every(5000, () => {
+    polls += 1;
+    if (document.hidden || !view) return;
+    if (!ENDED.has(view.state) || polls % 3 === 0) refresh();
+  });
 
   function nearBottom() {
     return window.innerHeight + window.scrollY >= document.body.scrollHeight - 120;
@@ -531,6 +569,8 @@ function taskPage(taskId) {
     $("send-message").disabled = true;
     try {
       await api("POST", `${path}/messages`, { body: { content: text }, idempotencyKey: newIdempotencyKey() });
+      endedShown = false;
+      follow(); // an ended task goes on: follow it again
       $("message-text").value = "";
       showError(null);
       scheduleRefresh();
