@@ -16,6 +16,7 @@ from .actions import (
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    MCPCallAction,
     MessageAction,
     RunPythonAction,
 )
@@ -28,6 +29,7 @@ from .observations import (
     FileEditObservation,
     FileReadObservation,
     FileWriteObservation,
+    MCPCallObservation,
     PythonOutputObservation,
     SandboxQueuedObservation,
     SecurityVerdictObservation,
@@ -56,6 +58,7 @@ Event = Annotated[
     | ChangeAgentStateAction
     | AgentDelegateAction
     | CondensationAction
+    | MCPCallAction
     | CmdOutputObservation
     | PythonOutputObservation
     | FileReadObservation
@@ -68,12 +71,18 @@ Event = Annotated[
     | AgentDelegateObservation
     | AnswerMissingObservation
     | SandboxQueuedObservation
-    | TaskCreatedObservation,
+    | TaskCreatedObservation
+    | MCPCallObservation,
     Field(discriminator="kind"),
 ]
 
 RunnableAction = Annotated[
-    CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction | FileEditAction,
+    CmdRunAction
+    | RunPythonAction
+    | FileReadAction
+    | FileWriteAction
+    | FileEditAction
+    | MCPCallAction,
     Field(discriminator="kind"),
 ]
 
@@ -85,6 +94,7 @@ RUNNABLE_ACTION_TYPES = (
     FileReadAction,
     FileWriteAction,
     FileEditAction,
+    MCPCallAction,
 )
 ACTION_TYPES = (
     MessageAction,
@@ -109,4 +119,5 @@ OBSERVATION_TYPES = (
     AnswerMissingObservation,
     SandboxQueuedObservation,
     TaskCreatedObservation,
+    MCPCallObservation,
 )
