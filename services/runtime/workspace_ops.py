@@ -271,8 +271,13 @@ class RuntimeWorkspace:
     # -- requests from the gateway
 
     async def handle(self, request: WorkspaceRequest) -> WorkspaceReply:
+        s = self.settings
+        # A bound on the whole request (Docker calls on threads cannot be cancelled; the answer
+        # is not held back by them): a checkout, a transfer, a helper.
+        deadline = s.repository_clone_timeout_s + 2 * s.workspace_helper_timeout_s + 60
         try:
-            return await self._handle(request)
+            async with asyncio.timeout(deadline):
+                return await self._handle(request)
         except _Gone:
             return WorkspaceReply(
                 status=WorkspaceStatus.GONE,
