@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,38 @@ def test_logs_follow_survives_a_gateway_restart_and_shows_each_event_once(
     seen += [json.loads(line)["seq"] for line in rest.splitlines()]
     assert seen == list(range(1, len(seen) + 1)) and len(seen) >= 12, seen
     assert "reconnecting after #" in errors
+
+
+def test_upload_diff_and_download_the_workspace(console_stack: Stack, tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "greeting.txt").write_text("old greeting\n")
+    (tmp_path / "src" / "README").write_text("keep\n")
+    tree = tmp_path / "tree.tar.gz"
+    with tarfile.open(tree, "w:gz") as tar:
+        for name in ("greeting.txt", "README"):
+            tar.add(tmp_path / "src" / name, arcname=name)
+    task_id = deckhands(console_stack, "run", "ask: greet me", "--detach").stdout.strip()
+    _wait_state(console_stack, task_id, "AWAITING_USER_INPUT")
+    uploaded = deckhands(console_stack, "upload", task_id, str(tree))
+    assert uploaded.returncode == 0 and "2 file(s) written" in uploaded.stdout, uploaded.stderr
+    assert deckhands(console_stack, "say", task_id, "hello, shell").returncode == 0
+    assert deckhands(console_stack, "logs", "-f", task_id, "--timeout", "90").returncode == 0
+
+    changes = deckhands(console_stack, "diff", task_id)
+    assert changes.returncode == 0, changes.stderr
+    assert "-old greeting" in changes.stdout and "+hello, shell" in changes.stdout
+    assert changes.stdout.startswith("diff --git")  # piped: the diff as it is
+
+    archive = tmp_path / "out.tar.gz"
+    got = deckhands(console_stack, "workspace", task_id, "-o", str(archive))
+    assert got.returncode == 0, got.stderr
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert "workspace/greeting.txt" in names and "workspace/README" in names
+    one = tmp_path / "one.txt"
+    got = deckhands(console_stack, "workspace", task_id, "--path", "greeting.txt", "-o", str(one))
+    assert got.returncode == 0 and one.read_text() == "hello, shell\n"
+    # A task with no repository and no upload has nothing to compare with: said so.
+    plain = _task_id(deckhands(console_stack, "run", SEED).stdout)
+    nothing = deckhands(console_stack, "diff", plain)
+    assert nothing.returncode == 6 and "no repository" in nothing.stderr, nothing.stderr

@@ -33,7 +33,7 @@ from rich.text import Text
 
 from .client import ENDED_STATES, ApiError, Client, is_terminal
 from .config import ConfigError, Target, resolve
-from .render import event_renderable, status_line, task_table, task_view
+from .render import diff_renderable, event_renderable, status_line, task_table, task_view
 
 __all__ = ["Exit", "app", "main"]
 
@@ -332,6 +332,20 @@ def run(
     network: Annotated[
         bool, typer.Option("--network", help="Network access for the sandbox.")
     ] = False,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="A git repository to check out into /workspace.")
+    ] = None,
+    ref: Annotated[
+        str | None, typer.Option("--ref", help="Its branch, tag or commit (default branch).")
+    ] = None,
+    repo_token_secret: Annotated[
+        str | None,
+        typer.Option("--repo-token-secret", help="The secret holding the repository's token."),
+    ] = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option("--secret", help="A secret the task's commands get (repeat for more)."),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Stop following after this many seconds.")
     ] = None,
@@ -366,6 +380,16 @@ def run(
         body["labels"] = label
     if network:
         body["network_egress"] = True
+    if secret:
+        body["secrets"] = secret
+    if repo is not None:
+        body["repository"] = {"url": repo}
+        if ref is not None:
+            body["repository"]["ref"] = ref
+        if repo_token_secret is not None:
+            body["repository"]["token_secret"] = repo_token_secret
+    elif ref is not None or repo_token_secret is not None:
+        _fail("--ref and --repo-token-secret need --repo", Exit.USAGE)
     with _options(ctx).client() as client:
         created = _call(client.create_task, body)
         task_id = created["id"]
@@ -573,6 +597,56 @@ def trajectory(
     else:
         output.write_text(text + "\n")
         err_console.print(f"{len(data['events'])} events written to {output}")
+
+
+@app.command()
+def workspace(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Default: workspace-ID.tar.gz, or the file's name."),
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="Only this file of the workspace.")
+    ] = None,
+) -> None:
+    """Download the task's workspace as a tar.gz (or one file of it)."""
+    if output is None:
+        output = Path(Path(path).name if path else f"workspace-{task_id}.tar.gz")
+    with _options(ctx).client() as client:
+        written = _call(client.download_workspace, task_id, output, path)
+    console.print(f"{written} bytes written to {output}")
+
+
+@app.command()
+def upload(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    source: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="A .tar[.gz] or .zip, or a file.")
+    ],
+    path: Annotated[
+        str | None,
+        typer.Option("--path", help="Where in /workspace (an archive: under it; a file: as it)."),
+    ] = None,
+) -> None:
+    """Upload into the task's workspace: an archive is extracted, another file written."""
+    with _options(ctx).client() as client:
+        result = _call(client.upload_workspace, task_id, source, path)
+    console.print(f"task {task_id}: {result.get('files', '?')} file(s) written")
+
+
+@app.command()
+def diff(ctx: typer.Context, task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """The changes in the task's workspace, as a git diff (against its repository's commit or
+    the tree last uploaded)."""
+    with _options(ctx).client() as client:
+        text = _call(client.workspace_diff, task_id)
+    if not console.is_terminal:
+        sys.stdout.write(text)  # as it is: `deckhands diff ID | git apply` works
+        return
+    console.print(diff_renderable(text) if text else Text("no change", style="dim"))
 
 
 @app.command()
