@@ -230,6 +230,21 @@ def test_a_secret_reaches_the_command_and_never_the_log(stack: Stack, http: http
         assert value not in log_file.read_text(errors="replace"), f"value in {log_file.name}"
 
 
+def test_a_whole_output_kept_as_a_blob_is_redacted_too(http: httpx.Client) -> None:
+    value = "blob-" + uuid.uuid4().hex
+    assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).is_success
+    task_id = _create(http, task="long output", secrets=["API_TOKEN"])
+    assert _wait(http, task_id, "FINISHED", "ERROR")["state"] == "FINISHED"
+    events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
+    run = next(e for e in events if e["kind"] == "run_output")
+    ref = run["content_ref"]
+    assert ref is not None, "the output was not long enough to be kept whole"
+    blob = http.get(f"/v1/tasks/{task_id}/blobs/{ref['sha256']}")
+    assert blob.status_code == 200
+    assert blob.text.count("token=<secret:API_TOKEN>") == 4000
+    assert value not in blob.text and value not in json.dumps(events)
+
+
 def test_a_finished_task_posts_a_signed_body(http: httpx.Client, receiver: Any) -> None:
     _signing_key(http)
     hook = receiver()
