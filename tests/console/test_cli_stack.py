@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -275,3 +276,61 @@ def test_upload_diff_and_download_the_workspace(console_stack: Stack, tmp_path: 
     plain = _task_id(deckhands(console_stack, "run", SEED).stdout)
     nothing = deckhands(console_stack, "diff", plain)
     assert nothing.returncode == 6 and "no repository" in nothing.stderr, nothing.stderr
+
+
+def test_login_keeps_url_and_key_for_later_commands(console_stack: Stack, tmp_path: Path) -> None:
+    env = _env(console_stack)
+    del env["DECKHANDS_URL"], env["DECKHANDS_API_KEY"]
+    env["XDG_CONFIG_HOME"] = str(tmp_path)
+    url = console_stack.config.gateway_url
+
+    def cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(DECKHANDS), *args],
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    config = tmp_path / "deckhands" / "config.toml"
+    for _ in range(2):
+        posted = deckhands(console_stack, "run", "-d", "-l", "login-test", "nothing to do")
+        assert posted.returncode == 0, posted.stderr
+    wrong = cli("login", "--url", url, input="dh_000000000000_" + "x" * 43 + "\n")
+    assert wrong.returncode == 6 and "refused the API key" in wrong.stderr
+    assert not config.exists()  # nothing kept for a key that does not work
+    done = cli("login", "--url", url, input=console_stack.api_key + "\n")
+    assert done.returncode == 0, done.stderr
+    assert f"as tenant {console_stack.config.tenant}" in done.stdout
+    assert console_stack.api_key not in done.stdout  # the key is not echoed
+    assert (config.stat().st_mode & 0o777) == 0o600
+    listed = cli("tasks", "-l", "login-test", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 2
+    more = cli("tasks", "-l", "login-test", "--limit", "1")
+    assert more.stdout.count("nothing to do") == 1 and "(more: --limit 2)" in more.stdout
+
+
+def test_ctrl_c_leaves_the_task_running(console_stack: Stack) -> None:
+    run = subprocess.Popen(
+        [str(DECKHANDS), "run", "slow squares, interrupted"],
+        env=_env(console_stack),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None
+        task_id = _task_id(run.stdout.readline())
+        assert run.stdout.readline().startswith("#1 ")  # following
+        run.send_signal(signal.SIGINT)
+        _, errors = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, errors
+    assert f"deckhands logs -f {task_id}" in errors and "Traceback" not in errors
+    _wait_state(console_stack, task_id, "FINISHED", timeout_s=60)

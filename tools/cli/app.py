@@ -13,12 +13,13 @@ in a deckhands checkout, http://127.0.0.1:8000 and the key `make up` wrote to .r
 Exit codes of `run` and `logs -f` (the task's final state): 0 FINISHED, 1 ERROR, 3 STOPPED,
 4 REJECTED, 5 the agent asks a question and nobody is at the keyboard (answer with `say`);
 every command: 2 bad usage, 6 the gateway refused the request or could not be reached,
-124 --timeout passed.
+124 --timeout passed, 130 Ctrl-C (the task goes on).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from enum import IntEnum
@@ -32,7 +33,7 @@ from rich.prompt import Confirm, Prompt
 from rich.text import Text
 
 from .client import ENDED_STATES, ApiError, Client, is_terminal
-from .config import ConfigError, Target, resolve
+from .config import DEFAULT_URL, ConfigError, Target, config_path, resolve
 from .render import diff_renderable, event_renderable, status_line, task_table, task_view
 
 __all__ = ["Exit", "app", "main"]
@@ -47,6 +48,7 @@ class Exit(IntEnum):
     AWAITS_INPUT = 5
     REFUSED = 6
     TIMEOUT = 124
+    INTERRUPTED = 130
 
 
 _BY_STATE = {
@@ -67,7 +69,8 @@ app = typer.Typer(
 )
 
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Messages are not wrapped: a line of them can be searched for as it is.
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _Options:
@@ -153,21 +156,43 @@ class _Follower:
         (self.live.console if self.live else console).print(renderable)
 
     def _refresh(self) -> None:
-        self.task = _call(self.client.task, self.task_id)
+        """The task's view again. A gateway restarting or unreachable for a moment (the
+        stream reconnects meanwhile) is waited out for up to a minute."""
+        give_up = time.monotonic() + 60
+        while True:
+            try:
+                self.task = self.client.task(self.task_id)
+                return
+            except ApiError as exc:
+                transient = exc.status == 0 or exc.status in (502, 503, 504)
+                if not transient or time.monotonic() > give_up:
+                    _fail(str(exc), Exit.REFUSED)
+                time.sleep(1)
 
     def __rich__(self) -> Text:
         """The live status line, drawn again 4 times a second (the clock moves)."""
         return status_line(self.task, time.monotonic() - self.started)
 
     def run(self, after: int = 0) -> Exit:
-        self.task = _call(self.client.task, self.task_id)
-        if not console.is_terminal or self.as_json:
-            code = self._loop(after)
-        else:
-            with Live(self, console=console, transient=True, refresh_per_second=4) as live:
-                self.live = live
+        try:
+            self.task = _call(self.client.task, self.task_id)
+            if not console.is_terminal or self.as_json:
                 code = self._loop(after)
-            self.live = None
+            else:
+                with Live(self, console=console, transient=True, refresh_per_second=4) as live:
+                    self.live = live
+                    code = self._loop(after)
+                self.live = None
+        except KeyboardInterrupt:
+            # Ctrl-C leaves the task alone: it runs on the servers, not here.
+            err_console.print(
+                Text(
+                    f"stopped following task {self.task_id}; it goes on "
+                    f"(deckhands logs -f {self.task_id}, or deckhands stop {self.task_id})",
+                    style="yellow",
+                )
+            )
+            return Exit.INTERRUPTED
         if self.ended:
             self._summary()
         return code
@@ -407,6 +432,30 @@ def run(
         )
         code = follower.run()
     raise typer.Exit(int(code))
+
+
+@app.command()
+def login(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Option("--url", prompt="gateway URL")] = DEFAULT_URL,
+) -> None:
+    """Check an API key against a gateway and keep both in the config file (mode 0600), so
+    that later commands need neither flag nor environment."""
+    key = typer.prompt("API key", hide_input=True).strip()
+    try:
+        target = resolve(url, key)
+    except ConfigError as exc:
+        _fail(str(exc), Exit.USAGE)
+    with Client(target.url, target.api_key) as client:
+        quotas = _call(client.request, "GET", "/v1/quotas")
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Created private before the key is written into it.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"url = {json.dumps(target.url)}\napi_key = {json.dumps(target.api_key)}\n")
+    os.chmod(path, 0o600)
+    console.print(f"signed in to {target.url} as tenant {quotas['tenant_id']}; kept in {path}")
 
 
 @app.command()
