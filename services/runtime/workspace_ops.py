@@ -513,9 +513,12 @@ class RuntimeWorkspace:
         s = self.settings
         if s.workspace_retention_s <= 0 or self.retention is None:
             return False
-        if not await self.service.tasks.retain(task_id):
-            return False
+        # Recorded before the stop: reconciliation removes a stopped sandbox of an ended task
+        # that is not kept.
         await self.retention.add(task_id, time.time() + s.workspace_retention_s)
+        if not await self.service.tasks.retain(task_id):
+            await self.retention.drop(task_id)
+            return False
         log.info("task %s: sandbox kept stopped for %.0fs", task_id, s.workspace_retention_s)
         return True
 
