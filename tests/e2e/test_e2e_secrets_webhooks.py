@@ -269,6 +269,15 @@ def test_a_finished_task_posts_a_signed_body(http: httpx.Client, receiver: Any) 
     assert len(hook.requests) == 1  # delivered once
 
 
+def test_another_tenant_sees_no_delivery_log(stack: Stack, http: httpx.Client) -> None:
+    task_id = _create(http, task="finish now")
+    other = issue_key(stack.config.gateway_url, stack.admin_api_key, "other-tenant")
+    theirs = http.get(f"/v1/tasks/{task_id}/webhooks", headers=auth_headers(other))
+    assert theirs.status_code == 404
+    assert theirs.json()["detail"] == f"task {task_id!r} not found"
+    assert http.get(f"/v1/tasks/{task_id}/webhooks").json()["webhook"] is None
+
+
 def test_a_failing_receiver_gets_it_after_retries(http: httpx.Client, receiver: Any) -> None:
     _signing_key(http)
     hook = receiver(failures=2)
