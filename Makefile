@@ -60,6 +60,16 @@ run: setup
 run-scripted: setup
 	@DECKHANDS_STACK_LLM=scripted $(MAKE) --no-print-directory run
 
+# The task set with its automatic checks (tools/eval, issue 16): each task goes through the
+# gateway of a stack (the one `make up` started, else one started and stopped as `make run`
+# does) to the configured LLM, several at once; each task's check runs on its final workspace.
+# Prints a table and the pass rate, writes .run/eval-report.json. E.g.
+# EVAL_ARGS="--subset all --concurrency 3 --report /tmp/r.json"; DECKHANDS_STACK_LLM=scripted
+# runs it on the scripted server (which answers each task with its reference solution).
+.PHONY: eval
+eval: setup
+	$(PY) -m tools.eval $(EVAL_ARGS)
+
 test: setup
 	$(PY) -m pytest -q
 

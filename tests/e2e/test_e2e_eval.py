@@ -1,0 +1,113 @@
+"""The evaluation harness (issue 16) on the real stack with the scripted LLM: a conversation that
+solves its task passes, one that does not fails, an agent that claims success without doing the
+work fails; `python -m tools.eval` (what `make eval` runs) prints the table and writes the JSON
+report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.eval.cli import main
+from tools.eval.scripted import conversation, solving_turns, write_script
+from tools.eval.tasks import TASKS, EvalTask
+from tools.stack import Stack, StackConfig, running
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+
+
+def _task(task_id: str) -> EvalTask:
+    return next(t for t in TASKS if t.id == task_id)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    run_dir = Path(tmp_path_factory.mktemp("eval"))
+    wrong = [  # squares: writes cubes, runs them, says it is done
+        {
+            "tool": "write_file",
+            "arguments": {
+                "path": "squares.py",
+                "content": "for i in range(1, 11):\n    print(i ** 3)\n",
+            },
+        },
+        {"tool": "execute_bash", "arguments": {"command": "python squares.py"}},
+        {"tool": "finish", "arguments": {"message": "squares.py prints the squares."}},
+    ]
+    claims = [  # three-lines: does nothing and says the work is done, with the right count
+        {"tool": "finish", "arguments": {"message": "I created notes.txt; wc -l counts 3."}}
+    ]
+    script = write_script(
+        run_dir / "script.json",
+        [
+            conversation(_task("fix-calc"), solving_turns(_task("fix-calc"))),
+            conversation(_task("json-names"), solving_turns(_task("json-names"))),
+            conversation(_task("squares"), wrong),
+            conversation(_task("three-lines"), claims),
+        ],
+    )
+    config = StackConfig.isolated(
+        run_dir, llm_script=script, extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"}
+    )
+    with running(config) as started:
+        yield started
+
+
+def test_eval_scores_scripted_runs(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "key").write_text(stack.api_key)
+    report_path = tmp_path / "report.json"
+    report = main(
+        [
+            "--url",
+            stack.config.gateway_url,
+            "--api-key-file",
+            str(tmp_path / "key"),
+            "--tasks",
+            "fix-calc,squares,three-lines,json-names",
+            "--concurrency",
+            "2",
+            "--timeout",
+            "180",
+            "--report",
+            str(report_path),
+        ]
+    )
+    by_id = {o.id: o for o in report.outcomes}
+    # Solved: the check's own copy of the tests passes on the agent's calc.py.
+    assert by_id["fix-calc"].passed, by_id["fix-calc"]
+    assert by_id["json-names"].passed, by_id["json-names"]
+    # Not solved: the file exists and ran, but prints cubes.
+    assert not by_id["squares"].passed and by_id["squares"].state == "FINISHED"
+    assert by_id["squares"].check_exit not in (0, None)
+    # Claimed without the work: the final message has the right number, notes.txt is missing.
+    claim = by_id["three-lines"]
+    assert not claim.passed and claim.state == "FINISHED" and "3" in claim.final_message
+    assert "notes.txt" in claim.check_output
+    for outcome in report.outcomes:
+        assert outcome.task_id and outcome.steps >= 1 and outcome.tokens > 0
+        assert outcome.seconds > 0
+    assert report.passed == 2 and report.pass_rate == 0.5
+
+    written = json.loads(report_path.read_text())
+    assert written["passed"] == 2 and written["total"] == 4 and written["pass_rate"] == 0.5
+    assert {t["id"]: t["passed"] for t in written["tasks"]} == {
+        "fix-calc": True,
+        "squares": False,
+        "three-lines": False,
+        "json-names": True,
+    }
+    shown = capsys.readouterr().out
+    assert "passed 2 of 4 (50%)" in shown
+    for task_id in ("fix-calc", "squares", "three-lines", "json-names"):
+        assert task_id in shown
+
+
+def test_bad_options_exit_2(stack: Stack) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--url", stack.config.gateway_url, "--tasks", "no-such-task"])
+    assert exited.value.code == 2

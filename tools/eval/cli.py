@@ -1,0 +1,145 @@
+"""The command line of the evaluation: progress as tasks run, then a table and a JSON report.
+
+    python -m tools.eval [--subset headline|all] [--tasks a,b] [--concurrency N] [--report PATH]
+                         [--url URL --api-key-file FILE] [--timeout S]
+
+Without --url it uses the stack `make up` started when one is running (and leaves it running),
+else starts one as `make run` does (tools.stack: the LLM is DECKHANDS_LLM_MODEL's provider, or
+the local model, or with DECKHANDS_STACK_LLM=scripted the scripted server) and stops it after.
+Exit code 0 when the run completed (whatever the pass rate), 2 on bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..stack import ROOT, Stack, StackConfig, running
+from .runner import EvalReport, run_eval
+from .scripted import conversation, solving_turns, write_script
+from .tasks import TASKS, select
+
+__all__ = ["main", "print_report"]
+
+DEFAULT_REPORT = ROOT / ".run" / "eval-report.json"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tools.eval", description=__doc__)
+    parser.add_argument("--subset", choices=["headline", "all"], default="headline")
+    parser.add_argument("--tasks", default="", help="task ids, comma-separated")
+    parser.add_argument("--concurrency", type=int, default=2, help="tasks at once (default 2)")
+    parser.add_argument("--report", type=Path, default=DEFAULT_REPORT, help="JSON report path")
+    parser.add_argument("--url", default="", help="a running gateway (else a stack is used)")
+    parser.add_argument("--api-key-file", type=Path, default=None, help="with --url")
+    parser.add_argument("--timeout", type=float, default=900.0, help="per task, seconds")
+    return parser
+
+
+def print_report(report: EvalReport, console: Console) -> None:
+    table = Table(title=f"deckhands eval — {report.model}, subset {report.subset}")
+    table.add_column("task", no_wrap=True, min_width=16)
+    table.add_column("result")
+    table.add_column("state")
+    table.add_column("steps", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("seconds", justify="right")
+    table.add_column("why it failed", overflow="fold", max_width=50)
+    for o in report.outcomes:
+        why = "" if o.passed else (o.error or o.check_output.strip().splitlines()[-1:] or [""])[0]
+        if not o.passed and o.error and o.check_output.strip():
+            why = f"{o.error}; {o.check_output.strip().splitlines()[-1]}"
+        table.add_row(
+            o.id,
+            "[green]pass[/]" if o.passed else "[red]FAIL[/]",
+            o.state,
+            str(o.steps),
+            str(o.tokens),
+            f"{o.seconds:.0f}",
+            why[:200],
+        )
+    console.print(table)
+    console.print(
+        f"passed {report.passed} of {len(report.outcomes)} "
+        f"({100 * report.pass_rate:.0f}%) in {report.seconds:.0f}s"
+    )
+
+
+@contextmanager
+def _gateway(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    if args.url:
+        key_file = args.api_key_file or ROOT / ".run" / "api_key"
+        yield args.url, key_file.read_text().strip()
+        return
+    config = StackConfig()
+    if config.llm == "scripted" and "DECKHANDS_STACK_LLM_SCRIPT" not in os.environ:
+        # The scripted server answers each task with its reference solution (scripted.py).
+        config.llm_script = write_script(
+            config.run_dir / "eval-scripted.json",
+            [conversation(t, solving_turns(t)) for t in TASKS],
+        )
+    stack = Stack(config)
+    if stack.running().get("gateway"):
+        stack.ensure_api_key()
+        yield config.gateway_url, stack.api_key
+        return
+    with running(config) as started:
+        yield config.gateway_url, started.api_key
+
+
+def main(argv: Sequence[str] | None = None) -> EvalReport:
+    args = _parser().parse_args(argv)
+    console = Console()
+    try:
+        tasks = select(args.subset, [t for t in args.tasks.split(",") if t] or None)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        sys.exit(2)
+    if args.concurrency < 1:
+        console.print("[red]--concurrency must be at least 1[/]")
+        sys.exit(2)
+    subset = "custom" if args.tasks else args.subset
+    with _gateway(args) as (url, api_key):
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task("eval", total=len(tasks), status="")
+            states: dict[str, str] = {}
+
+            def on_progress(task_id: str, what: str) -> None:
+                if states.get(task_id) == what:
+                    return
+                states[task_id] = what
+                if what in ("passed", "failed"):
+                    mark = "[green]pass[/]" if what == "passed" else "[red]FAIL[/]"
+                    progress.console.print(f"{mark} {task_id}")
+                    progress.advance(bar)
+                live = [f"{t}:{s}" for t, s in states.items() if s not in ("passed", "failed")]
+                progress.update(bar, status=" ".join(live)[:80])
+
+            report = run_eval(
+                url,
+                api_key,
+                tasks,
+                subset=subset,
+                concurrency=args.concurrency,
+                timeout_s=args.timeout,
+                on_progress=on_progress,
+            )
+    print_report(report, console)
+    report.write(args.report)
+    console.print(f"report: {args.report}")
+    return report

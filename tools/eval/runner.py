@@ -1,0 +1,232 @@
+"""Post the tasks through a gateway, several at once, follow each to its end, score it, report.
+
+Each task is created with its starting files as a repository (repos.py), followed by polling GET
+/v1/tasks/{id} until it ends. A task that waits for a person (a question, a confirmation) or
+outlives its deadline is stopped: nobody answers in an evaluation. Its workspace is then
+downloaded (an ended task's sandbox is kept stopped for DECKHANDS_WORKSPACE_RETENTION_S) and its
+check run (scorer.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .repos import RepoServer, serve_repositories
+from .scorer import Scorer
+from .tasks import EvalTask
+
+__all__ = ["EvalReport", "TaskOutcome", "run_eval"]
+
+_ENDED = {"FINISHED", "STOPPED", "REJECTED", "ERROR"}
+_WAITING = {"AWAITING_USER_INPUT", "AWAITING_USER_CONFIRMATION", "PAUSED"}
+
+
+@dataclass
+class TaskOutcome:
+    id: str
+    kind: str
+    passed: bool = False
+    state: str = ""
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    task_id: str = ""
+    final_message: str = ""
+    check_exit: int | None = None
+    check_output: str = ""
+    error: str = ""
+
+
+@dataclass
+class EvalReport:
+    model: str
+    subset: str
+    concurrency: int
+    started_at: str
+    seconds: float = 0.0
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return sum(o.passed for o in self.outcomes)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / len(self.outcomes) if self.outcomes else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "subset": self.subset,
+            "concurrency": self.concurrency,
+            "started_at": self.started_at,
+            "seconds": round(self.seconds, 1),
+            "passed": self.passed,
+            "total": len(self.outcomes),
+            "pass_rate": round(self.pass_rate, 3),
+            "tasks": [asdict(o) for o in self.outcomes],
+        }
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def describe_model() -> str:
+    """Which LLM the stack's agent runs on, as the stack chooses it (tools.stack._env)."""
+    model = os.environ.get("DECKHANDS_LLM_MODEL")
+    if model:
+        return model
+    if os.environ.get("DECKHANDS_STACK_LLM", "local") == "scripted":
+        return "scripted"
+    return "local (Qwen2.5-Coder-1.5B, llama.cpp)"
+
+
+class _Gateway:
+    def __init__(self, url: str, api_key: str) -> None:
+        self.http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60.0
+        )
+
+    def call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """A request, retried on a transport error or 503 for about 30 s."""
+        last = ""
+        for _ in range(30):
+            try:
+                response = self.http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                last = repr(exc)
+            else:
+                if response.status_code != 503:
+                    return response
+                last = f"503 {response.text[:200]}"
+            time.sleep(1.0)
+        raise RuntimeError(f"{method} {path}: no answer ({last})")
+
+
+def _run_one(
+    gateway: _Gateway,
+    repos: RepoServer,
+    scorer: Scorer,
+    task: EvalTask,
+    timeout_s: float,
+    on_state: Callable[[str], None],
+) -> TaskOutcome:
+    outcome = TaskOutcome(id=task.id, kind=task.kind)
+    started = time.monotonic()
+    body: dict[str, Any] = {
+        "task": task.prompt,
+        "max_iterations": task.max_iterations,
+        "labels": ["eval", f"eval:{task.id}"],
+    }
+    url = repos.url(task)
+    if url is not None:
+        body["repository"] = {"url": url, "ref": "main"}
+    created = gateway.call("POST", "/v1/tasks", json=body)
+    if created.status_code != 202:
+        outcome.error = f"create: {created.status_code} {created.text[:300]}"
+        return outcome
+    task_id = created.json()["id"]
+    outcome.task_id = task_id
+    view: dict[str, Any] = {}
+    stopped = False
+    while True:
+        answer = gateway.call("GET", f"/v1/tasks/{task_id}")
+        if answer.status_code == 200:
+            view = answer.json()
+            on_state(view["state"])
+            state = view["state"]
+            if state in _ENDED:
+                break
+            if not stopped and (state in _WAITING or time.monotonic() - started > timeout_s):
+                why = "waits for a person" if state in _WAITING else f"ran past {timeout_s:g}s"
+                outcome.error = f"stopped: {why} ({state})"
+                gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+                stopped = True
+        if time.monotonic() - started > timeout_s + 120:
+            outcome.error = outcome.error or "did not end"
+            break
+        time.sleep(1.0)
+    outcome.seconds = round(time.monotonic() - started, 1)
+    outcome.state = view.get("state", "")
+    outcome.steps = int(view.get("iterations", 0))
+    outcome.tokens = int((view.get("usage") or {}).get("total_tokens", 0))
+    outcome.final_message = ((view.get("result") or {}).get("final_message")) or ""
+    if outcome.state == "ERROR":
+        # ERROR ends the run, not the task: its sandbox lives on until it is stopped.
+        outcome.error = outcome.error or f"error: {view.get('reason', '')[:300]}"
+    on_state("checking")
+    workspace = gateway.call("GET", f"/v1/tasks/{task_id}/workspace")
+    if outcome.state == "ERROR":
+        gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+    if workspace.status_code != 200:
+        outcome.error = (
+            outcome.error + "; " if outcome.error else ""
+        ) + f"workspace: {workspace.status_code} {workspace.text[:200]}"
+        tgz = None
+    else:
+        tgz = workspace.content
+    result = scorer.check(task, tgz, outcome.final_message)
+    outcome.passed = result.passed
+    outcome.check_exit = result.exit_code
+    outcome.check_output = result.output
+    return outcome
+
+
+def run_eval(
+    url: str,
+    api_key: str,
+    tasks: list[EvalTask],
+    *,
+    subset: str = "custom",
+    concurrency: int = 2,
+    timeout_s: float = 900.0,
+    on_progress: Callable[[str, str], None] | None = None,
+) -> EvalReport:
+    """Run `tasks` on the stack at `url`, at most `concurrency` at once. `on_progress(task,
+    what)` hears each state a task goes through, then "passed" or "failed"."""
+    report = EvalReport(
+        model=describe_model(),
+        subset=subset,
+        concurrency=concurrency,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    started = time.monotonic()
+    gateway = _Gateway(url, api_key)
+    scorer = Scorer()
+    lock = threading.Lock()
+    notify = on_progress or (lambda _task, _what: None)
+
+    def one(task: EvalTask) -> TaskOutcome:
+        try:
+            outcome = _run_one(
+                gateway, repos, scorer, task, timeout_s, lambda s: notify(task.id, s)
+            )
+        except Exception as exc:  # one task's failure is its own, not the run's
+            outcome = TaskOutcome(id=task.id, kind=task.kind, error=f"{type(exc).__name__}: {exc}")
+        with lock:
+            notify(task.id, "passed" if outcome.passed else "failed")
+        return outcome
+
+    try:
+        with (
+            serve_repositories(tasks) as repos,
+            ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
+        ):
+            report.outcomes = list(pool.map(one, tasks))
+    finally:
+        scorer.close()
+        gateway.http.close()
+    report.seconds = time.monotonic() - started
+    return report

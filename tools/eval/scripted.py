@@ -1,0 +1,40 @@
+"""A scripted-LLM script that solves the tasks with their reference solutions: one conversation
+per task (matched on its prompt) that writes the solution's files, runs its command and finishes
+with its answer. `DECKHANDS_STACK_LLM=scripted make eval` runs on it: the harness end to end,
+instant and deterministic, every task passing (a figure about the harness, not about a model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .tasks import EvalTask
+
+__all__ = ["conversation", "solving_turns", "write_script"]
+
+
+def solving_turns(task: EvalTask) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = [
+        {"tool": "write_file", "arguments": {"path": rel, "content": content}}
+        for rel, content in task.solution_files.items()
+    ]
+    if task.solution:
+        turns.append({"tool": "execute_bash", "arguments": {"command": task.solution}})
+    turns.append({"tool": "finish", "arguments": {"message": task.answer}})
+    return turns
+
+
+def conversation(task: EvalTask, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A conversation the scripted server picks for `task` (its prompt is in the first user
+    message)."""
+    return {"match": task.prompt, "turns": turns}
+
+
+def write_script(path: Path, conversations: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fallback = [{"tool": "finish", "arguments": {"message": "No script for this task."}}]
+    path.write_text(
+        json.dumps({"model": "scripted", "conversations": conversations, "turns": fallback})
+    )
+    return path
