@@ -75,6 +75,8 @@ def test_eval_scores_scripted_runs(
             "180",
             "--report",
             str(report_path),
+            "--show",
+            "failed",
         ]
     )
     by_id = {o.id: o for o in report.outcomes}
@@ -101,10 +103,18 @@ def test_eval_scores_scripted_runs(
         "three-lines": False,
         "json-names": True,
     }
+    # What the agent did, legible: the command, its output, the file it wrote as a diff.
+    wrong = by_id["squares"].transcript
+    assert "python squares.py" in wrong and "1000" in wrong and "+    print(i ** 3)" in wrong
+    assert "passed" in by_id["fix-calc"].transcript  # pytest's summary line, as printed
+    assert "wc -l counts 3" in claim.transcript
     shown = capsys.readouterr().out
     assert "passed 2 of 4 (50%)" in shown
     for task_id in ("fix-calc", "squares", "three-lines", "json-names"):
         assert task_id in shown
+    # --show failed: the failed tasks' transcripts and checks follow the table, not the others'.
+    assert "squares: FAIL" in shown and "three-lines: FAIL" in shown
+    assert "fix-calc: pass" not in shown
 
 
 def test_bad_options_exit_2(stack: Stack) -> None:

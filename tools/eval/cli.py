@@ -41,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", default="", help="a running gateway (else a stack is used)")
     parser.add_argument("--api-key-file", type=Path, default=None, help="with --url")
     parser.add_argument("--timeout", type=float, default=900.0, help="per task, seconds")
+    parser.add_argument(
+        "--show",
+        choices=["none", "failed", "all"],
+        default="none",
+        help="print what the agent did (commands, output, diffs) in these tasks after the table",
+    )
     return parser
 
 
@@ -140,6 +146,14 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
                 on_progress=on_progress,
             )
     print_report(report, console)
+    for o in report.outcomes:
+        if args.show == "all" or (args.show == "failed" and not o.passed):
+            console.rule(f"{o.id}: {'pass' if o.passed else 'FAIL'} ({o.state}, task {o.task_id})")
+            console.print(o.transcript, markup=False, highlight=False, soft_wrap=True)
+            console.print(f"check (exit {o.check_exit}):", style="bold")
+            console.print(
+                o.check_output or "(no output)", markup=False, highlight=False, soft_wrap=True
+            )
     report.write(args.report)
     console.print(f"report: {args.report}")
     return report

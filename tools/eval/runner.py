@@ -9,6 +9,7 @@ check run (scorer.py).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -28,6 +29,9 @@ from .tasks import EvalTask
 
 __all__ = ["EvalReport", "TaskOutcome", "run_eval"]
 
+_TRANSCRIPT_CHARS = 30_000
+# Bookkeeping a reader of the transcript does not need.
+_QUIET_KINDS = {"security_verdict", "sandbox_queued", "condensation"}
 _ENDED = {"FINISHED", "STOPPED", "REJECTED", "ERROR"}
 _WAITING = {"AWAITING_USER_INPUT", "AWAITING_USER_CONFIRMATION", "PAUSED"}
 
@@ -46,6 +50,9 @@ class TaskOutcome:
     check_exit: int | None = None
     check_output: str = ""
     error: str = ""
+    # What happened, as `deckhands logs` shows it (plain text, bounded): each command with its
+    # output, file edits as diffs, the final message.
+    transcript: str = ""
 
 
 @dataclass
@@ -167,6 +174,10 @@ def _run_one(
         # ERROR ends the run, not the task: its sandbox lives on until it is stopped.
         outcome.error = outcome.error or f"error: {view.get('reason', '')[:300]}"
     on_state("checking")
+    try:
+        outcome.transcript = _transcript(gateway, task_id)
+    except Exception as exc:  # a transcript is for reading; its loss is no failure
+        outcome.transcript = f"(no transcript: {exc})"
     workspace = gateway.call("GET", f"/v1/tasks/{task_id}/workspace")
     if outcome.state == "ERROR":
         gateway.call("POST", f"/v1/tasks/{task_id}/stop")
@@ -182,6 +193,34 @@ def _run_one(
     outcome.check_exit = result.exit_code
     outcome.check_output = result.output
     return outcome
+
+
+def _transcript(gateway: _Gateway, task_id: str) -> str:
+    """The task's events rendered as the deckhands command renders them, as plain text."""
+    from rich.console import Console
+
+    from ..cli.render import event_renderable
+
+    text = io.StringIO()
+    console = Console(file=text, width=100, color_system=None, force_terminal=False)
+    after = 0
+    for _ in range(100):
+        page = gateway.call("GET", f"/v1/tasks/{task_id}/events", params={"after": after})
+        if page.status_code != 200:
+            console.print(f"(events: {page.status_code})")
+            break
+        body = page.json()
+        for event in body["events"]:
+            if event.get("kind") not in _QUIET_KINDS:
+                console.print(event_renderable(event))
+        if not body.get("has_more"):
+            break
+        after = body["next_after"]
+    out = text.getvalue()
+    if len(out) > _TRANSCRIPT_CHARS:
+        half = _TRANSCRIPT_CHARS // 2
+        out = f"{out[:half]}\n[... {len(out) - 2 * half} characters cut ...]\n{out[-half:]}"
+    return out
 
 
 def run_eval(
