@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -109,12 +109,21 @@ class EventStream:
         self._closed = False
         self._fill_failing = False
 
-    async def start(self, connection: NatsClient) -> None:
+    async def start(
+        self, connection: NatsClient, logged: Callable[[], Awaitable[int]] | None = None
+    ) -> None:
         """Subscribe first, then read history, so nothing published in between is missed; a
-        storage outage fails here, as an HTTP error, not inside a started stream."""
+        storage outage fails here, as an HTTP error, not inside a started stream.
+
+        `logged` tells how far the log goes (the State's last seq), read once subscribed: an
+        event published before the subscription that storage has not stored yet (it consumes
+        the log a moment behind) is then known to be missing and fetched when it is stored,
+        rather than waited for live, where it will never come again."""
         self._sub = await connection.subscribe(event_subject(self.task_id), cb=self._on_live)
         try:
             await connection.flush()  # the server knows the subscription before history is read
+            if logged is not None:
+                self._target = max(self._target, await logged())
             first = await self._history.page(self.task_id, self._seq.last)
         except BaseException:
             await self.close()
@@ -341,7 +350,11 @@ class EventService:
         self._held[stream] = (client, tenant_id)
         self._per_client[client] = held + 1
         self._per_tenant[tenant_id] = tenant_held + 1
-        await stream.start(self.broker.connection)
+
+        async def logged() -> int:
+            return (await self.tasks.get(task_id, tenant_id)).last_seq
+
+        await stream.start(self.broker.connection, logged)
         return stream
 
     def _closed(self, stream: EventStream) -> None:

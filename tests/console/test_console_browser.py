@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -113,7 +113,33 @@ def _wait(driver: WebDriver, what: Callable[[WebDriver], T], timeout_s: float = 
         except StaleElementReferenceException:
             return False  # the page redrew the element: look again
 
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(attempt)  # type: ignore[arg-type]
+    try:
+        return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(attempt)  # type: ignore[arg-type]
+    except TimeoutException:
+        raise AssertionError(
+            f"waited {timeout_s}s in vain; the page: {_describe(driver)}"
+        ) from None
+
+
+def _describe(driver: WebDriver) -> str:
+    """What a failed wait saw: where the page was, its task and stream, and its log."""
+    seen = driver.execute_script(
+        """
+        const text = (id) => { const e = document.getElementById(id); return e && e.textContent; };
+        const status = document.getElementById("stream-status");
+        return {
+          url: location.href,
+          state: text("task-state"),
+          stream: status && [status.dataset.status, status.dataset.reconnects],
+          events: [...document.querySelectorAll("#events > li")]
+            .map(li => li.dataset.seq + ":" + li.dataset.kind),
+          question: text("agent-question"),
+          error: text("task-error"),
+        };
+        """
+    )
+    logs = [entry["message"][:300] for entry in driver.get_log("browser")][-10:]
+    return f"{seen} browser log: {logs}"
 
 
 def _sign_in(driver: WebDriver, key: str) -> None:
@@ -279,15 +305,7 @@ def test_post_the_seed_task_and_watch_it_finish(
     before = _log_length(console_stack, task_id)
     page.find_element(By.ID, "message-text").send_keys("Now say goodbye")
     page.find_element(By.ID, "send-message").click()
-    try:
-        _wait(page, lambda d: any(seq > before + 2 for seq, _ in _events(d)))
-    except Exception:
-        status = page.find_element(By.ID, "stream-status")
-        raise AssertionError(
-            f"before={before} shown={_events(page)} status={status.get_attribute('data-status')}"
-            f" state={_state(page)} log={_log_length(console_stack, task_id)}"
-            f" error={page.find_element(By.ID, 'task-error').text}"
-        ) from None
+    _wait(page, lambda d: any(seq > before + 2 for seq, _ in _events(d)))
     _wait_state(page, "FINISHED")
     _assert_each_event_once(page, console_stack, task_id)
     assert any(

@@ -139,6 +139,25 @@ async def test_a_gap_waits_out_a_storage_outage(
         await reader.close()
 
 
+async def test_events_logged_before_the_stream_and_not_yet_stored_still_come(
+    events: EventService, task_id: str, log: Log
+) -> None:
+    """The State says seq 3 is logged; storage, a moment behind, has 1 only, and 2 and 3 were
+    published before the stream subscribed (nothing will bring them live): the stream fetches
+    them once storage has them. Before, it waited for a live event for ever."""
+    state = await events.tasks.store.load(task_id)
+    assert state is not None
+    await events.tasks.store.save(state.model_copy(update={"last_seq": 3}))
+    log.store(1, 1)
+    reader = Reader(await events.open_stream(task_id, after=0, tenant_id=TENANT))
+    try:
+        assert await reader.take(1) == [1]
+        log.store(2, 3)  # storage catches up; no live event comes
+        assert await reader.take(2) == [2, 3]
+    finally:
+        await reader.close()
+
+
 async def test_heartbeats_keep_an_idle_stream_open(
     events: EventService, task_id: str, log: Log
 ) -> None:
