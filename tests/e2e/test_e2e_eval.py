@@ -6,9 +6,14 @@ report."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tools.eval.cli import main
@@ -47,6 +52,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             conversation(_task("json-names"), solving_turns(_task("json-names"))),
             conversation(_task("squares"), wrong),
             conversation(_task("three-lines"), claims),
+            # primes: works slowly for ever (the last turn repeats), to be interrupted
+            conversation(
+                _task("primes"),
+                [{"tool": "execute_bash", "arguments": {"command": "sleep 1"}, "delay_s": 1}],
+            ),
         ],
     )
     config = StackConfig.isolated(
@@ -121,3 +131,48 @@ def test_bad_options_exit_2(stack: Stack) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--url", stack.config.gateway_url, "--tasks", "no-such-task"])
     assert exited.value.code == 2
+
+
+def test_ctrl_c_stops_the_running_tasks_and_exits_130(stack: Stack, tmp_path: Path) -> None:
+    (tmp_path / "key").write_text(stack.api_key)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tools.eval",
+            "--url",
+            stack.config.gateway_url,
+            "--api-key-file",
+            str(tmp_path / "key"),
+            "--tasks",
+            "primes",
+            "--report",
+            str(tmp_path / "report.json"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with httpx.Client(
+            base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+        ) as http:
+            running_task = None
+            deadline = time.monotonic() + 60
+            while running_task is None:
+                assert time.monotonic() < deadline, "the eval's task never ran"
+                listed = http.get("/v1/tasks", params={"label": "eval:primes"}).json()["tasks"]
+                running_task = next((t for t in listed if t["iterations"] >= 1), None)
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 130, out.decode(errors="replace")
+            assert b"interrupted: the running tasks were stopped" in out
+            assert not (tmp_path / "report.json").exists()
+            deadline = time.monotonic() + 30
+            while http.get(f"/v1/tasks/{running_task['id']}").json()["state"] != "STOPPED":
+                assert time.monotonic() < deadline, "the interrupted task was not stopped"
+                time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -113,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
         console.print("[red]--concurrency must be at least 1[/]")
         sys.exit(2)
     subset = "custom" if args.tasks else args.subset
+    interrupted = False
     with _gateway(args) as (url, api_key):
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -136,15 +137,22 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
                 live = [f"{t}:{s}" for t, s in states.items() if s not in ("passed", "failed")]
                 progress.update(bar, status=" ".join(live)[:80])
 
-            report = run_eval(
-                url,
-                api_key,
-                tasks,
-                subset=subset,
-                concurrency=args.concurrency,
-                timeout_s=args.timeout,
-                on_progress=on_progress,
-            )
+            try:
+                report = run_eval(
+                    url,
+                    api_key,
+                    tasks,
+                    subset=subset,
+                    concurrency=args.concurrency,
+                    timeout_s=args.timeout,
+                    on_progress=on_progress,
+                )
+            except KeyboardInterrupt:
+                progress.stop()
+                console.print("[yellow]interrupted: the running tasks were stopped[/]")
+                interrupted = True
+    if interrupted:
+        sys.exit(130)
     print_report(report, console)
     for o in report.outcomes:
         if args.show == "all" or (args.show == "failed" and not o.passed):

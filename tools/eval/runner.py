@@ -100,6 +100,10 @@ def describe_model() -> str:
     return "local (Qwen2.5-Coder-1.5B, llama.cpp)"
 
 
+class _Cancelled(Exception):
+    """The run was interrupted: the task was stopped and is not scored."""
+
+
 class _Gateway:
     def __init__(self, url: str, api_key: str) -> None:
         self.http = httpx.Client(
@@ -129,6 +133,7 @@ def _run_one(
     task: EvalTask,
     timeout_s: float,
     on_state: Callable[[str], None],
+    cancel: threading.Event,
 ) -> TaskOutcome:
     outcome = TaskOutcome(id=task.id, kind=task.kind)
     started = time.monotonic()
@@ -148,6 +153,9 @@ def _run_one(
     outcome.task_id = task_id
     view: dict[str, Any] = {}
     stopped = False
+    if cancel.is_set():
+        gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+        raise _Cancelled
     while True:
         answer = gateway.call("GET", f"/v1/tasks/{task_id}")
         if answer.status_code == 200:
@@ -164,7 +172,9 @@ def _run_one(
         if time.monotonic() - started > timeout_s + 120:
             outcome.error = outcome.error or "did not end"
             break
-        time.sleep(1.0)
+        if cancel.wait(1.0):
+            gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+            raise _Cancelled
     outcome.seconds = round(time.monotonic() - started, 1)
     outcome.state = view.get("state", "")
     outcome.steps = int(view.get("iterations", 0))
@@ -245,13 +255,16 @@ def run_eval(
     gateway = _Gateway(url, api_key)
     scorer = Scorer()
     lock = threading.Lock()
+    cancel = threading.Event()
     notify = on_progress or (lambda _task, _what: None)
 
     def one(task: EvalTask) -> TaskOutcome:
         try:
             outcome = _run_one(
-                gateway, repos, scorer, task, timeout_s, lambda s: notify(task.id, s)
+                gateway, repos, scorer, task, timeout_s, lambda s: notify(task.id, s), cancel
             )
+        except _Cancelled:
+            raise
         except Exception as exc:  # one task's failure is its own, not the run's
             outcome = TaskOutcome(id=task.id, kind=task.kind, error=f"{type(exc).__name__}: {exc}")
         with lock:
@@ -259,11 +272,16 @@ def run_eval(
         return outcome
 
     try:
-        with (
-            serve_repositories(tasks) as repos,
-            ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool,
-        ):
-            report.outcomes = list(pool.map(one, tasks))
+        with serve_repositories(tasks) as repos:
+            pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+            try:
+                report.outcomes = list(pool.map(one, tasks))
+            except BaseException:
+                # Ctrl-C (or a bug): each running task is stopped on the stack, none is scored.
+                cancel.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
     finally:
         scorer.close()
         gateway.http.close()
