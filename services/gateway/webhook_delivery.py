@@ -112,8 +112,10 @@ class WebhookDeliverer:
         states: TaskStateStore,
         records: TaskRecords,
         policy: DeliveryPolicy,
+        connected: Callable[[], bool] = lambda: True,
     ) -> None:
         self._jetstream = jetstream
+        self._connected = connected
         self.webhooks = webhooks
         self.secrets = secrets
         self.states = states
@@ -121,6 +123,7 @@ class WebhookDeliverer:
         self.policy = policy
         self._slots = asyncio.Semaphore(policy.concurrency)
         self._loop: asyncio.Task[None] | None = None
+        self._subscription: JetStreamContext.PullSubscription | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
 
@@ -144,6 +147,7 @@ class WebhookDeliverer:
                 description="Webhook notifications of task states (gateway)",
             ),
         )
+        self._subscription = subscription
         self._loop = asyncio.create_task(self._consume(subscription), name="webhook-consumer")
 
     async def stop(self) -> None:
@@ -155,21 +159,37 @@ class WebhookDeliverer:
             running.cancel()
         if self._running:
             await asyncio.wait(self._running, timeout=5)
+        if self._subscription is not None:
+            # Gone before the connection drains: a pull subscription left to the drain holds
+            # it until its last pull request expires. The durable consumer stays on the server.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._subscription.unsubscribe(), 2.0)
+            self._subscription = None
         if self._http is not None:
             await self._http.aclose()
 
     async def _consume(self, subscription: JetStreamContext.PullSubscription) -> None:
+        pause = 0.0
         while True:
+            if pause:
+                await asyncio.sleep(pause)
+            if not self._connected():
+                # NATS away: nothing is asked meanwhile (a pull request would only wait in the
+                # client's buffer); the messages wait in the stream.
+                pause = min(max(pause * 2, 0.5), 10.0)
+                continue
             try:
                 messages = await subscription.fetch(_FETCH_BATCH, timeout=5)
             except (nats.errors.TimeoutError, TimeoutError):
+                pause = 0.0
                 continue
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # NATS away: try again, the messages wait in the stream
-                log.warning("webhook consumer: fetch failed (%s); retrying", exc)
-                await asyncio.sleep(1.0)
+            except Exception as exc:
+                pause = min(max(pause * 2, 0.5), 10.0)
+                log.warning("webhook consumer: fetch failed (%s); again in %.1f s", exc, pause)
                 continue
+            pause = 0.0
             for msg in messages:
                 try:
                     await self._take(msg)
@@ -392,4 +412,5 @@ def build_deliverer(
             allow_private=settings.webhook_allow_private_targets,
             concurrency=settings.webhook_concurrency,
         ),
+        lambda: broker.connection.is_connected,
     )
