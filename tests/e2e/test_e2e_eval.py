@@ -52,6 +52,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             conversation(_task("json-names"), solving_turns(_task("json-names"))),
             conversation(_task("squares"), wrong),
             conversation(_task("three-lines"), claims),
+            # unique-emails: asks a question; nobody answers in an evaluation
+            conversation(_task("unique-emails"), [{"content": "Which file do you mean?"}]),
             # primes: works slowly for ever (the last turn repeats), to be interrupted
             conversation(
                 _task("primes"),
@@ -78,7 +80,7 @@ def test_eval_scores_scripted_runs(
             "--api-key-file",
             str(tmp_path / "key"),
             "--tasks",
-            "fix-calc,squares,three-lines,json-names",
+            "fix-calc,squares,three-lines,json-names,unique-emails",
             "--concurrency",
             "2",
             "--timeout",
@@ -100,18 +102,26 @@ def test_eval_scores_scripted_runs(
     claim = by_id["three-lines"]
     assert not claim.passed and claim.state == "FINISHED" and "3" in claim.final_message
     assert "notes.txt" in claim.check_output
+    # Waiting for a person: stopped, then scored on what is there.
+    asks = by_id["unique-emails"]
+    assert not asks.passed and asks.state == "STOPPED", asks
+    assert asks.error == "stopped: waits for a person (AWAITING_USER_INPUT)"
+    assert "Which file do you mean?" in asks.transcript
     for outcome in report.outcomes:
+        if outcome is asks:
+            continue
         assert outcome.task_id and outcome.steps >= 1 and outcome.tokens > 0
         assert outcome.seconds > 0
-    assert report.passed == 2 and report.pass_rate == 0.5
+    assert report.passed == 2 and report.pass_rate == 0.4
 
     written = json.loads(report_path.read_text())
-    assert written["passed"] == 2 and written["total"] == 4 and written["pass_rate"] == 0.5
+    assert written["passed"] == 2 and written["total"] == 5 and written["pass_rate"] == 0.4
     assert {t["id"]: t["passed"] for t in written["tasks"]} == {
         "fix-calc": True,
         "squares": False,
         "three-lines": False,
         "json-names": True,
+        "unique-emails": False,
     }
     # What the agent did, legible: the command, its output, the file it wrote as a diff.
     wrong = by_id["squares"].transcript
@@ -119,8 +129,8 @@ def test_eval_scores_scripted_runs(
     assert "passed" in by_id["fix-calc"].transcript  # pytest's summary line, as printed
     assert "wc -l counts 3" in claim.transcript
     shown = capsys.readouterr().out
-    assert "passed 2 of 4 (50%)" in shown
-    for task_id in ("fix-calc", "squares", "three-lines", "json-names"):
+    assert "passed 2 of 5 (40%)" in shown
+    for task_id in ("fix-calc", "squares", "three-lines", "json-names", "unique-emails"):
         assert task_id in shown
     # --show failed: the failed tasks' transcripts and checks follow the table, not the others'.
     assert "squares: FAIL" in shown and "three-lines: FAIL" in shown
