@@ -1,6 +1,6 @@
 """The evaluation harness (issue 16) on the real stack with the scripted LLM: a conversation that
 solves its task passes, one that does not fails, an agent that claims success without doing the
-work fails; `python -m tools.eval` (what `make eval` runs) prints the table and writes the JSON
+work fails, one that asks a question is stopped and fails; `python -m tools.eval` (what `make eval` runs) prints the table and writes the JSON
 report."""
 
 from __future__ import annotations
