@@ -105,3 +105,10 @@ def test_a_workspace_entry_outside_workspace_is_left_out() -> None:
         final = tar.extractfile("check/final_message.txt")
         assert final is not None and final.read() == b"msg"
         assert all(m.uid == 1000 for m in tar.getmembers())
+
+
+def test_a_missing_sandbox_image_is_one_clear_line() -> None:
+    with pytest.raises(
+        RuntimeError, match=r"deckhands/no-such-image:x is missing: run `make image`"
+    ):
+        Scorer("deckhands/no-such-image:x")

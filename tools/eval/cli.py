@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
         console.print("[red]--concurrency must be at least 1[/]")
         sys.exit(2)
     subset = "custom" if args.tasks else args.subset
-    interrupted = False
+    interrupted = failed = False
     with _gateway(args) as (url, api_key):
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -147,12 +147,18 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
                     timeout_s=args.timeout,
                     on_progress=on_progress,
                 )
+            except RuntimeError as exc:  # no Docker engine or sandbox image for the checks
+                progress.stop()
+                console.print(f"[red]{exc}[/]")
+                failed = True
             except KeyboardInterrupt:
                 progress.stop()
                 console.print("[yellow]interrupted: the running tasks were stopped[/]")
                 interrupted = True
     if interrupted:
         sys.exit(130)
+    if failed:
+        sys.exit(1)
     print_report(report, console)
     for o in report.outcomes:
         if args.show == "all" or (args.show == "failed" and not o.passed):

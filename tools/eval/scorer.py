@@ -91,7 +91,13 @@ class Scorer:
 
         self.image = image
         self.timeout_s = timeout_s
-        self._client: Any = docker.from_env(timeout=60)
+        try:
+            self._client: Any = docker.from_env(timeout=60)
+            self._client.api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            raise RuntimeError(f"the sandbox image {image} is missing: run `make image`") from None
+        except docker.errors.DockerException as exc:
+            raise RuntimeError(f"the checks need the Docker engine: {exc}") from None
         self._slots = threading.BoundedSemaphore(parallel)
 
     def close(self) -> None:
