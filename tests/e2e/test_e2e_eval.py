@@ -1,7 +1,7 @@
 """The evaluation harness (issue 16) on the real stack with the scripted LLM: a conversation that
 solves its task passes, one that does not fails, an agent that claims success without doing the
-work fails, one that asks a question is stopped and fails; `python -m tools.eval` (what `make eval` runs) prints the table and writes the JSON
-report."""
+work fails, one that asks a question is stopped and fails; `python -m tools.eval` (what `make
+eval` runs) prints the table and writes the JSON report; Ctrl-C stops the tasks it started."""
 
 from __future__ import annotations
 
