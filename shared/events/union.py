@@ -34,14 +34,15 @@ from .observations import (
     TaskCreatedObservation,
     UserRejectObservation,
 )
+from .reviewed import ReviewedAction
 
 __all__ = [
     "ACTION_TYPES",
+    "ENVELOPE_TYPES",
     "OBSERVATION_TYPES",
     "RUNNABLE_ACTION_TYPES",
     "Event",
     "EventAdapter",
-    "RunnableAction",
 ]
 
 Event = Annotated[
@@ -68,12 +69,8 @@ Event = Annotated[
     | AgentDelegateObservation
     | AnswerMissingObservation
     | SandboxQueuedObservation
-    | TaskCreatedObservation,
-    Field(discriminator="kind"),
-]
-
-RunnableAction = Annotated[
-    CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction | FileEditAction,
+    | TaskCreatedObservation
+    | ReviewedAction,
     Field(discriminator="kind"),
 ]
 
@@ -110,3 +107,5 @@ OBSERVATION_TYPES = (
     SandboxQueuedObservation,
     TaskCreatedObservation,
 )
+# Messages that carry events to the controller but are never logged themselves.
+ENVELOPE_TYPES = (ReviewedAction,)
