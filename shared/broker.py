@@ -29,6 +29,7 @@ __all__ = [
     "ServiceBroker",
     "build_broker",
     "durable_subscription",
+    "handled_message",
     "nats_login",
 ]
 
@@ -132,6 +133,18 @@ def build_broker(
     holder.append(broker)
     PROCESS_HEALTH.watch(broker)
     return broker
+
+
+def handled_message(broker: NatsBroker) -> Any:
+    """The message (FastStream's StreamMessage) the running handler was called for.
+
+    Handlers read it here rather than take a `NatsMessage` (a `Context`) parameter: fast_depends
+    resolves each such parameter in a worker thread, a thread hop and a lock on every message of
+    the hottest paths (the runtime's, the reasoner's, storage's)."""
+    message = broker.context.get_local("message")
+    if message is None:
+        raise RuntimeError("no message is being handled in this context")
+    return message
 
 
 def nats_login(settings: CommonSettings) -> dict[str, Any]:

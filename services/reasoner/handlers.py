@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from faststream.nats import NatsBroker
-from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from redis.asyncio import Redis
 
 from shared.blobs import BlobMissing, BlobStore
+from shared.broker import handled_message
 from shared.commands import ReviewAction, StepRequest
 from shared.delivery import PermanentError
 from shared.events import RUNNABLE_ACTION_TYPES
@@ -141,7 +141,8 @@ class StepHandler:
             return
         await self.blobs.put(replayed.task_id, data)
 
-    async def on_step(self, step: StepRequest, msg: NatsMessage) -> None:
+    async def on_step(self, step: StepRequest) -> None:
+        msg = handled_message(self.broker)
         raw = _jetstream_msg(msg)
         delivered = raw.metadata.num_delivered if raw is not None else 1
         last_attempt = delivered >= self.settings.max_deliveries

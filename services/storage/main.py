@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
-from faststream import Context, FastStream
+from faststream import FastStream
 from faststream.nats.message import NatsBatchMessage
 
-from shared.broker import EVENTS, build_broker, durable_subscription
+from shared.broker import EVENTS, build_broker, durable_subscription, handled_message
+from shared.commands import HistoryReply
 from shared.streams import ensure_streams
 from shared.subjects import FORGET_SUBJECT, HISTORY_SUBJECT, Service, event_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
@@ -39,15 +39,20 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
             batch_wait_s=settings.batch_wait_s,
         ),
     )
-    async def on_events(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
-        await handlers.on_events(msg.raw_message, broker.guard, broker)
+    async def on_events() -> None:
+        batch: NatsBatchMessage = handled_message(broker)
+        await handlers.on_events(batch.raw_message, broker.guard, broker)
 
-    broker.subscriber(
+    @broker.subscriber(
         HISTORY_SUBJECT,
         queue="storage",
         title="storage.history",
         description="Request/reply: a task's events after a seq, in order.",
-    )(handlers.on_history)
+    )
+    async def on_history() -> HistoryReply:
+        # The raw body: a malformed request is answered with what was wrong, not dropped.
+        return await handlers.on_history(handled_message(broker).body)
+
     broker.subscriber(
         FORGET_SUBJECT,  # no queue group: every replica keeps a copy, every one removes it
         title="storage.forget",
