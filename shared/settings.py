@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+import base64
+import binascii
+
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["CommonSettings"]
+
+
+def _urlsafe_b64(text: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text.encode() + b"=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return b""
 
 
 def _check_url(value: str) -> None:
@@ -83,6 +93,18 @@ class CommonSettings(BaseSettings):
         "refer to; when full, new content is not kept and the event says so.",
     )
 
+    secrets_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="Encrypts tenants' secrets at rest (shared/secrets_store.py): 32 random "
+        "bytes, URL-safe base64. Kubernetes: the Secret deckhands-secrets-key; `make up`: "
+        ".run/credentials/secrets-key. Empty: secrets are off (the routes answer 503).",
+    )
+    secrets_previous_keys: SecretStr = Field(
+        default=SecretStr(""),
+        description="Older secrets keys, comma-separated: they still open what they sealed "
+        "while DECKHANDS_SECRETS_KEY seals anew (key rotation).",
+    )
+
     otel_exporter: str = Field(
         default="none", description="'none', 'console' or 'otlp' (OTLP over HTTP)."
     )
@@ -99,6 +121,19 @@ class CommonSettings(BaseSettings):
     @classmethod
     def _is_url(cls, value: str) -> str:
         _check_url(value)
+        return value
+
+    @field_validator("secrets_key", "secrets_previous_keys")
+    @classmethod
+    def _are_keys(cls, value: SecretStr, info: ValidationInfo) -> SecretStr:
+        for key in value.get_secret_value().split(","):
+            if key.strip() and len(_urlsafe_b64(key.strip())) != 32:
+                name = f"DECKHANDS_{(info.field_name or '').upper()}"
+                raise ValueError(
+                    f"{name} must be 32 random bytes in URL-safe base64 (44 characters), e.g. "
+                    "python -c 'import base64,os; print(base64.urlsafe_b64encode(os.urandom(32))"
+                    ".decode())'"
+                )
         return value
 
     @model_validator(mode="after")

@@ -9,15 +9,22 @@ when the streams are there, and fails with the server's refusal when they are no
 from __future__ import annotations
 
 import nats
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from .blobs import ensure_blob_bucket
 from .broker_permissions import inbox_prefix
 from .settings import CommonSettings
-from .subjects import DLQ_STREAM, EVENTS_STREAM, WORK_STREAM
+from .subjects import DELETIONS_STREAM, DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM
 
-__all__ = ["ensure_streams", "stream_configs"]
+__all__ = ["ensure_streams", "ensure_tenants_bucket", "stream_configs"]
 
 _DAY_S = 86_400.0
 # Long enough to cover a publisher's retries after a lost ack; Nats-Msg-Id dedups within it.
@@ -58,6 +65,17 @@ def stream_configs(settings: CommonSettings) -> list[StreamConfig]:
             duplicate_window=_DUPLICATE_WINDOW_S,
             num_replicas=settings.stream_replicas,
         ),
+        StreamConfig(
+            name=DELETIONS_STREAM,
+            description="Deleted tasks: every storage replica removes its copy of their events, "
+            "one that was down when it is back.",
+            subjects=["deckhands.deletions.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=max_age,
+            duplicate_window=_DUPLICATE_WINDOW_S,
+            num_replicas=settings.stream_replicas,
+        ),
     ]
 
 
@@ -79,6 +97,23 @@ def _as_declared(current: StreamConfig, wanted: StreamConfig) -> bool:
         getattr(wanted, name) is None or getattr(current, name) == getattr(wanted, name)
         for name in _DECLARED_FIELDS
     )
+
+
+async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None:
+    """The gateway's durable record of tenants, API key hashes and limits (Redis caches it):
+    a key-value bucket replicated like the streams. Created unless it exists."""
+    try:
+        await js.key_value(TENANTS_BUCKET)
+    except (BucketNotFoundError, NotFoundError):
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=TENANTS_BUCKET,
+                description="Tenants, API key hashes and limits: the source of truth.",
+                history=1,
+                storage=StorageType.FILE,
+                replicas=replicas,
+            )
+        )
 
 
 async def ensure_streams(settings: CommonSettings) -> None:
@@ -105,5 +140,6 @@ async def ensure_streams(settings: CommonSettings) -> None:
                 if not _as_declared(info.config, config):
                     await js.update_stream(config)
         await ensure_blob_bucket(js, settings.blob_store_max_bytes, settings.stream_replicas)
+        await ensure_tenants_bucket(js, settings.stream_replicas)
     finally:
         await nc.close()

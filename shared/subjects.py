@@ -6,7 +6,9 @@ Layout:
   deckhands.dlq.<service>            messages a service gave up on (stream DLQ)
   deckhands.storage.history          request/reply, core NATS
   deckhands.storage.forget           request/reply, core NATS, every storage replica
+  deckhands.deletions.<task>         a deleted task, for every storage replica (stream DELETIONS)
   object store BLOBS_BUCKET          large content an event refers to (claim checks)
+  key-value TENANTS_BUCKET           tenants, API key hashes and limits (the gateway's)
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from enum import StrEnum
 
 __all__ = [
     "BLOBS_BUCKET",
+    "DELETIONS_STREAM",
     "DLQ_STREAM",
     "EVENTS_STREAM",
     "FORGET_SUBJECT",
     "HISTORY_SUBJECT",
+    "TENANTS_BUCKET",
     "WORK_STREAM",
     "Service",
+    "deletion_subject",
     "dlq_subject",
     "event_subject",
     "work_subject",
@@ -29,7 +34,9 @@ __all__ = [
 EVENTS_STREAM = "DECKHANDS_EVENTS"
 WORK_STREAM = "DECKHANDS_WORK"
 DLQ_STREAM = "DECKHANDS_DLQ"
+DELETIONS_STREAM = "DECKHANDS_DELETIONS"
 BLOBS_BUCKET = "deckhands-blobs"
+TENANTS_BUCKET = "deckhands-tenants"
 
 HISTORY_SUBJECT = "deckhands.storage.history"
 FORGET_SUBJECT = "deckhands.storage.forget"
@@ -62,3 +69,9 @@ def work_subject(service: Service, task_id: str = "*") -> str:
 
 def dlq_subject(service: Service | str) -> str:
     return f"deckhands.dlq.{Service(service).value}"
+
+
+def deletion_subject(task_id: str) -> str:
+    """Where a deleted task is announced, so that every storage replica, one that is down
+    included once it is back, removes its copy of the task's events."""
+    return f"deckhands.deletions.{task_id}"

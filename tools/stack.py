@@ -189,6 +189,19 @@ class Stack:
         """Headers that authenticate as the stack's tenant."""
         return auth_headers(self.api_key)
 
+    def secrets_key(self) -> str:
+        """The key that encrypts tenants' secrets (DECKHANDS_SECRETS_KEY), made once and kept
+        in run_dir/credentials/secrets-key: secrets stored by an earlier `up` stay readable."""
+        path = self.config.run_dir / "credentials" / "secrets-key"
+        key = read_secret(path)
+        if key is None:
+            from shared.secrets_store import new_secrets_key
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            key = new_secrets_key()
+            write_secret(path, key)
+        return key
+
     def _ensure_admin_key(self) -> bool:
         """Make an admin key unless one was given or made before; True if it made one."""
         if self.given_admin_key() or read_secret(self.admin_key_file):
@@ -222,6 +235,8 @@ class Stack:
             "DECKHANDS_POOL_NAME": c.pool_name,
             **c.extra_env,
         }
+        if not env.get("DECKHANDS_SECRETS_KEY"):
+            env["DECKHANDS_SECRETS_KEY"] = self.secrets_key()
         admin_key = self.given_admin_key() or read_secret(self.admin_key_file)
         if admin_key is not None:
             env["DECKHANDS_ADMIN_API_KEY"] = admin_key

@@ -14,8 +14,9 @@
 #   FORCE=1        rebuild the sandbox image even if its tag exists
 #   FORCE_BASE=1   also rebuild the default base image from a fresh rootfs
 #
-# When BASE_IMAGE is the default and missing, a minimal Debian root filesystem is made with
-# mmdebstrap (from the host's apt mirror) and `docker import`ed as the base.
+# When BASE_IMAGE is the default and missing (or built from another packages.txt), a minimal
+# Debian root filesystem with the packages of packages.txt is made with mmdebstrap (from the
+# host's apt mirror) and `docker import`ed as the base.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,11 +27,18 @@ SUITE="${SUITE:-bookworm}"
 FORCE="${FORCE:-0}"
 FORCE_BASE="${FORCE_BASE:-0}"
 
-have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 # The image records which sources it was built from: an image of an older executor (whose
 # protocol the runtime may have outgrown) is rebuilt, not reused.
-SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" | sha256sum | cut -c1-16)"
+SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" "$HERE/packages.txt" | sha256sum | cut -c1-16)"
+# The Debian packages of the base (packages.txt, one a line, `#` comments): a base built from
+# another list is rebuilt.
+PACKAGES="$(sed -e 's/#.*//' "$HERE/packages.txt" | tr -s ' \n' '\n' | grep -v '^$' | sort -u | paste -sd, -)"
+PACKAGES_HASH="$(printf '%s' "$PACKAGES" | sha256sum | cut -c1-16)"
+base_current() {
+    [[ "$(docker image inspect -f '{{ index .Config.Labels "deckhands.base.packages" }}' \
+        "$BASE_IMAGE" 2>/dev/null)" == "$PACKAGES_HASH" ]]
+}
 current() {
     [[ "$(docker image inspect -f '{{ index .Config.Labels "deckhands.sandbox.source" }}' \
         "$SANDBOX_IMAGE" 2>/dev/null)" == "$SOURCE" ]]
@@ -61,7 +69,8 @@ build_base() {
     trap 'rm -rf "$tmp"' RETURN
     echo "building base rootfs ($SUITE) with mmdebstrap"
     mmdebstrap --variant=minbase \
-        --include=python3,bash,coreutils,procps,tini,ca-certificates \
+        --include="$PACKAGES" \
+        --aptopt='APT::Install-Recommends "false"' \
         --aptopt='Acquire::Languages "none"' \
         --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -70,10 +79,11 @@ build_base() {
     docker import \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' \
+        --change "LABEL deckhands.base.packages=$PACKAGES_HASH" \
         "$tmp/rootfs.tar" "$BASE_IMAGE"
 }
 
-if [[ "$BASE_IMAGE" == "$DEFAULT_BASE" ]] && { [[ "$FORCE_BASE" == "1" ]] || ! have_image "$BASE_IMAGE"; }; then
+if [[ "$BASE_IMAGE" == "$DEFAULT_BASE" ]] && { [[ "$FORCE_BASE" == "1" ]] || ! base_current; }; then
     build_base
 fi
 

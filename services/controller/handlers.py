@@ -26,6 +26,7 @@ from shared.subjects import EVENTS_STREAM, Service
 from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
 from .rebuild import RebuildError, rebuild_state, waits_for_a_seat
+from .secret_filter import SecretFilter
 from .state_cache import StateCache
 from .task_log import TaskLog, has_ended
 from .task_metrics import count_task_end
@@ -65,6 +66,7 @@ class ControllerHandlers:
         answer_retries: int = 2,
         cache: StateCache | None = None,
         task_log: TaskLog | None = None,
+        secrets: SecretFilter | None = None,
     ) -> None:
         self.broker = broker
         self.store = store
@@ -73,8 +75,10 @@ class ControllerHandlers:
         self.answer_retries = answer_retries
         self.cache = cache if cache is not None else StateCache(0)
         self.task_log = task_log
+        self.secrets = secrets or SecretFilter(None)
 
     async def on_input(self, event: Event) -> None:
+        event = await self.secrets.redact(event)
         with TURN_SECONDS.time():
             outbox = await self._decide(event)
         await self._publish(outbox)

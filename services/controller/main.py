@@ -9,6 +9,7 @@ from faststream import FastStream
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.events import AnswerMissingObservation
 from shared.redis_client import connect_redis
+from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
@@ -16,6 +17,7 @@ from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .deadlines import AnswerDeadlines
 from .handlers import ControllerHandlers
+from .secret_filter import SecretFilter
 from .settings import ControllerSettings
 from .state_cache import StateCache
 from .task_log import TaskLog
@@ -35,6 +37,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         settings.answer_retries,
         StateCache(settings.state_cache_size),
         TaskLog(lambda: broker.config.connection_state.stream),
+        SecretFilter(SecretsStore.from_settings(redis, settings)),
     )
     broker.subscriber(
         work_subject(Service.CONTROLLER),

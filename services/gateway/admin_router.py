@@ -1,20 +1,24 @@
 """HTTP routes of /v1/admin: tenants, their API keys and their limits, for the operator (the
-admin key). Logic lives in TenantStore and TenantQuotas."""
+admin key). Logic lives in TenantStore, TenantService and TenantQuotas. Every change is a line
+of the audit log (services.gateway.audit)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, status
+from fastapi import APIRouter, Path, Query, status
 
 from .api_keys import KEY_PREFIX_PATTERN
+from .audit import ADMIN, audit
 from .auth import AdminDep
-from .context import TenantQuotasDep, TenantStoreDep
+from .context import TenantQuotasDep, TenantServiceDep, TenantStoreDep
 from .models import (
     ApiKeyList,
     ApiKeyView,
     CreateApiKeyRequest,
     CreateTenantRequest,
+    DeletedTenantView,
+    DisableTenantRequest,
     ErrorResponse,
     InvalidRequestResponse,
     IssuedApiKey,
@@ -52,7 +56,9 @@ TenantId = Annotated[str, Path(pattern=TENANT_ID_PATTERN)]
     summary="Create a tenant",
 )
 async def create_tenant(body: CreateTenantRequest, tenants: TenantStoreDep) -> TenantView:
-    return TenantView.of(await tenants.create_tenant(body.id, body.name or body.id))
+    tenant = await tenants.create_tenant(body.id, body.name or body.id)
+    audit(ADMIN, "tenant.create", tenant=tenant.id, name=tenant.name)
+    return TenantView.of(tenant)
 
 
 @router.get("/tenants", response_model=TenantList, summary="Every tenant, oldest first")
@@ -68,6 +74,52 @@ async def get_tenant(tenant_id: TenantId, tenants: TenantStoreDep) -> TenantView
 
 
 @router.post(
+    "/tenants/{tenant_id}/disable",
+    response_model=TenantView,
+    responses=_NO_TENANT,
+    summary="Disable a tenant: its keys answer 403 with the reason; its tasks go on",
+)
+async def disable_tenant(
+    tenant_id: TenantId, body: DisableTenantRequest, admin: TenantServiceDep
+) -> TenantView:
+    return TenantView.of(await admin.disable(tenant_id, body.reason))
+
+
+@router.post(
+    "/tenants/{tenant_id}/enable",
+    response_model=TenantView,
+    responses=_NO_TENANT,
+    summary="Enable a disabled tenant: its keys work again",
+)
+async def enable_tenant(tenant_id: TenantId, admin: TenantServiceDep) -> TenantView:
+    return TenantView.of(await admin.enable(tenant_id))
+
+
+@router.delete(
+    "/tenants/{tenant_id}",
+    response_model=DeletedTenantView,
+    responses={
+        **_NO_TENANT,
+        409: {"model": ErrorResponse, "description": "The tenant has live tasks (no force)"},
+    },
+    summary="Delete a tenant: its keys are revoked and its id is not given again",
+)
+async def delete_tenant(
+    tenant_id: TenantId,
+    admin: TenantServiceDep,
+    force: Annotated[
+        bool, Query(description="Stop the tenant's live tasks rather than refuse (409).")
+    ] = False,
+) -> DeletedTenantView:
+    deleted = await admin.delete(tenant_id, force=force)
+    return DeletedTenantView(
+        id=deleted.tenant_id,
+        keys_revoked=deleted.keys_revoked,
+        tasks_stopped=deleted.tasks_stopped,
+    )
+
+
+@router.post(
     "/tenants/{tenant_id}/keys",
     status_code=status.HTTP_201_CREATED,
     response_model=IssuedApiKey,
@@ -78,6 +130,7 @@ async def issue_key(
     tenant_id: TenantId, body: CreateApiKeyRequest, tenants: TenantStoreDep
 ) -> IssuedApiKey:
     issued = await tenants.issue_key(tenant_id, body.name)
+    audit(ADMIN, "key.create", tenant=tenant_id, key=issued.record.prefix, name=body.name)
     return IssuedApiKey(**ApiKeyView.of(issued.record).model_dump(), key=issued.key)
 
 
@@ -88,7 +141,9 @@ async def issue_key(
     summary="The tenant's keys by prefix, revoked ones included, oldest first",
 )
 async def list_keys(tenant_id: TenantId, tenants: TenantStoreDep) -> ApiKeyList:
-    return ApiKeyList(keys=[ApiKeyView.of(k) for k in await tenants.list_keys(tenant_id)])
+    records = await tenants.list_keys(tenant_id)
+    used = await tenants.last_used([k.prefix for k in records])
+    return ApiKeyList(keys=[ApiKeyView.of(k, used.get(k.prefix)) for k in records])
 
 
 @router.delete(
@@ -102,7 +157,9 @@ async def revoke_key(
     prefix: Annotated[str, Path(pattern=KEY_PREFIX_PATTERN, description="`dh_<id>`")],
     tenants: TenantStoreDep,
 ) -> ApiKeyView:
-    return ApiKeyView.of(await tenants.revoke_key(tenant_id, prefix))
+    revoked = await tenants.revoke_key(tenant_id, prefix)
+    audit(ADMIN, "key.revoke", tenant=tenant_id, key=prefix)
+    return ApiKeyView.of(revoked)
 
 
 @router.get(
@@ -129,4 +186,5 @@ async def set_limits(
 ) -> QuotasView:
     await tenants.get_tenant(tenant_id)
     await quotas.set_limits(tenant_id, body)
+    audit(ADMIN, "tenant.limits", tenant=tenant_id, **body.model_dump(exclude_none=True))
     return await quotas_view(quotas, tenant_id)

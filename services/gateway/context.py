@@ -10,6 +10,7 @@ from faststream.nats import NatsBroker
 from redis.asyncio import Redis
 
 from shared.blobs import BlobStore
+from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
 
 from .blob_service import BlobService
@@ -17,11 +18,16 @@ from .event_service import EventService
 from .history import HistoryClient
 from .quotas import QuotaDefaults, TenantQuotas
 from .readiness_service import ReadinessService
+from .secret_service import SecretService
 from .settings import GatewaySettings
+from .task_attachments import TaskAttachments
 from .task_deletion import TaskDeletion
 from .task_listing import TaskListing
 from .task_service import TaskDefaults, TaskService
+from .tenant_records import TenantRecords
+from .tenant_service import TenantService
 from .tenants import TenantStore
+from .webhooks import WebhookStore
 
 __all__ = [
     "BlobServiceDep",
@@ -32,6 +38,7 @@ __all__ = [
     "TaskListingDep",
     "TaskServiceDep",
     "TenantQuotasDep",
+    "TenantServiceDep",
     "TenantStoreDep",
     "build_context",
     "get_context",
@@ -51,6 +58,11 @@ class GatewayContext:
     tenants: TenantStore
     listing: TaskListing
     deletion: TaskDeletion
+    tenant_admin: TenantService
+    # Issue 11: tenants' secrets (None: DECKHANDS_SECRETS_KEY unset) and what tasks are
+    # created with besides their State (secrets they may use, a webhook).
+    secrets: SecretsStore | None = None
+    attachments: TaskAttachments | None = None
 
 
 def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
@@ -99,6 +111,17 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     deletion = TaskDeletion(
         tasks, history, broker, blob_store, stop_timeout_s=settings.delete_stop_timeout_s
     )
+    # Tenants, keys and limits: durable in NATS key-value, cached in Redis.
+    records = TenantRecords(lambda: broker.connection.jetstream())
+    tenants = TenantStore(redis, records)
+    tasks.quotas.records = records
+    secrets_store = SecretsStore.from_settings(redis, settings)
+    attachments = TaskAttachments(
+        SecretService(secrets_store),
+        WebhookStore(redis),
+        settings.webhook_allow_private_targets,
+    )
+    tasks.attachments = attachments
     return GatewayContext(
         settings,
         broker,
@@ -107,9 +130,12 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         events,
         readiness,
         blobs,
-        TenantStore(redis),
+        tenants,
         TaskListing(store, tasks.records),
         deletion,
+        TenantService(tenants, tasks.quotas, tasks),
+        secrets=secrets_store,
+        attachments=attachments,
     )
 
 
@@ -162,3 +188,10 @@ TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]
 TaskListingDep = Annotated[TaskListing, Depends(_listing)]
 TenantQuotasDep = Annotated[TenantQuotas, Depends(_quotas)]
 TaskDeletionDep = Annotated[TaskDeletion, Depends(_deletion)]
+
+
+async def _tenant_admin(context: Annotated[GatewayContext, Depends(get_context)]) -> TenantService:
+    return context.tenant_admin
+
+
+TenantServiceDep = Annotated[TenantService, Depends(_tenant_admin)]

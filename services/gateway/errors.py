@@ -66,8 +66,13 @@ class TenantNotFound(GatewayError):
 class TenantExists(GatewayError):
     status_code = 409
 
-    def __init__(self, tenant_id: str) -> None:
-        super().__init__(f"tenant {tenant_id!r} already exists")
+    def __init__(self, tenant_id: str, *, deleted: bool = False) -> None:
+        super().__init__(
+            f"tenant {tenant_id!r} was deleted: its id is not given again (its tasks' records "
+            "still name it); choose another"
+            if deleted
+            else f"tenant {tenant_id!r} already exists"
+        )
 
 
 class ApiKeyNotFound(GatewayError):

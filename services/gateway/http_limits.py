@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import Any
 
 import h11
@@ -34,6 +35,18 @@ REFUSED_REQUESTS = Counter(
 )
 
 _BODY_VARIABLE = "DECKHANDS_MAX_REQUEST_BODY_BYTES"
+# Uploads into a task's workspace (PUT /v1/tasks/{id}/workspace) stream to a temporary file,
+# never into memory: they get their own, larger, body limit and deadline.
+UPLOAD_PATH = re.compile(r"^/v1/tasks/[^/]+/workspace$")
+_UPLOAD_VARIABLE = "DECKHANDS_WORKSPACE_MAX_UPLOAD_BYTES"
+
+
+def _is_upload(method: str | bytes, path: str | bytes) -> bool:
+    method = method.decode("latin-1") if isinstance(method, bytes) else method
+    path = path.decode("latin-1") if isinstance(path, bytes) else path
+    return method == "PUT" and UPLOAD_PATH.match(path.split("?", 1)[0]) is not None
+
+
 _CLOSE = (b"connection", b"close")
 
 
@@ -52,19 +65,21 @@ class _BodyTooLarge(Exception):
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, max_upload_bytes: int | None = None
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_upload_bytes = max_upload_bytes or max_body_bytes
 
-    def _detail(self, size: str) -> str:
-        return (
-            f"request body {size} is larger than the limit of {self.max_body_bytes} bytes "
-            f"({_BODY_VARIABLE})"
-        )
+    def _detail(self, size: str, limit: int, variable: str) -> str:
+        return f"request body {size} is larger than the limit of {limit} bytes ({variable})"
 
-    async def _refuse(self, send: Send, size: str) -> None:
+    async def _refuse(self, send: Send, size: str, upload: bool = False) -> None:
         REFUSED_REQUESTS.labels("body").inc()
-        body = json.dumps({"detail": self._detail(size)}).encode()
+        limit = self.max_upload_bytes if upload else self.max_body_bytes
+        variable = _UPLOAD_VARIABLE if upload else _BODY_VARIABLE
+        body = json.dumps({"detail": self._detail(size, limit, variable)}).encode()
         await send(
             {
                 "type": "http.response.start",
@@ -83,8 +98,10 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await self._refuse(send, f"of {declared} bytes (Content-Length)")
+        upload = _is_upload(scope["method"], scope["path"])
+        limit = self.max_upload_bytes if upload else self.max_body_bytes
+        if declared is not None and declared > limit:
+            await self._refuse(send, f"of {declared} bytes (Content-Length)", upload)
             return
 
         received = 0
@@ -96,7 +113,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > limit:
                     too_large = True
                     raise _BodyTooLarge
             return message
@@ -108,7 +125,7 @@ class BodyLimitMiddleware:
             if too_large:
                 if not answered:
                     answered = True
-                    await self._refuse(send, f"of more than {self.max_body_bytes} bytes")
+                    await self._refuse(send, f"of more than {limit} bytes", upload)
                 return
             if message["type"] == "http.response.start":
                 answered = True
@@ -119,7 +136,7 @@ class BodyLimitMiddleware:
         except _BodyTooLarge:
             pass  # raised only by counting_receive: answered just below
         if too_large and not answered:
-            await self._refuse(send, f"of more than {self.max_body_bytes} bytes")
+            await self._refuse(send, f"of more than {limit} bytes", upload)
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -176,6 +193,7 @@ def _head_bytes(request: h11.Request) -> int:
 
 class _BoundedH11Protocol(H11Protocol):
     request_timeout_s: float = 30.0
+    upload_timeout_s: float = 30.0
     max_header_bytes: int = 16 * 1024
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -191,6 +209,8 @@ class _BoundedH11Protocol(H11Protocol):
                     # h11 bounds only a head still incomplete after a read; one read can bring
                     # a larger, complete one.
                     raise h11.RemoteProtocolError("headers too large", error_status_hint=431)
+                if isinstance(event, h11.Request) and _is_upload(event.method, event.target):
+                    self._arm(self.upload_timeout_s)  # an upload's body takes longer
                 return event
             except h11.RemoteProtocolError as exc:
                 # uvicorn answers every protocol error 400; h11 knows when it is 431.
@@ -238,9 +258,11 @@ class _BoundedH11Protocol(H11Protocol):
         )
         self.transport.close()
 
-    def _arm(self) -> None:
+    def _arm(self, timeout_s: float | None = None) -> None:
         self._disarm()
-        self._request_timer = self.loop.call_later(self.request_timeout_s, self._timed_out)
+        self._request_timer = self.loop.call_later(
+            timeout_s or self.request_timeout_s, self._timed_out
+        )
 
     def _disarm(self) -> None:
         if self._request_timer is not None:
@@ -266,10 +288,16 @@ class _BoundedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def bounded_h11_protocol(*, request_timeout_s: float, max_header_bytes: int) -> type[H11Protocol]:
+def bounded_h11_protocol(
+    *, request_timeout_s: float, max_header_bytes: int, upload_timeout_s: float | None = None
+) -> type[H11Protocol]:
     """uvicorn's `http=` protocol class with these limits."""
     return type(
         "BoundedH11Protocol",
         (_BoundedH11Protocol,),
-        {"request_timeout_s": request_timeout_s, "max_header_bytes": max_header_bytes},
+        {
+            "request_timeout_s": request_timeout_s,
+            "upload_timeout_s": upload_timeout_s or request_timeout_s,
+            "max_header_bytes": max_header_bytes,
+        },
     )

@@ -11,16 +11,22 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
-from faststream.nats import NatsBroker
+from faststream.nats import JStream, NatsBroker
 from opentelemetry.sdk.trace import TracerProvider
 
 from shared.broker import WORK, build_broker
-from shared.commands import HistoryRequest
+from shared.commands import ForgetTaskRequest, HistoryRequest
 from shared.events import ChangeAgentStateAction, MessageAction
 from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
 from shared.streams import ensure_streams
-from shared.subjects import HISTORY_SUBJECT, Service, work_subject
+from shared.subjects import (
+    DELETIONS_STREAM,
+    HISTORY_SUBJECT,
+    Service,
+    deletion_subject,
+    work_subject,
+)
 from shared.telemetry import setup_logging, setup_tracing
 
 from . import (
@@ -29,8 +35,12 @@ from . import (
     docs_router,
     event_router,
     health_router,
+    key_router,
     quota_router,
+    secret_router,
     task_router,
+    ui_router,
+    webhook_router,
 )
 from .context import build_context
 from .errors import install_error_handlers
@@ -38,6 +48,9 @@ from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
 from .observability import HttpObservabilityMiddleware
 from .settings import GatewaySettings
 from .trusted_hosts import TrustedHostMiddleware
+from .webhook_delivery import WebhookDeliverer, build_deliverer
+from .workspace_router import router as workspace_routes
+from .workspace_service import build_workspace
 
 __all__ = ["build_app", "build_gateway_broker", "main"]
 
@@ -64,6 +77,13 @@ def build_gateway_broker(
         description="Request/reply with the storage service, answered with a HistoryReply.",
         schema=HistoryRequest,
     )
+    broker.publisher(
+        deletion_subject("*"),
+        stream=JStream(DELETIONS_STREAM, declare=False),
+        title="gateway.task_deleted",
+        description="A deleted task, for every storage replica to remove its copy of the log.",
+        schema=ForgetTaskRequest,
+    )
     return broker
 
 
@@ -87,13 +107,19 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             f"gateway start-up: cannot reach Redis at {settings.redis_url} "
             f"(DECKHANDS_REDIS_URL): {type(exc).__name__}: {exc}"
         ) from exc
+    deliverer: WebhookDeliverer | None = None
     try:
         await broker.start()
         app.state.gateway = build_context(settings, broker, redis)
+        app.state.workspace = build_workspace(settings, broker, redis, app.state.gateway)
+        deliverer = build_deliverer(settings, broker, redis, app.state.gateway)
+        await deliverer.start()
         log.info("gateway ready (NATS %s, Redis %s)", settings.nats_url, settings.redis_url)
         yield
     finally:
         app.state.gateway = None
+        if deliverer is not None:
+            await deliverer.stop()
         try:
             await _stop_broker(broker)
         finally:
@@ -132,16 +158,25 @@ def build_app(
     app.state.gateway = None
     install_error_handlers(app)
     # Inside the observability middleware, so that a refused body is counted and traced too.
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_request_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=settings.max_request_body_bytes,
+        max_upload_bytes=settings.workspace_max_upload_bytes,
+    )
     app.add_middleware(TrustedHostMiddleware, trusted_hosts=settings.trusted_hosts)
     app.add_middleware(HttpObservabilityMiddleware)
     app.include_router(task_router.router)
     app.include_router(event_router.router)
     app.include_router(blob_router.router)
+    app.include_router(workspace_routes)
     app.include_router(health_router.router)
     app.include_router(admin_router.router)
     app.include_router(quota_router.router)
+    app.include_router(secret_router.router)
+    app.include_router(webhook_router.router)
+    app.include_router(key_router.router)
     app.include_router(docs_router.router)
+    app.include_router(ui_router.router)  # the web console's static files, public
     return app
 
 
@@ -182,6 +217,7 @@ def main() -> None:
         http=bounded_h11_protocol(
             request_timeout_s=settings.request_timeout_s,
             max_header_bytes=settings.max_request_header_bytes,
+            upload_timeout_s=settings.workspace_upload_timeout_s,
         ),
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,

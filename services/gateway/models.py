@@ -15,10 +15,13 @@ from pydantic import (
 )
 
 from shared.events import AgentState, EventAdapter, RiskLevel
+from shared.secrets_store import MAX_SECRETS_PER_TASK, SECRET_NAME_PATTERN
 from shared.state import Awaiting, TaskState
+from shared.workspace import RepositorySpec
 
 from .quotas import Quotas, TenantLimits
 from .tenants import TENANT_ID_PATTERN, ApiKeyRecord, Tenant
+from .webhooks import WebhookSpec
 
 __all__ = [
     "LABEL_PATTERN",
@@ -30,6 +33,8 @@ __all__ = [
     "CreateApiKeyRequest",
     "CreateTaskRequest",
     "CreateTenantRequest",
+    "DeletedTenantView",
+    "DisableTenantRequest",
     "ErrorResponse",
     "EventPage",
     "InvalidRequestResponse",
@@ -61,6 +66,7 @@ MAX_LABELS = 16
 # label is safe in a URL's query as it is.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/=@+-]{0,127}$"
 Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
+SecretName = Annotated[str, StringConstraints(pattern=SECRET_NAME_PATTERN)]
 
 
 def _not_blank(value: str) -> str:
@@ -103,6 +109,24 @@ class CreateTaskRequest(_Request):
         max_length=MAX_LABELS,
         description="Up to 16 distinct labels (1-128 characters: letters, digits, `._:/=@+-`), "
         "to find the task with GET /v1/tasks?label=...",
+    )
+    repository: RepositorySpec | None = Field(
+        default=None,
+        description="A git repository checked out into /workspace (`.git` included) before the "
+        "task's first action: `url` (https, http or git), `ref` (branch, tag or commit; the "
+        "default branch if absent), `token_secret` (the tenant's secret holding an access "
+        "token). A failed checkout ends the task in ERROR with the reason.",
+    )
+    secrets: list[SecretName] = Field(
+        default_factory=list,
+        max_length=MAX_SECRETS_PER_TASK,
+        description="Names of the tenant's secrets (PUT /v1/secrets/{name}) the task's commands "
+        "get as environment variables; their values never appear in its events.",
+    )
+    webhook: WebhookSpec | None = Field(
+        default=None,
+        description="Where to POST the task's terminal state (and, with on_waiting, when it waits "
+        "for a person); the tenant's default (PUT /v1/webhook) when absent.",
     )
 
     _task_not_blank = field_validator("task")(_not_blank)
@@ -318,6 +342,9 @@ class TaskSummary(BaseModel):
     reason: str
     labels: list[str]
     iterations: int
+    cost_usd: float = Field(
+        description="The task's LLM spend so far, its sub-tasks' included once they report."
+    )
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
@@ -331,6 +358,7 @@ class TaskSummary(BaseModel):
             reason=state.reason,
             labels=list(labels),
             iterations=state.iteration,
+            cost_usd=state.total_usage().cost_usd,
             created_at=state.created_at,
             updated_at=state.updated_at,
             finished_at=state.finished_at,
@@ -388,10 +416,34 @@ class TenantView(_View):
     id: str
     name: str
     created_at: datetime
+    disabled_at: datetime | None = Field(
+        default=None, description="Since when its keys answer 403 (null: enabled)."
+    )
+    disabled_reason: str | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantView:
-        return cls(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+        return cls(
+            id=tenant.id,
+            name=tenant.name,
+            created_at=tenant.created_at,
+            disabled_at=tenant.disabled_at,
+            disabled_reason=tenant.disabled_reason,
+        )
+
+
+class DisableTenantRequest(_Request):
+    reason: str = Field(
+        default="",
+        max_length=500,
+        description="Why: every request with the tenant's keys is answered 403 with it.",
+    )
+
+
+class DeletedTenantView(_View):
+    id: str
+    keys_revoked: int
+    tasks_stopped: int = Field(description="Tasks asked to stop (with ?force=true).")
 
 
 class TenantList(_View):
@@ -410,15 +462,23 @@ class ApiKeyView(_View):
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    last_used_at: datetime | None = Field(
+        default=None, description="When it last authenticated a request (to the minute)."
+    )
+    created_by: str | None = Field(
+        default=None, description="The prefix of the key that made it; null: the operator."
+    )
 
     @classmethod
-    def of(cls, record: ApiKeyRecord) -> ApiKeyView:
+    def of(cls, record: ApiKeyRecord, last_used_at: datetime | None = None) -> ApiKeyView:
         return cls(
             prefix=record.prefix,
             tenant_id=record.tenant_id,
             name=record.name,
             created_at=record.created_at,
             revoked_at=record.revoked_at,
+            last_used_at=last_used_at,
+            created_by=record.created_by,
         )
 
 

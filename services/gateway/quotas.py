@@ -5,15 +5,26 @@ override per tenant (PUT /v1/admin/tenants/{id}/limits). A task is admitted when
 and again when a user message resumes one that had ended (FINISHED, ERROR, REJECTED); over a
 limit the gateway answers 429 with Retry-After and a body naming the limit.
 
+The operator's limits are kept durably in the tenants bucket (`limits.<id>`, TenantRecords)
+and cached in Redis (`deckhands:tenant:<id>:limits`, refilled from the bucket on a miss), so
+a Redis that lost its data still applies them. The counts below are Redis's alone: they are
+settled against the States, which the controller rebuilds from the log.
+
 How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
 - `running` HASH task id -> its Reservation: the tenant's tasks admitted and not yet seen to
   end. Each admission first settles the entries whose State has ended (or is gone), so the hash
   holds the running tasks; a Lua script adds the new one only while fewer than the limit are
   held, so two gateways admitting at once cannot both take the last place. A task waiting for a
   person still runs: stop or delete it to free its place.
-- sandboxes: the seats (shared.admission) held by the running tasks and their sub-tasks. A
-  soft limit: it refuses new tasks while the tenant's tasks hold that many; the tasks it has
-  keep what they hold (a sub-task's sandbox is bounded by the depth and fan-out limits).
+- `holders` HASH root task id -> Holder: the tenant's task trees that may hold sandboxes. The
+  count is the pool's own: the seats (shared.admission, kept by the runtime) held by any task
+  of these trees, root or sub-task (each holds its own). A task holds its seat from its first
+  sandbox until its sandbox is released, which is later than it stops running: a task waiting
+  for input or a confirmation keeps it, and one that ended in ERROR keeps its sandbox for a
+  user message to resume it. A tree leaves the hash once every task of it has ended and none
+  holds a seat (a user message that resumes it puts it back). A soft limit: it refuses new
+  tasks while the tenant's tasks hold that many; the tasks it has keep what they hold (a
+  sub-task's sandbox is bounded by the depth and fan-out limits).
 - `spend:<UTC day>` a float: every task admitted that day reserves its budget there, and when
   it is seen to end its reservation is replaced by what it really spent (its sub-tasks' spend
   included, since the controller adds it to the root's). A task is admitted only if its budget
@@ -38,8 +49,9 @@ from shared.state import TaskState
 from shared.state_store import TaskStateStore
 
 from .errors import QuotaExceeded, StorageUnavailable
+from .tenant_records import TenantRecords
 
-__all__ = ["QuotaDefaults", "Quotas", "Reservation", "TenantLimits", "TenantQuotas"]
+__all__ = ["Holder", "QuotaDefaults", "Quotas", "Reservation", "TenantLimits", "TenantQuotas"]
 
 _PREFIX = "deckhands"
 # A task no longer runs (for its tenant's count) in these states; a user message may resume
@@ -48,6 +60,7 @@ _ENDED = frozenset({AgentState.FINISHED, AgentState.ERROR, AgentState.STOPPED, A
 _RETRY_RUNNING_S = 30  # a running task ends when it ends: look again in a while
 _SETTLE_GRACE_S = 120.0
 _SPEND_KEPT_S = 3 * 86_400  # a day's counter outlives the day by a little, for settlements
+_LIMITS_CACHED_S = 600  # a cache entry filled as the operator changed the limits lasts no longer
 
 
 class TenantLimits(BaseModel):
@@ -87,8 +100,8 @@ class TenantLimits(BaseModel):
 class QuotaDefaults:
     """The server's defaults (GatewaySettings): what a tenant gets unless the operator says."""
 
-    max_running_tasks: int = 100
-    max_sandboxes: int = 100
+    max_running_tasks: int = 1000
+    max_sandboxes: int = 1000
     max_spend_usd_per_day: float | None = None
     default_max_budget_usd: float | None = 10.0
     max_delegation_depth: int = 3
@@ -143,8 +156,26 @@ class Reservation(BaseModel):
         return (now - self.at).total_seconds() > _SETTLE_GRACE_S
 
 
-# KEYS: running, spend counter of today. ARGV: task, reservation json, max running, reserved
-# usd, spend limit ('' when none), spend ttl.
+class Holder(BaseModel):
+    """A task tree that may hold sandboxes: when its root was admitted (again), and the root's
+    State version then."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: datetime = Field(default_factory=utc_now)
+    state_version: int = Field(default=0, ge=0)
+
+    def done(self, root: TaskState | None, tree_ended: bool, now: datetime) -> bool:
+        """Whether a tree that holds no seat now never will again short of a new admission:
+        every task of it has ended since the root was admitted (or its State is gone, after a
+        grace period)."""
+        if root is not None:
+            return tree_ended and root.version > self.state_version
+        return (now - self.at).total_seconds() > _SETTLE_GRACE_S
+
+
+# KEYS: running, spend counter of today, holders. ARGV: task, reservation json, max running,
+# reserved usd, spend limit ('' when none), spend ttl, holder json.
 # Returns {'ok'} or {limit name, current}.
 _RESERVE = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'ok'} end
@@ -155,6 +186,7 @@ if ARGV[5] ~= '' and spent + tonumber(ARGV[4]) > tonumber(ARGV[5]) + 1e-9 then
   return {'max_spend_usd_per_day', tostring(spent)}
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[7])
 redis.call('INCRBYFLOAT', KEYS[2], ARGV[4])
 redis.call('EXPIRE', KEYS[2], ARGV[6])
 return {'ok'}
@@ -169,6 +201,14 @@ redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('INCRBYFLOAT', KEYS[2], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[4])
 return 1
+"""
+
+
+# KEYS: holders. ARGV: task, holder json as read. Only the entry read is removed, so a tree
+# admitted again meanwhile (a user message resumed it) stays.
+_UNHOLD = """
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
 """
 
 
@@ -197,17 +237,23 @@ class TenantQuotas:
     ) -> None:
         self.store = store
         self.redis: Redis = store.redis
+        # The durable copy of the operator's limits; None: Redis alone (unit tests).
+        self.records: TenantRecords | None = None
         self.defaults = defaults
         self.prefix = prefix
         self._seats_key = f"{seats_prefix(pool_name)}:seats"
         self._reserve = self.redis.register_script(_RESERVE)
         self._settle = self.redis.register_script(_SETTLE)
+        self._unhold = self.redis.register_script(_UNHOLD)
 
     def _limits_key(self, tenant_id: str) -> str:
         return f"{self.prefix}:tenant:{tenant_id}:limits"
 
     def _running_key(self, tenant_id: str) -> str:
         return f"{self.prefix}:tenant:{tenant_id}:running"
+
+    def _holders_key(self, tenant_id: str) -> str:
+        return f"{self.prefix}:tenant:{tenant_id}:holders"
 
     def _spend_key(self, tenant_id: str, day: str) -> str:
         return f"{self.prefix}:tenant:{tenant_id}:spend:{day}"
@@ -217,6 +263,9 @@ class TenantQuotas:
     async def limits(self, tenant_id: str) -> TenantLimits:
         try:
             raw = await self.redis.get(self._limits_key(tenant_id))
+            if raw is None and self.records is not None:
+                raw = await self.records.get(f"limits.{tenant_id}") or b"{}"
+                await self.redis.set(self._limits_key(tenant_id), raw, ex=_LIMITS_CACHED_S)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return TenantLimits() if raw is None else TenantLimits.model_validate_json(raw)
@@ -228,18 +277,37 @@ class TenantQuotas:
         return Quotas.of(limits, self.defaults)
 
     async def set_limits(self, tenant_id: str, limits: TenantLimits) -> None:
+        raw = limits.model_dump_json()
+        if self.records is not None:
+            await self.records.put(f"limits.{tenant_id}", raw.encode())
         try:
-            await self.redis.set(self._limits_key(tenant_id), limits.model_dump_json())
+            await self.redis.set(self._limits_key(tenant_id), raw)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
 
     # -- use
 
+    async def stoppable_tasks(self, tenant_id: str) -> list[str]:
+        """The tenant's running tasks (settled), and the trees that may hold a sandbox."""
+        try:
+            running = await self._running(tenant_id)
+            holders = await self.redis.hkeys(self._holders_key(tenant_id))  # type: ignore[misc]
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+        return list(dict.fromkeys([*running, *(_text(h) for h in holders)]))
+
+    async def live_tasks(self, tenant_id: str) -> list[str]:
+        """The tenant's running tasks, after settling those that ended."""
+        try:
+            return list(await self._running(tenant_id))
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+
     async def usage(self, tenant_id: str) -> tuple[int, int, float]:
         """(running tasks, sandboxes held, spend today in USD), after settling ended tasks."""
         try:
             running = await self._running(tenant_id)
-            sandboxes = await self._sandboxes(list(running.values()))
+            sandboxes = await self._sandboxes(tenant_id)
             spent = await self.redis.get(self._spend_key(tenant_id, _day(utc_now())))
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
@@ -259,7 +327,7 @@ class TenantQuotas:
             running = await self._running(tenant_id)
             if task_id in running:
                 return budget_usd  # admitted already (a retried request)
-            sandboxes = await self._sandboxes(list(running.values()))
+            sandboxes = await self._sandboxes(tenant_id)
             if sandboxes >= quotas.max_sandboxes:
                 raise QuotaExceeded(
                     "max_sandboxes",
@@ -297,6 +365,11 @@ class TenantQuotas:
             if may_spend <= 0:
                 may_spend = initial or budget  # the controller raises a budget that was hit
         try:
+            # Its tree may take seats again, whether or not it still counts as running.
+            holder = Holder(at=now, state_version=state.version)
+            await self.redis.hset(  # type: ignore[misc]
+                self._holders_key(tenant_id), state.task_id, holder.model_dump_json()
+            )
             running = await self._running(tenant_id)
             if state.task_id in running:
                 return
@@ -316,6 +389,7 @@ class TenantQuotas:
         """A deleted task runs no more: its place is free at once, its reservation stays
         charged to its day (what it spent is gone with its State)."""
         try:
+            await self.redis.hdel(self._holders_key(tenant_id), task_id)  # type: ignore[misc]
             raw = await self.redis.hget(self._running_key(tenant_id), task_id)  # type: ignore[misc]
             if raw is not None:
                 day = Reservation.model_validate_json(raw).day
@@ -329,6 +403,7 @@ class TenantQuotas:
     async def release(self, tenant_id: str, task_id: str) -> None:
         """A task refused after its admission (nothing was created): give its place back."""
         try:
+            await self.redis.hdel(self._holders_key(tenant_id), task_id)  # type: ignore[misc]
             raw = await self.redis.hget(self._running_key(tenant_id), task_id)  # type: ignore[misc]
             if raw is not None:
                 reservation = Reservation.model_validate_json(raw)
@@ -354,8 +429,13 @@ class TenantQuotas:
         spent: float,
     ) -> None:
         limit = quotas.max_spend_usd_per_day
+        holder = Holder(at=reservation.at, state_version=reservation.state_version)
         answer = await self._reserve(
-            keys=[self._running_key(tenant_id), self._spend_key(tenant_id, reservation.day)],
+            keys=[
+                self._running_key(tenant_id),
+                self._spend_key(tenant_id, reservation.day),
+                self._holders_key(tenant_id),
+            ],
             args=[
                 task_id,
                 reservation.model_dump_json(),
@@ -363,6 +443,7 @@ class TenantQuotas:
                 repr(reservation.reserved_usd),
                 "" if limit is None else repr(limit),
                 _SPEND_KEPT_S,
+                holder.model_dump_json(),
             ],
         )
         verdict = [_text(part) for part in answer]
@@ -423,15 +504,47 @@ class TenantQuotas:
             )
         return running
 
-    async def _sandboxes(self, roots: list[TaskState | None]) -> int:
-        """Seats held by these tasks and their sub-tasks (whose ids their States list)."""
-        tree = [state.task_id for state in roots if state is not None]
-        level = [sub for state in roots if state is not None for sub in state.sub_tasks]
-        while level and len(tree) < 10_000:
-            tree += level
-            subs = await self.store.load_many(level)
-            level = [sub for state in subs if state is not None for sub in state.sub_tasks]
-        if not tree:
+    async def _sandboxes(self, tenant_id: str) -> int:
+        """Seats held by the tenant's task trees, roots and sub-tasks (whose ids their States
+        list); a tree that has ended and holds none is let go."""
+        key = self._holders_key(tenant_id)
+        entries = {
+            _text(task): _text(raw)
+            for task, raw in (await self.redis.hgetall(key)).items()  # type: ignore[misc]
+        }
+        if not entries:
             return 0
-        held = await self.redis.hmget(self._seats_key, tree)  # type: ignore[misc]
-        return sum(1 for seat in held if seat is not None)
+        roots = list(entries)
+        root_states = await self.store.load_many(roots)
+        tree_of: dict[str, str] = {}  # task -> its root
+        ended = {root: True for root in roots}
+        level: list[tuple[str, TaskState]] = []
+        for root, state in zip(roots, root_states, strict=True):
+            tree_of[root] = root
+            if state is not None:
+                level.append((root, state))
+        while level and len(tree_of) < 10_000:
+            subs: list[tuple[str, str]] = []
+            for root, state in level:
+                ended[root] = ended[root] and state.agent_state in _ENDED
+                subs += [(root, sub) for sub in state.sub_tasks if sub not in tree_of]
+            for root, sub in subs:
+                tree_of[sub] = root
+            sub_states = await self.store.load_many([sub for _, sub in subs])
+            level = [
+                (root, state)
+                for (root, _), state in zip(subs, sub_states, strict=True)
+                if state is not None
+            ]
+        tasks = list(tree_of)
+        held = await self.redis.hmget(self._seats_key, tasks)  # type: ignore[misc]
+        per_root = dict.fromkeys(roots, 0)
+        for task, seat in zip(tasks, held, strict=True):
+            if seat is not None:
+                per_root[tree_of[task]] += 1
+        now = utc_now()
+        for root, state in zip(roots, root_states, strict=True):
+            holder = Holder.model_validate_json(entries[root])
+            if per_root[root] == 0 and holder.done(state, ended[root], now):
+                await self._unhold(keys=[key], args=[root, entries[root]])
+        return sum(per_root.values())

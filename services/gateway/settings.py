@@ -35,12 +35,44 @@ class GatewaySettings(CommonSettings):
         "(`network_egress`); false (the default) refuses such tasks with 403. Same variable as "
         "the runtime's.",
     )
+    # A task's workspace in and out, its repository (workspace_service.py, workspace_router.py).
+    workspace_max_upload_bytes: int = Field(
+        default=256 << 20,
+        ge=1,
+        description="PUT /v1/tasks/{id}/workspace: the most bytes an upload's body may hold "
+        "(spooled to a temporary file, never held in memory).",
+    )
+    workspace_upload_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="An upload's body must arrive in full within this long (other requests: "
+        "DECKHANDS_REQUEST_TIMEOUT_S).",
+    )
+    workspace_max_download_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="GET .../workspace (the tar.gz, one file) and .../workspace/diff: the most "
+        "bytes an answer may hold; past it, 413.",
+    )
+    workspace_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long the gateway waits for the runtime's answer to a workspace request.",
+    )
+    repository_url_schemes: list[str] = Field(
+        default=["https", "http", "git"],
+        description="URL schemes a task's repository may use (JSON list); same variable as the "
+        "runtime's.",
+    )
     # Each tenant's quotas, unless the operator sets the tenant's own (services.gateway.quotas).
+    # A fairness limit per tenant, above the pool's size (DECKHANDS_MAX_SANDBOXES, 100) by
+    # default: past the pool, tasks queue first come, first served (the global admission); the
+    # quota only keeps one tenant from taking every place in that queue.
     tenant_max_running_tasks: int = Field(
-        default=100, ge=0, description="Tasks one tenant may have running at once; more: 429."
+        default=1000, ge=0, description="Tasks one tenant may have running at once; more: 429."
     )
     tenant_max_sandboxes: int = Field(
-        default=100,
+        default=1000,
         ge=0,
         description="Sandboxes one tenant's tasks (sub-tasks included) may hold before its new "
         "tasks are refused with 429.",
@@ -122,6 +154,32 @@ class GatewaySettings(CommonSettings):
         gt=0,
         description="How long DELETE /v1/tasks/{id} waits for a running task to stop before it "
         "gives up (503, nothing removed).",
+    )
+    # Webhooks (issue 11): services/gateway/webhooks.py and webhook_delivery.py.
+    webhook_allow_private_targets: bool = Field(
+        default=False,
+        description="Let webhooks go to loopback, private and link-local addresses (refused by "
+        "default: a tenant must not reach the operator's own network through them).",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, le=50, description="How long one webhook POST may take."
+    )
+    webhook_backoff_s: float = Field(
+        default=2.0, gt=0, description="Delay before a failed webhook's second attempt; doubles."
+    )
+    webhook_backoff_max_s: float = Field(
+        default=600.0, gt=0, description="Longest delay between two attempts of a webhook."
+    )
+    webhook_deadline_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="A webhook not delivered this long after its first attempt is given up.",
+    )
+    webhook_max_attempts: int = Field(
+        default=20, ge=1, description="Attempts of one webhook notification at most."
+    )
+    webhook_concurrency: int = Field(
+        default=16, ge=1, le=256, description="Webhook POSTs in flight at once per gateway."
     )
     admin_api_key: SecretStr | None = Field(
         default=None,

@@ -2,6 +2,11 @@
 kept of it: its log (the JetStream subject and storage's copies), its blobs, its State and
 trajectory, and the gateway's record of it.
 
+Storage's copies go twice over: the deletion is announced on the deletions stream, which every
+storage replica consumes with a durable consumer of its own (a replica that is down applies it
+when it is back, and from then on keeps nothing more of the task), and the replicas that are up
+are asked at once (request/reply), so that the task's history is gone when DELETE answers.
+
 A task is deleted from its root: a sub-task belongs to its parent's log and answer, and goes
 with it. Everything is removed before the record, so that a deletion that fails half-way (a
 restarted gateway, storage not answering) leaves a task its owner still sees and can delete
@@ -20,16 +25,18 @@ from nats.js.errors import NotFoundError
 from redis.exceptions import RedisError
 
 from shared.blobs import BlobStore
+from shared.commands import ForgetTaskRequest
 from shared.events import SANDBOX_ENDING_STATES, AgentState
+from shared.publishing import publish_json
 from shared.state import TaskState
-from shared.subjects import EVENTS_STREAM, event_subject
+from shared.subjects import DELETIONS_STREAM, EVENTS_STREAM, deletion_subject, event_subject
 from shared.trajectory import trajectory_key
 
 from .errors import GatewayError, StorageUnavailable, TaskNotStopped
 from .history import HistoryClient
 from .task_service import OwnedTask, TaskService
 
-__all__ = ["SubTaskNotDeletable", "TaskDeletion", "blob_refs"]
+__all__ = ["SubTaskNotDeletable", "TaskDeletion", "announce_deletion", "blob_refs"]
 
 log = logging.getLogger("deckhands.gateway.deletion")
 
@@ -59,6 +66,20 @@ def blob_refs(value: Any) -> set[str]:
         for item in value:
             found |= blob_refs(item)
     return found
+
+
+async def announce_deletion(broker: NatsBroker, task_id: str) -> None:
+    """Tell every storage replica, through the deletions stream, that the task is deleted."""
+    try:
+        await publish_json(
+            broker,
+            deletion_subject(task_id),
+            ForgetTaskRequest(task_id=task_id),
+            f"deleted-{task_id}",
+            DELETIONS_STREAM,
+        )
+    except Exception as exc:
+        raise StorageUnavailable(f"the deletions stream (NATS) is unavailable: {exc}") from exc
 
 
 class TaskDeletion:
@@ -140,6 +161,7 @@ class TaskDeletion:
             pass  # no stream, no log
         except Exception as exc:
             raise StorageUnavailable(f"the event log (NATS) is unavailable: {exc}") from exc
+        await announce_deletion(self.broker, task_id)
         await self.history.forget(task_id)
         try:
             for sha256 in refs:

@@ -93,7 +93,8 @@ IdempotencyKey = Annotated[
         403: {
             "model": ErrorResponse,
             "description": "Network egress asked for, but this server disallows it; or a "
-            "trajectory, which the operator has not allowed this tenant",
+            "trajectory, which the operator has not allowed this tenant; or secrets or a "
+            "webhook when this server's secrets are off",
         },
     },
     summary="Create a task and start its agent",
@@ -114,6 +115,9 @@ async def create_task(
         network_egress=body.network_egress,
         trajectory=body.trajectory,
         labels=tuple(body.labels),
+        repository=body.repository.model_dump() if body.repository is not None else None,
+        secrets=tuple(body.secrets),
+        webhook=body.webhook,
     )
     created = await tasks.create(new, caller.tenant_id, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"

@@ -41,7 +41,11 @@ from .errors import (
 )
 from .idempotency import IdempotencyKeys, request_fingerprint
 from .quotas import QuotaDefaults, Quotas, TenantQuotas
+from .repositories import RepositoryCheck, RepositoryRefused
+from .secret_service import SecretsOff
+from .task_attachments import TaskAttachments
 from .task_records import TaskRecord, TaskRecords
+from .webhooks import WebhookSpec
 
 __all__ = [
     "CreatedTask",
@@ -92,6 +96,9 @@ class NewTask:
     network_egress: bool = False
     trajectory: list[dict[str, Any]] | None = None
     labels: tuple[str, ...] = ()
+    repository: dict[str, Any] | None = None  # the fields of a RepositorySpec (issue 11)
+    secrets: tuple[str, ...] = ()  # the tenant's secrets its commands get (issue 11)
+    webhook: WebhookSpec | None = None  # else the tenant's default
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class TaskService:
         self.idempotency = IdempotencyKeys(store.redis, idempotency_ttl_s)
         self.pool_name = pool_name
         self.quotas = TenantQuotas(store, quota_defaults or QuotaDefaults(), pool_name)
+        # A new task's repository (services.gateway.workspace_service sets it): None, refused.
+        self.repositories: RepositoryCheck | None = None
+        # Secrets and webhook of a new task (services.gateway.context sets it): None, neither.
+        self.attachments: TaskAttachments | None = None
 
     async def queue_position(self, state: TaskState) -> int | None:
         """The task's place in the queue for a sandbox, when its action waits for one."""
@@ -198,6 +209,10 @@ class TaskService:
         if record.idempotency_key is not None:
             await self.idempotency.release(record.tenant_id, record.idempotency_key)
         await self.quotas.forget(record.tenant_id, task_id)
+        if self.repositories is not None:
+            await self.repositories.forget(task_id)
+        if self.attachments is not None:
+            await self.attachments.forget(task_id)
         await self.records.remove(task_id, record)
 
     async def _load(self, task_id: str) -> TaskState | None:
@@ -237,6 +252,12 @@ class TaskService:
                 "allows it per tenant (PUT /v1/admin/tenants/{id}/limits with "
                 '{"allow_trajectory_tasks": true})'
             )
+        webhook = await self._check_attachments(new, tenant_id)
+        repository = None
+        if new.repository is not None:
+            if self.repositories is None:
+                raise RepositoryRefused("repository: not available on this gateway")
+            repository = await self.repositories.check(tenant_id, new.repository)
         candidate = new_id()
         try:
             task_id = (
@@ -256,6 +277,11 @@ class TaskService:
                 record = TaskRecord(
                     tenant_id=tenant_id, labels=new.labels, idempotency_key=idempotency_key
                 )
+                if self.attachments is not None:  # before the first message: see there
+                    await self.attachments.attach(task_id, tenant_id, new.secrets, webhook)
+                if repository is not None and self.repositories is not None:
+                    # Before the first message: the runtime reads it for the first sandbox.
+                    await self.repositories.record(task_id, tenant_id, repository)
                 state = await self._create_state(task_id, new, record, budget, quotas)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
@@ -277,6 +303,14 @@ class TaskService:
         if not replayed:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
+
+    async def _check_attachments(self, new: NewTask, tenant_id: str) -> WebhookSpec | None:
+        """The webhook the task will notify, once its secrets and webhook are acceptable."""
+        if self.attachments is None:
+            if new.secrets or new.webhook is not None:
+                raise SecretsOff()
+            return None
+        return await self.attachments.check(tenant_id, new.secrets, new.webhook)
 
     async def _admit(
         self,

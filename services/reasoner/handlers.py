@@ -28,9 +28,11 @@ from shared.publishing import publish_event_to, publish_work
 from shared.state_store import TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import TrajectoryError, load_trajectory
+from shared.workspace import RepositoryRecords
 
 from .condenser import Condensation, TokenCounter, plan_condensation, summary_lines
 from .history import HistoryCache, HistoryNotReady
+from .instructions import RepoInstructions, noting
 from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
 from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
 from .prompt import NoTaskError, PromptView, prompt_view
@@ -218,8 +220,14 @@ class StepHandler:
                 REASONER_REPLAYED.inc()
                 return replayed  # type: ignore[no-any-return]
         native = self.llm.native
+        instructions = await self._instructions(step.task_id)
         try:
-            view = prompt_view(events, native=native, max_observation_chars=s.max_observation_chars)
+            view = prompt_view(
+                events,
+                native=native,
+                max_observation_chars=s.max_observation_chars,
+                instructions=instructions,
+            )
         except NoTaskError as exc:
             raise PermanentError(f"task {step.task_id}: {exc}") from exc
         condensed = await self._condense(step, view, events, native, force=False)
@@ -245,7 +253,19 @@ class StepHandler:
             event = await keep_large_write(
                 event, self.blobs.put, s.max_action_bytes, s.max_write_bytes
             )
-        return bounded_event(step, event, reply.usage, s.max_action_bytes)
+        bounded = bounded_event(step, event, reply.usage, s.max_action_bytes)
+        return noting(bounded, instructions, events)  # type: ignore[no-any-return]
+
+    async def _instructions(self, task_id: str) -> RepoInstructions | None:
+        """The workspace's repository instructions (AGENTS.md), kept by the runtime."""
+        if self.redis is None:
+            return None
+        try:
+            found = await RepositoryRecords(self.redis).instructions(task_id)
+        except Exception as exc:  # a step without them beats no step
+            log.warning("task %s: repository instructions not read: %s", task_id, exc)
+            return None
+        return None if found is None else RepoInstructions.of(*found)
 
     async def _condense(
         self, step: StepRequest, view: PromptView, events: list[Any], native: bool, *, force: bool

@@ -39,6 +39,7 @@ from shared.events import (
     UserRejectObservation,
 )
 
+from .instructions import RepoInstructions, with_instructions
 from .tools import call_for_action, describe_tools
 
 __all__ = [
@@ -265,9 +266,14 @@ def latest_condensation(events: Sequence[Any]) -> CondensationAction | None:
 
 
 def prompt_view(
-    events: Sequence[Any], *, native: bool, max_observation_chars: int = 8000
+    events: Sequence[Any],
+    *,
+    native: bool,
+    max_observation_chars: int = 8000,
+    instructions: RepoInstructions | None = None,
 ) -> PromptView:
-    """The task's events in log order, as prompt pieces."""
+    """The task's events in log order, as prompt pieces; the repository's instructions, if
+    any, end the system prompt (instructions.py)."""
     task = next(
         (e for e in events if isinstance(e, MessageAction) and e.source == EventSource.USER),
         None,
@@ -275,7 +281,7 @@ def prompt_view(
     if task is None:
         raise NoTaskError("the task's history has no user message")
     head = (
-        {"role": "system", "content": system_prompt(native)},
+        {"role": "system", "content": with_instructions(system_prompt(native), instructions)},
         {"role": "user", "content": task.content},
     )
     answers = answers_by_action(events)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from shared.blobs import BlobMissing, BlobStore
@@ -24,10 +25,12 @@ from shared.events import (
     RunnableAction,
     RunPythonAction,
 )
+from shared.secret_redaction import Redactor
 
 from .containers import Sandbox
 from .executor_client import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
+from .task_secrets import python_exports, with_exports
 
 __all__ = [
     "RuntimeObservation",
@@ -101,7 +104,11 @@ def _notes(*notes: str) -> str:
 
 
 async def _kept(
-    sandbox: Sandbox, action: EventBase, answer: dict[str, Any], blobs: BlobStore | None
+    sandbox: Sandbox,
+    action: EventBase,
+    answer: dict[str, Any],
+    blobs: BlobStore | None,
+    redactor: Redactor | None = None,
 ) -> tuple[BlobRef | None, str]:
     """Fetch the whole output the executor kept (in pieces) into the blob store.
 
@@ -120,7 +127,10 @@ async def _kept(
             offset = int(piece["next"])
             if piece.get("eof"):
                 break
-        return await blobs.put(action.task_id, b"".join(pieces)), ""
+        whole = b"".join(pieces)
+        if redactor:
+            whole = redactor.data(whole)  # the task's secret values never reach the store
+        return await blobs.put(action.task_id, whole), ""
     except (ExecutorError, SandboxLost, KeyError, ValueError, TimeoutError, OSError) as exc:
         log.warning("task %s: whole output not kept: %s", action.task_id, exc)
         return None, f"[the whole output could not be kept: {exc}]"
@@ -134,21 +144,28 @@ async def run_action(
     action: RunnableAction,
     settings: RuntimeSettings,
     blobs: BlobStore | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> RuntimeObservation:
     """Run the action; executor-reported failures become an ErrorObservation.
 
     With `blobs`, output longer than output_limit is also kept whole (up to output_keep_bytes)
     in the blob store, and the observation carries its claim check (`content_ref`).
     SandboxLost and TimeoutError propagate: the caller decides what a dead sandbox means.
+    With `secrets` ({name: value}, the task's), a command runs with them in its environment
+    and a kept whole output has them redacted (the caller redacts the observation).
     """
     limit = settings.output_limit
     whole = settings.output_keep_bytes if blobs is not None else 0
     fields = _answer_fields(action)
+    redactor = Redactor(secrets or {})
     try:
         if isinstance(action, CmdRunAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
             request: dict[str, Any] = {
-                "command": action.command,
+                # Input to a running program is sent as it is; a command gets the exports.
+                "command": action.command
+                if action.is_input
+                else with_exports(action.command, secrets or {}),
                 "timeout_s": timeout_s,
                 "limit": limit,
                 "is_input": action.is_input,
@@ -158,7 +175,7 @@ async def run_action(
             if quiet:
                 request["no_output_timeout_s"] = quiet
             answer = await sandbox.client.request("bash", timeout_s + _GRACE_S, **request)
-            ref, missed = await _kept(sandbox, action, answer, blobs)
+            ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
             return CmdOutputObservation(
                 **fields,
                 command=action.command,
@@ -172,6 +189,11 @@ async def run_action(
             )
         if isinstance(action, RunPythonAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
+            if secrets:
+                # A cell of its own before the agent's, so the agent's line numbers are its own.
+                await sandbox.client.request(
+                    "python", 30.0, code=python_exports(secrets), timeout_s=10.0, limit=1000
+                )
             answer = await sandbox.client.request(
                 "python",
                 timeout_s + _GRACE_S,
@@ -180,7 +202,7 @@ async def run_action(
                 limit=limit,
                 keep=whole,
             )
-            ref, missed = await _kept(sandbox, action, answer, blobs)
+            ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
             return PythonOutputObservation(
                 **fields,
                 content_ref=ref,
@@ -199,7 +221,7 @@ async def run_action(
                 limit=limit,
                 keep=whole,
             )
-            ref, missed = await _kept(sandbox, action, answer, blobs)
+            ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
             return FileReadObservation(
                 **fields,
                 path=answer["path"],

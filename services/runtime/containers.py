@@ -163,6 +163,14 @@ class DockerSandboxes:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, functools.partial(fn, *args))
 
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking Docker function on this pool's threads (workspace transfers)."""
+        return await self._call(fn, *args)
+
+    def api(self) -> Any:
+        """docker-py's low-level client (blocking: call it on `call`'s threads)."""
+        return self._api()
+
     # -- connection
 
     def _api(self) -> Any:

@@ -41,12 +41,15 @@ from shared.events import (
 )
 from shared.periodic import every
 from shared.redis_client import connect_redis
+from shared.secret_redaction import Redactor
+from shared.secrets_store import SecretsStore
 from shared.state import Awaiting
 from shared.state_store import TaskStateStore
 from shared.waiting import wait_up_to
 
 from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
+from .checkout import CheckoutFailed
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
 from .metrics import ACTION_SECONDS, ACTIONS, PREPARED, SEATS
@@ -56,6 +59,8 @@ from .recent_actions import RecentActions
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes, WorkspaceLost
+from .task_secrets import TaskSecrets
+from .workspace_ops import RuntimeWorkspace
 
 __all__ = ["Publish", "RuntimeService"]
 
@@ -126,6 +131,8 @@ class RuntimeService:
         self._admitter: asyncio.Task[None] | None = None
         self._recoverer: asyncio.Task[None] | None = None
         self.recent = RecentActions()
+        self.workspace = RuntimeWorkspace(self)  # in and out, repositories (workspace_ops.py)
+        self.secrets = TaskSecrets(None)
 
     # -- parts that exist once started
 
@@ -165,6 +172,8 @@ class RuntimeService:
         )
         self._ledger = ActionLedger(self._redis, self.settings.dedup_ttl_s)
         self._states = TaskStateStore(self._redis)
+        self.workspace.start(self._redis)
+        self.secrets = TaskSecrets(SecretsStore.from_settings(self._redis, self.settings))
         # Through self.publish at call time: tests capture what the service publishes.
         self._orders = OrderCheck(self._states, lambda event: self.publish(event))
         self._tasks = TaskSandboxes(self.pool, self.docker, self._bindings)
@@ -226,6 +235,10 @@ class RuntimeService:
             await self.free_stale_seats()
         except Exception:
             log.exception("freeing the seats of ended tasks failed")
+        try:
+            await self.workspace.sweep(self._task_is_over, self._task_is_gone)
+        except Exception:
+            log.exception("removing the kept sandboxes of ended tasks failed")
 
     async def stop_idle_sandboxes(self) -> int:
         """Stop the sandboxes of tasks that wait (for a person, or, while others queue for a
@@ -364,9 +377,16 @@ class RuntimeService:
             self.pool,
             self.tasks,
             self.replica_id,
-            self._task_is_over,
+            self._over_and_not_kept,
             self._task_is_live,
         )
+
+    async def _over_and_not_kept(self, task_id: str) -> bool:
+        """Over, and its sandbox not kept for its workspace (workspace_ops.Retention)."""
+        return await self._task_is_over(task_id) and not await self.workspace.is_retained(task_id)
+
+    async def task_is_live(self, task_id: str) -> bool:
+        return await self._task_is_live(task_id)
 
     async def _task_is_live(self, task_id: str) -> bool:
         if self._states is None:
@@ -459,7 +479,12 @@ class RuntimeService:
             return  # it keeps its place in the queue; its first action waits there
         network = self.settings.sandbox_network_name if command.network_egress else None
         try:
-            await self.tasks.get(task_id, network)
+            sandbox = await self.tasks.get(task_id, network)
+            # The repository is fetched while the agent thinks (a failure: the first action
+            # tries again, and ends the task with the reason).
+            await self.workspace.ensure_checkout(task_id, sandbox)
+        except CheckoutFailed as exc:
+            log.info("task %s: repository not checked out ahead: %s", task_id, exc)
         except (SandboxStartError, PoolExhausted, WorkspaceLost) as exc:
             log.info(
                 "task %s: sandbox not prepared ahead (%s); its first action will try", task_id, exc
@@ -470,6 +495,13 @@ class RuntimeService:
             await self.release(ReleaseSandbox(task_id=task_id, reason="ended while preparing"))
 
     async def release(self, command: ReleaseSandbox) -> None:
+        if await self._task_is_over(command.task_id) and await self.workspace.retain(
+            command.task_id
+        ):
+            # Ended: its sandbox is kept stopped for its workspace, its seat freed now.
+            if await self.seats.release(command.task_id):
+                await self.admit_queued()
+            return
         had = await self.tasks.release(command.task_id)
         if await self.seats.release(command.task_id):
             await self.admit_queued()
@@ -513,12 +545,21 @@ class RuntimeService:
             return error_observation(
                 action, f"No sandbox could be started for this action: {exc}", "no_sandbox"
             )
+        try:
+            await self.workspace.ensure_checkout(command.task_id, sandbox)
+        except CheckoutFailed as exc:
+            # Dead-lettered at once: the controller ends the task in ERROR with this reason.
+            await self.release(ReleaseSandbox(task_id=command.task_id, reason="no checkout"))
+            raise PermanentError(f"the task's repository could not be checked out: {exc}") from exc
         if not await self.ledger.start(action.id):
             ACTIONS.labels(kind, "interrupted").inc()
             return self._interrupted(action)
         try:
-            observation = await run_action(sandbox, action, self.settings, self.blobs)
+            secrets = await self.secrets.of(command.task_id)
+            observation = await run_action(sandbox, action, self.settings, self.blobs, secrets)
             observation = _with_notice(sandbox, observation)
+            # Redacted at the source: before the ledger records it or anyone sees it.
+            observation = Redactor(secrets).model(observation)
         except (SandboxLost, TimeoutError) as exc:
             if (
                 isinstance(exc, TimeoutError)

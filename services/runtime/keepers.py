@@ -30,6 +30,7 @@ __all__ = [
     "remove_keeper",
     "remove_stray_keepers",
     "start_keeper",
+    "workspace_volume",
 ]
 
 log = logging.getLogger("deckhands.runtime.keepers")
@@ -49,6 +50,11 @@ def _workspace_volume(api: Any, container_id: str) -> str:
         if mount.get("Destination") == WORKSPACE and mount.get("Type") == "volume":
             return str(mount["Name"])
     raise LookupError(f"sandbox {container_id[:12]} has no workspace volume")
+
+
+def workspace_volume(api: Any, container_id: str) -> str:
+    """The name of a sandbox's /workspace volume (LookupError if it has none)."""
+    return _workspace_volume(api, container_id)
 
 
 def start_keeper(

@@ -25,6 +25,12 @@ from shared.publishing import publish_event_to, publish_json
 from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
+from shared.workspace import (
+    WORKSPACE_SUBJECT,
+    WorkspaceReply,
+    WorkspaceRequest,
+    WorkspaceTransfers,
+)
 
 from .handlers import RuntimeService
 from .settings import RuntimeSettings
@@ -60,6 +66,18 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
 
     blobs = BlobStore(lambda: broker.connection.jetstream())
     service = RuntimeService(settings, publish, resend, blobs)
+    service.workspace.transfers = WorkspaceTransfers(lambda: broker.connection.jetstream())
+
+    @broker.subscriber(
+        WORKSPACE_SUBJECT,
+        queue="runtime",
+        max_workers=16,
+        title="runtime.workspace",
+        description="Request/reply: a task's workspace in and out (a tree, a file, a diff, "
+        "an upload); the bytes travel as transfer objects in the blob store.",
+    )
+    async def on_workspace(body: WorkspaceRequest) -> WorkspaceReply:
+        return await service.workspace.handle(body)
 
     @broker.subscriber(
         work_subject(Service.RUNTIME),

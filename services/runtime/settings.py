@@ -212,6 +212,49 @@ class RuntimeSettings(CommonSettings):
         description="Task-to-sandbox bindings in Redis expire after this long without use.",
     )
 
+    # -- workspaces in and out, repositories (workspace_ops.py, checkout.py)
+    workspace_retention_s: float = Field(
+        default=900.0,
+        ge=0,
+        description="A task that ended (FINISHED, STOPPED, REJECTED) keeps its sandbox stopped, "
+        "files in /workspace kept (in memory for a tmpfs workspace), for this long: its "
+        "workspace can be downloaded, and a message resuming the task finds its files. Then "
+        "it is removed and the workspace routes answer 410. 0 removes it at once.",
+    )
+    workspace_max_extract_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="An upload into a workspace: at most this many bytes once extracted.",
+    )
+    workspace_max_files: int = Field(
+        default=100_000, ge=1, description="An upload into a workspace: at most this many entries."
+    )
+    workspace_helper_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Deadline of a diff or an uploaded tree's baseline (a helper container).",
+    )
+    repository_url_schemes: list[str] = Field(
+        default=["https", "http", "git"],
+        description="URL schemes a task's repository may use (JSON list). Same variable as "
+        "the gateway's. file:// and ext:: are never allowed: a tenant must not read the "
+        "runtime's host.",
+    )
+    repository_clone_timeout_s: float = Field(
+        default=300.0, gt=0, description="Deadline of a repository's clone (and its checkout)."
+    )
+    repository_max_bytes: int = Field(
+        default=1 << 30,
+        ge=1 << 20,
+        description="A repository's fetched objects (.git) may not pass this many bytes.",
+    )
+    instructions_max_bytes: int = Field(
+        default=16_384,
+        ge=0,
+        description="Repository instructions (AGENTS.md, .openhands/microagents/repo.md) read "
+        "from a workspace for the system prompt: at most this many bytes.",
+    )
+
     @property
     def max_file_bytes(self) -> int:
         """sandbox_max_file_size in bytes."""
@@ -258,6 +301,14 @@ class RuntimeSettings(CommonSettings):
                 f"sandbox_network_name {value!r} is not allowed: use a bridge or user-defined "
                 "network ('host' would share the host's network stack)"
             )
+        return value
+
+    @field_validator("repository_url_schemes")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        bad = [v for v in value if v not in {"https", "http", "git", "ssh"}]
+        if bad:
+            raise ValueError(f"repository_url_schemes: {bad} not allowed (https, http, git, ssh)")
         return value
 
     @field_validator("docker_runtime")

@@ -175,26 +175,43 @@ class TaskSandboxes:
                 return False
             if self._used.get(task_id, 0.0) >= time.monotonic() - idle_s:
                 return False  # asked for while we were deciding
-            try:
-                # A tmpfs workspace would lose its files with the stop: a keeper holds them.
-                await self.docker.keep_workspace(sandbox.container_id)
-            except (docker.errors.DockerException, LookupError) as exc:
-                log.warning("not stopping %s: cannot keep its files: %s", sandbox.short_id, exc)
-                return False
-            # Marked first: a crash before the stop leaves a running sandbox that is simply
-            # attached again; the other order could leave a stopped one that looks dead.
-            await self.bindings.mark_stopped(sandbox.container_id, time.time())
-            self._local.pop(task_id, None)
-            self.pool.forget(sandbox.container_id)
-            await sandbox.client.close()
-            try:
-                await self.docker.stop(sandbox.container_id)
-            except docker.errors.DockerException as exc:
-                log.warning("could not stop idle sandbox %s: %s", sandbox.short_id, exc)
+            if not await self._stop_kept(task_id, sandbox):
                 return False
             SANDBOXES_IDLE_STOPPED.inc()
             log.info("task %s: stopped idle sandbox %s (files kept)", task_id, sandbox.short_id)
             return True
+
+    async def retain(self, task_id: str) -> bool:
+        """The task ended: stop its sandbox, keeping its binding and files (workspace_ops.py
+        removes it once its retention is over). False if there is none here to keep."""
+        await self.renamed(task_id)
+        async with self._lock(task_id):
+            sandbox = self._local.get(task_id)
+            if sandbox is None or sandbox.lost:
+                bound = await self.bindings.get(task_id)
+                # Stopped already (its task waited before it ended): its files are kept.
+                return bound is not None and await self.bindings.stopped_at(bound) is not None
+            return await self._stop_kept(task_id, sandbox)
+
+    async def _stop_kept(self, task_id: str, sandbox: Sandbox) -> bool:
+        try:
+            # A tmpfs workspace would lose its files with the stop: a keeper holds them.
+            await self.docker.keep_workspace(sandbox.container_id)
+        except (docker.errors.DockerException, LookupError) as exc:
+            log.warning("not stopping %s: cannot keep its files: %s", sandbox.short_id, exc)
+            return False
+        # Marked first: a crash before the stop leaves a running sandbox that is simply
+        # attached again; the other order could leave a stopped one that looks dead.
+        await self.bindings.mark_stopped(sandbox.container_id, time.time())
+        self._local.pop(task_id, None)
+        self.pool.forget(sandbox.container_id)
+        await sandbox.client.close()
+        try:
+            await self.docker.stop(sandbox.container_id)
+        except docker.errors.DockerException as exc:
+            log.warning("could not stop sandbox %s: %s", sandbox.short_id, exc)
+            return False
+        return True
 
     async def lost(self, task_id: str, sandbox: Sandbox) -> str:
         """The sandbox died during an action: forget it and say why."""

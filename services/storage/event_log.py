@@ -31,6 +31,9 @@ CREATE TABLE IF NOT EXISTS events (
     body TEXT NOT NULL,
     PRIMARY KEY (task_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deleted_tasks (
+    task_id TEXT PRIMARY KEY
+) WITHOUT ROWID;
 """
 
 # More rows than this in one transaction would make the first of them wait for the last.
@@ -156,7 +159,9 @@ class EventLog:
                 waiter.set_result(outcome)
 
     async def forget(self, task_id: str) -> int:
-        """Remove every stored event of the task (it was deleted); how many there were."""
+        """Remove every stored event of the task (it was deleted); how many there were. The
+        task is remembered as deleted: an event of it that comes later (a redelivery, a
+        replica catching up) is not stored again."""
         if self._writer is None:
             raise RuntimeError("event log is not open")
         async with self._write_lock:
@@ -185,10 +190,20 @@ def _write_group(db: sqlite3.Connection, rows: list[_Row]) -> list[bool | Except
 
 
 def _delete_task(db: sqlite3.Connection, task_id: str) -> int:
-    return db.execute("DELETE FROM events WHERE task_id = ?", (task_id,)).rowcount
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("INSERT OR IGNORE INTO deleted_tasks (task_id) VALUES (?)", (task_id,))
+        removed = db.execute("DELETE FROM events WHERE task_id = ?", (task_id,)).rowcount
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return int(removed)
 
 
 def _insert(db: sqlite3.Connection, row: _Row) -> bool | Exception:
+    if db.execute("SELECT 1 FROM deleted_tasks WHERE task_id = ?", (row.task_id,)).fetchone():
+        return False  # the task was deleted: what comes of it late is not kept
     try:
         db.execute(
             "INSERT INTO events (task_id, seq, id, kind, body) VALUES (?, ?, ?, ?, ?)",

@@ -86,6 +86,15 @@ class StorageHandlers:
             )
         return HistoryReply(task_id=request.task_id, events=page.events, last_seq=page.last_seq)
 
+    async def on_deletion(self, request: ForgetTaskRequest) -> None:
+        """A deleted task, from the deletions stream: each replica's durable consumer gets it,
+        one that was down when the gateway asked (on_forget) once it is back. Failing, it is
+        retried by the delivery guard."""
+        removed = await self.log.forget(request.task_id)
+        log.info(
+            "task %s deleted: %d stored events removed (deletions stream)", request.task_id, removed
+        )
+
     async def on_forget(self, request: ForgetTaskRequest) -> ForgetTaskReply:
         """Every replica removes its copy of a deleted task's events."""
         try:

@@ -5,12 +5,20 @@ from __future__ import annotations
 import asyncio
 
 from faststream import FastStream
+from faststream.nats import JStream
 from faststream.nats.message import NatsBatchMessage
 
 from shared.broker import EVENTS, build_broker, durable_subscription, handled_message
 from shared.commands import HistoryReply
 from shared.streams import ensure_streams
-from shared.subjects import FORGET_SUBJECT, HISTORY_SUBJECT, Service, event_subject
+from shared.subjects import (
+    DELETIONS_STREAM,
+    FORGET_SUBJECT,
+    HISTORY_SUBJECT,
+    Service,
+    deletion_subject,
+    event_subject,
+)
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .event_log import EventLog
@@ -53,6 +61,15 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
         # The raw body: a malformed request is answered with what was wrong, not dropped.
         return await handlers.on_history(handled_message(broker).body)
 
+    broker.subscriber(
+        deletion_subject("*"),
+        title="storage.deletions",
+        description="A deleted task: every replica removes its copy of the task's events, one "
+        "that was down when the task was deleted once it is back.",
+        **durable_subscription(
+            settings, JStream(DELETIONS_STREAM, declare=False), settings.replica
+        ),
+    )(handlers.on_deletion)
     broker.subscriber(
         FORGET_SUBJECT,  # no queue group: every replica keeps a copy, every one removes it
         title="storage.forget",

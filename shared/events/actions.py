@@ -19,6 +19,7 @@ __all__ = [
     "FileEditAction",
     "FileReadAction",
     "FileWriteAction",
+    "InstructionsUsed",
     "LLMUsage",
     "MessageAction",
     "RunPythonAction",
@@ -37,10 +38,26 @@ class LLMUsage(BaseModel):
     latency_ms: float = 0.0
 
 
+class InstructionsUsed(BaseModel):
+    """Repository instructions (AGENTS.md) that joined the system prompt of the LLM call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(description="The file in /workspace, e.g. AGENTS.md.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the text the prompt held.")
+    bytes: int = Field(ge=0, description="Bytes of it in the prompt (bounded).")
+
+
 class _AgentActionFields(EventBase):
     thought: str = Field(default="", description="Text the model wrote alongside its tool call.")
     tool_call_id: str | None = Field(default=None, description="Links the result to the call.")
     llm_usage: LLMUsage | None = None
+    instructions: InstructionsUsed | None = Field(
+        default=None,
+        description="Set on the first action whose prompt held these repository instructions "
+        "(the workspace's AGENTS.md or .openhands/microagents/repo.md); later prompts hold "
+        "them too until they change.",
+    )
 
 
 class MessageAction(_AgentActionFields):

@@ -3,8 +3,9 @@ redis-server killed and started again on an empty data directory. The controller
 every live task's State from its log, the runtime binds its sandboxes again, and every task
 finishes with a gap-free log and each action run once.
 
-What Redis alone held for the gateway goes with it: API keys, tenants, the records of who owns
-which task. The old key is then refused (401), a new one works, and a task made before the loss
+Tenants, API keys and limits are kept in NATS key-value (Redis only caches them): the key made
+before the loss still works, and the tenant's limits still hold. What Redis alone held for the
+gateway goes with it: the records of who owns which task, so a task made before the loss
 answers 404 (its owner is unknown: never guessed) while it runs on to its end.
 """
 
@@ -173,14 +174,25 @@ def test_tasks_finish_when_redis_loses_everything(tmp_path: Path) -> None:
     with running(config) as stack:
         admin = redis.Redis(**stack.redis_login("admin"))
         gateway = stack.config.gateway_url
+        limits = httpx.put(
+            f"{gateway}/v1/admin/tenants/{stack.config.tenant}/limits",
+            json={"max_event_streams": 7, "max_running_tasks": 900},
+            headers={"Authorization": f"Bearer {stack.admin_api_key}"},
+            timeout=10,
+        )
+        assert limits.status_code == 200, limits.text
         with httpx.Client(base_url=gateway, headers=stack.auth_headers, timeout=10) as client:
             first = _post(client, FLUSHED_TASKS, "flushed")
             _wait_mid_run(admin, first)
             admin.flushall()
             live = _live(stack, first)
             assert live  # most, unless some finished first
-            # The key went with Redis: refused, as any unknown key.
-            assert client.get("/v1/tasks").status_code == 401
+            # The key and the tenant's limits are durable: Redis refills from NATS.
+            assert client.get("/v1/tasks").status_code == 200
+            quotas = client.get("/v1/quotas")
+            assert quotas.status_code == 200, quotas.text
+            in_force = quotas.json()["limits"]
+            assert (in_force["max_event_streams"], in_force["max_running_tasks"]) == (7, 900)
         _wait_all_ended(stack, first, 240)
         _check_logs(stack, admin, first, live)
         rebuilt = _rebuilt(stack)

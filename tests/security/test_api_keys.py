@@ -117,3 +117,72 @@ def test_a_revoked_key_is_401(
     _refused_everywhere(anonymous, headers, alpha, llm_requests)
     # The task it made stays the tenant's, reachable with its other keys.
     assert alpha.view(mine.json()["id"])["id"] == mine.json()["id"]
+
+
+def _admin(stack: Stack) -> dict[str, str]:
+    return auth_headers(stack.admin_api_key)
+
+
+def test_a_disabled_tenants_key_is_403_naming_why_and_nothing_runs(
+    anonymous: httpx.Client,
+    new_tenant: Callable[..., Tenant],
+    stack: Stack,
+    llm_requests: Callable[[str], int],
+) -> None:
+    tenant = new_tenant()
+    url = f"/v1/admin/tenants/{tenant.name}"
+    disabled = anonymous.post(
+        f"{url}/disable", json={"reason": "security review"}, headers=_admin(stack)
+    )
+    assert disabled.status_code == 200, disabled.text
+    text = f"made by a disabled tenant {new_id()}"
+    for method, path, body in [
+        ("POST", "/v1/tasks", {"task": text}),
+        ("GET", "/v1/tasks", None),
+        ("POST", "/v1/keys", {"name": "a way back in"}),
+        ("GET", "/v1/quotas", None),
+    ]:
+        answer = tenant.http.request(method, path, json=body)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert f"tenant {tenant.name!r} is disabled" in answer.json()["detail"]
+        assert "security review" in answer.json()["detail"]
+    assert llm_requests(text) == 0
+    keys = anonymous.get(f"{url}/keys", headers=_admin(stack)).json()["keys"]
+    assert len(keys) == 1  # no key was made
+    assert anonymous.post(f"{url}/enable", headers=_admin(stack)).status_code == 200
+    assert tenant.http.get("/v1/tasks").status_code == 200
+
+
+def test_a_deleted_tenants_key_is_401_and_its_id_cannot_be_taken_over(
+    anonymous: httpx.Client, new_tenant: Callable[..., Tenant], stack: Stack
+) -> None:
+    tenant = new_tenant()
+    task_id = tenant.create(task=f"before deletion {new_id()}")
+    tenant.wait(task_id, "FINISHED")
+    url = f"/v1/admin/tenants/{tenant.name}"
+    deleted = anonymous.delete(url, headers=_admin(stack))
+    assert deleted.status_code == 200, deleted.text
+    assert tenant.http.get(f"/v1/tasks/{task_id}").status_code == 401
+    # Whoever makes a tenant of the same id would inherit its tasks: refused.
+    again = anonymous.post("/v1/admin/tenants", json={"id": tenant.name}, headers=_admin(stack))
+    assert again.status_code == 409 and "was deleted" in again.json()["detail"]
+    assert anonymous.post(f"{url}/keys", json={}, headers=_admin(stack)).status_code == 404
+
+
+def test_a_tenants_key_cannot_list_or_revoke_another_tenants_keys(
+    alpha: Tenant, beta: Tenant, stack: Stack
+) -> None:
+    theirs = beta.http.post("/v1/keys", json={"name": "beta's"})
+    assert theirs.status_code == 201, theirs.text
+    prefix = theirs.json()["prefix"]
+    assert prefix not in alpha.http.get("/v1/keys").text
+    answer = alpha.http.delete(f"/v1/keys/{prefix}", params={"force": "true"})
+    assert answer.status_code == 404, answer.text
+    assert beta.http.get("/v1/keys").json()["keys"][-1]["revoked_at"] is None
+    made = beta.http.post("/v1/keys", json={})  # the key it made works, and is beta's
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=auth_headers(made.json()["key"]), timeout=30
+    ) as other:
+        assert other.get("/v1/quotas").json()["tenant_id"] == "beta"
+        assert other.delete(f"/v1/keys/{made.json()['prefix']}").status_code == 200
+        assert other.get("/v1/quotas").status_code == 401

@@ -76,6 +76,7 @@ _BASE = (
     | {(s, "nats", 4222) for s in SERVICES}
     | {(s, "redis", 6379) for s in ("gateway", "controller", "reasoner", "runtime")}
     | {("reasoner", "scripted-llm", 9000), ("reasoner", "internet", 443)}
+    | {("gateway", "internet", p) for p in (80, 443)}  # webhooks
     | {("runtime", "internet", p) for p in (22, 80, 443)}  # image pulls, opted-in sandboxes
     | {("nats", "nats", 6222)}  # cluster routes
 )

@@ -164,3 +164,93 @@ async def test_idempotency_keys_are_per_tenant(
         assert theirs.status_code == 202
         assert "idempotent-replayed" not in theirs.headers
         assert theirs.json()["id"] != mine
+
+
+async def _new_tenant(admin: httpx.AsyncClient) -> tuple[str, str]:
+    tenant = f"t-{new_id()[:12]}"
+    assert (await admin.post("/v1/admin/tenants", json={"id": tenant})).status_code == 201
+    issued = await admin.post(f"/v1/admin/tenants/{tenant}/keys", json={"name": "first"})
+    assert issued.status_code == 201, issued.text
+    return tenant, str(issued.json()["key"])
+
+
+async def test_a_disabled_tenant_is_told_why_and_a_deleted_one_is_gone(
+    admin: httpx.AsyncClient, anonymous: httpx.AsyncClient, gateway_url: str
+) -> None:
+    tenant, key = await _new_tenant(admin)
+    mine = auth_headers(key)
+    created = await anonymous.post("/v1/tasks", json={"task": "live"}, headers=mine)
+    assert created.status_code == 202, created.text
+    task_id = created.json()["id"]
+
+    disabled = await admin.post(
+        f"/v1/admin/tenants/{tenant}/disable", json={"reason": "invoice 42 unpaid"}
+    )
+    assert disabled.status_code == 200 and disabled.json()["disabled_at"] is not None
+    for method, path in [
+        ("GET", "/v1/tasks"),
+        ("GET", f"/v1/tasks/{task_id}"),
+        ("GET", "/v1/keys"),
+    ]:
+        answer = await anonymous.request(method, path, headers=mine)
+        assert answer.status_code == 403, answer.text
+        assert "disabled" in answer.json()["detail"]
+        assert "invoice 42 unpaid" in answer.json()["detail"]
+    enabled = await admin.post(f"/v1/admin/tenants/{tenant}/enable")
+    assert enabled.status_code == 200 and enabled.json()["disabled_at"] is None
+    assert (await anonymous.get("/v1/tasks", headers=mine)).status_code == 200
+
+    # A live task: refused without force (nothing changes), with force it is asked to stop.
+    refused = await admin.delete(f"/v1/admin/tenants/{tenant}")
+    assert refused.status_code == 409 and task_id in refused.json()["detail"]
+    assert (await anonymous.get("/v1/tasks", headers=mine)).status_code == 200
+    deleted = await admin.delete(f"/v1/admin/tenants/{tenant}", params={"force": "true"})
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {"id": tenant, "keys_revoked": 1, "tasks_stopped": 1}
+    assert (await anonymous.get("/v1/tasks", headers=mine)).status_code == 401
+    assert (await admin.get(f"/v1/admin/tenants/{tenant}")).status_code == 404
+    again = await admin.post("/v1/admin/tenants", json={"id": tenant})
+    assert again.status_code == 409 and "was deleted" in again.json()["detail"]
+    assert (await admin.delete("/v1/admin/tenants/nobody-here")).status_code == 404
+
+
+async def test_a_tenant_manages_its_own_keys(
+    admin: httpx.AsyncClient, anonymous: httpx.AsyncClient, api_key: str
+) -> None:
+    tenant, key = await _new_tenant(admin)
+    mine = auth_headers(key)
+    made = await anonymous.post("/v1/keys", json={"name": "ci"}, headers=mine)
+    assert made.status_code == 201, made.text
+    second, second_prefix = made.json()["key"], made.json()["prefix"]
+    assert made.json()["tenant_id"] == tenant
+    first_prefix = key[: len("dh_") + 12]
+    assert made.json()["created_by"] == first_prefix
+    assert (await anonymous.get("/v1/tasks", headers=auth_headers(second))).status_code == 200
+
+    listed = await anonymous.get("/v1/keys", headers=mine)
+    assert listed.status_code == 200
+    keys = listed.json()["keys"]
+    assert [(k["prefix"], k["name"]) for k in keys] == [
+        (first_prefix, "first"),
+        (second_prefix, "ci"),
+    ]
+    assert all(k["last_used_at"] is not None for k in keys)
+    assert key not in listed.text and second not in listed.text
+    # Another tenant's keys are not listed to it, nor can it revoke them.
+    assert (
+        second_prefix not in (await anonymous.get("/v1/keys", headers=auth_headers(api_key))).text
+    )
+    other = await anonymous.delete(f"/v1/keys/{second_prefix}", headers=auth_headers(api_key))
+    assert other.status_code == 404
+
+    revoked = await anonymous.delete(f"/v1/keys/{first_prefix}", headers=auth_headers(second))
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    assert (await anonymous.get("/v1/tasks", headers=mine)).status_code == 401
+    last = await anonymous.delete(f"/v1/keys/{second_prefix}", headers=auth_headers(second))
+    assert last.status_code == 409 and "last working key" in last.json()["detail"]
+    assert (await anonymous.get("/v1/tasks", headers=auth_headers(second))).status_code == 200
+    forced = await anonymous.delete(
+        f"/v1/keys/{second_prefix}", params={"force": "true"}, headers=auth_headers(second)
+    )
+    assert forced.status_code == 200
+    assert (await anonymous.get("/v1/tasks", headers=auth_headers(second))).status_code == 401

@@ -127,9 +127,7 @@ class Harness:
                     inactive_threshold=300.0,
                 ),
             )
-            self._subs[task_id] = await self.js.pull_subscribe_bind(
-                info.name, stream=WORK_STREAM
-            )
+            self._subs[task_id] = await self.js.pull_subscribe_bind(info.name, stream=WORK_STREAM)
         return self._subs[task_id]
 
     async def answer(self, task_id: str, timeout: float = 30) -> Any:

@@ -1,11 +1,16 @@
 """API keys: their format and hash (pure), and their lookup, listing and revocation in
-TenantStore on a real redis-server; idempotency bindings per tenant."""
+TenantStore on a real redis-server and a real NATS key-value bucket (the durable copy);
+disabled and deleted tenants, a tenant's own keys, a Redis that lost its data; idempotency
+bindings per tenant."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 
+import nats
 import pytest
+from nats.js.api import KeyValueConfig
 from redis.asyncio import Redis
 
 from services.gateway.api_keys import (
@@ -21,8 +26,12 @@ from services.gateway.errors import (
     TenantNotFound,
 )
 from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
-from services.gateway.tenants import TenantStore
+from services.gateway.quotas import QuotaDefaults, TenantLimits, TenantQuotas
+from services.gateway.tenant_records import TenantRecords
+from services.gateway.tenants import LastKey, TenantDisabled, TenantStore
 from shared.events import new_id
+from shared.settings import CommonSettings
+from shared.state_store import TaskStateStore
 
 
 def test_a_key_names_its_prefix_and_is_stored_as_its_sha256() -> None:
@@ -58,9 +67,23 @@ def test_secrets_compare_whole() -> None:
 
 
 @pytest.fixture
-def tenants(redis: Redis) -> TenantStore:
+async def records(settings: CommonSettings) -> AsyncIterator[TenantRecords]:
+    # A bucket of the test's own: the tests share one nats-server.
+    nc = await nats.connect(settings.nats_url)
+    js = nc.jetstream()
+    bucket = f"test-tenants-{new_id()[:12]}"
+    await js.create_key_value(KeyValueConfig(bucket=bucket, history=1))
+    try:
+        yield TenantRecords(lambda: js, bucket=bucket)
+    finally:
+        await js.delete_key_value(bucket)
+        await nc.close()
+
+
+@pytest.fixture
+def tenants(redis: Redis, records: TenantRecords) -> TenantStore:
     # A prefix of the test's own: the tests share one redis-server.
-    return TenantStore(redis, prefix=f"test-{new_id()}")
+    return TenantStore(redis, records, prefix=f"test-{new_id()}")
 
 
 async def test_a_key_authenticates_as_its_tenant_until_revoked(tenants: TenantStore) -> None:
@@ -90,6 +113,9 @@ async def test_what_is_stored_never_holds_the_key(tenants: TenantStore, redis: R
             stored += await redis.get(name) or b""
         elif kind == b"zset":
             stored += b"".join(await redis.zrange(name, 0, -1))
+    # The durable copy neither.
+    for name, value in await tenants.records.values(">"):
+        stored += name.encode() + value
     assert issued.key.encode() not in stored
     assert issued.key.split("_", 2)[2].encode() not in stored  # nor its secret part
     assert issued.record.key_hash.encode() in stored
@@ -149,3 +175,96 @@ async def test_an_idempotency_key_is_per_tenant_and_bound_to_the_whole_request(
     assert await keys.claim("globex", "k", create_a, "task-4") == "task-4"
     await keys.release("acme", "k")
     assert await keys.claim("acme", "k", create_a3, "task-5") == "task-5"
+
+
+async def test_a_disabled_tenants_keys_are_refused_naming_why_until_enabled(
+    tenants: TenantStore,
+) -> None:
+    await tenants.create_tenant("acme", "ACME")
+    issued = await tenants.issue_key("acme", "ci")
+    assert await tenants.authenticate(issued.key) is not None
+    disabled = await tenants.disable("acme", "invoice 42 unpaid")
+    assert disabled.disabled_at is not None
+    with pytest.raises(TenantDisabled) as refused:
+        await tenants.authenticate(issued.key)
+    assert refused.value.status_code == 403
+    assert "tenant 'acme' is disabled" in refused.value.detail
+    assert "invoice 42 unpaid" in refused.value.detail
+    assert [t.disabled_reason for t in await tenants.list_tenants()] == ["invoice 42 unpaid"]
+    await tenants.enable("acme")
+    assert await tenants.authenticate(issued.key) is not None
+
+
+async def test_a_deleted_tenant_loses_its_keys_and_its_id_is_not_given_again(
+    tenants: TenantStore,
+) -> None:
+    await tenants.create_tenant("acme", "ACME")
+    await tenants.create_tenant("globex", "Globex")
+    first, second = await tenants.issue_key("acme", "a"), await tenants.issue_key("acme", "b")
+    other = await tenants.issue_key("globex", "")
+    assert await tenants.delete_tenant("acme") == 2
+    assert await tenants.authenticate(first.key) is None
+    assert await tenants.authenticate(second.key) is None
+    assert await tenants.authenticate(other.key) is not None
+    with pytest.raises(TenantNotFound):
+        await tenants.get_tenant("acme")
+    assert [t.id for t in await tenants.list_tenants()] == ["globex"]
+    # Its tasks' records name it: a new tenant of that id would inherit them.
+    with pytest.raises(TenantExists, match="was deleted"):
+        await tenants.create_tenant("acme", "ACME again")
+
+
+async def test_a_tenant_makes_and_revokes_its_own_keys_but_not_its_last_by_accident(
+    tenants: TenantStore,
+) -> None:
+    await tenants.create_tenant("acme", "ACME")
+    first = await tenants.issue_key("acme", "admin-made")
+    caller = await tenants.authenticate(first.key)
+    assert caller is not None
+    second = await tenants.issue_key("acme", "ci", created_by=caller.key_prefix)
+    assert second.record.created_by == first.record.prefix
+    assert await tenants.authenticate(second.key) is not None
+    listed = await tenants.list_keys("acme")
+    assert [k.prefix for k in listed] == [first.record.prefix, second.record.prefix]
+    used = await tenants.last_used([k.prefix for k in listed])
+    assert set(used) == {first.record.prefix, second.record.prefix}  # both authenticated
+
+    await tenants.revoke_key("acme", first.record.prefix, keep_one=True)
+    with pytest.raises(LastKey) as refused:
+        await tenants.revoke_key("acme", second.record.prefix, keep_one=True)
+    assert refused.value.status_code == 409 and "last working key" in refused.value.detail
+    assert await tenants.authenticate(second.key) is not None
+    await tenants.revoke_key("acme", second.record.prefix, keep_one=False)  # forced
+    assert await tenants.authenticate(second.key) is None
+
+
+async def test_keys_tenants_and_limits_outlive_redis(
+    tenants: TenantStore, records: TenantRecords, redis: Redis
+) -> None:
+    """Redis loses everything (FLUSHALL): the bucket is the source of truth, so a key still
+    authenticates, a disabled tenant stays disabled, a revoked key stays revoked, and the
+    tenant's limits still apply."""
+    quotas = TenantQuotas(TaskStateStore(redis), QuotaDefaults(), "keys-tests")
+    quotas.records = records
+    await tenants.create_tenant("acme", "ACME")
+    await tenants.create_tenant("globex", "Globex")
+    kept, revoked = await tenants.issue_key("acme", "kept"), await tenants.issue_key("acme", "x")
+    disabled = await tenants.issue_key("globex", "")
+    await tenants.revoke_key("acme", revoked.record.prefix)
+    await tenants.disable("globex", "audit")
+    await quotas.set_limits("acme", TenantLimits(max_running_tasks=3, max_sandboxes=2))
+    assert await tenants.authenticate(revoked.key) is None  # cached as unknown now
+
+    await redis.flushall()
+
+    caller = await tenants.authenticate(kept.key)
+    assert caller is not None and caller.tenant_id == "acme"
+    assert await tenants.authenticate(revoked.key) is None
+    with pytest.raises(TenantDisabled):
+        await tenants.authenticate(disabled.key)
+    limits = await quotas.quotas("acme")
+    assert (limits.max_running_tasks, limits.max_sandboxes) == (3, 2)
+    assert (await quotas.quotas("globex")).max_running_tasks == QuotaDefaults().max_running_tasks
+    # Refilled: the next lookups are Redis's again.
+    assert await redis.exists(f"{tenants.prefix}:apikey-hash:{kept.record.key_hash}")
+    assert await redis.exists("deckhands:tenant:acme:limits")

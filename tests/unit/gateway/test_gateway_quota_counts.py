@@ -129,6 +129,59 @@ async def test_sandboxes_held_by_a_tenants_tasks_and_sub_tasks_are_bounded(redis
         await redis.hdel(seats, root, child)  # type: ignore[misc]
 
 
+async def _set(store: TaskStateStore, task_id: str, agent_state: AgentState) -> None:
+    state = await store.load(task_id)
+    assert state is not None
+    await store.save(state.model_copy(update={"agent_state": agent_state}))
+
+
+async def test_sandboxes_count_what_the_tenants_tasks_hold_not_what_runs(redis: Redis) -> None:
+    """A task waiting for input holds its sandbox; one that ended in ERROR keeps it (a user
+    message may resume it) though it no longer runs; a sub-task holds its own after its root
+    ended. Each counts until the pool frees its seat."""
+    quotas = _quotas(redis, max_sandboxes=3, max_running_tasks=10)
+    store, tenant = quotas.store, f"t-{new_id()[:8]}"
+    limits = await quotas.quotas(tenant)
+    seats = f"{seats_prefix(POOL)}:seats"
+    waiting, failed = await _task(store), await _task(store)
+    child = await _task(store)
+    parent = await _task(store, sub_tasks=[child])
+    for task_id in (waiting, failed, parent):
+        await quotas.admit(tenant, task_id, None, limits)
+    await redis.hset(seats, mapping={waiting: "1", failed: "1", child: "1"})  # type: ignore[misc]
+    try:
+        await _set(store, waiting, AgentState.AWAITING_USER_INPUT)
+        await _set(store, failed, AgentState.ERROR)
+        await _set(store, parent, AgentState.FINISHED)  # its sub-task still runs
+        # Two of the three no longer run; all three trees hold a sandbox.
+        assert (await quotas.usage(tenant))[:2] == (1, 3)
+        with pytest.raises(QuotaExceeded) as refused:
+            await quotas.admit(tenant, await _task(store), None, limits)
+        assert refused.value.extra == {"limit": "max_sandboxes", "limit_value": 3, "current": 3}
+
+        # The pool frees the sub-task's seat (it ended): the parent's tree is let go.
+        await _set(store, child, AgentState.FINISHED)
+        await redis.hdel(seats, child)  # type: ignore[misc]
+        assert (await quotas.usage(tenant))[1] == 2
+        holders = f"deckhands:tenant:{tenant}:holders"
+        assert set(await redis.hkeys(holders)) == {waiting.encode(), failed.encode()}  # type: ignore[misc]
+        newcomer = await _task(store)
+        await quotas.admit(tenant, newcomer, None, limits)
+
+        # The ERROR task's sandbox was given away while others queued: no seat, let go; a user
+        # message resuming it counts its tree again.
+        await redis.hdel(seats, failed)  # type: ignore[misc]
+        assert (await quotas.usage(tenant))[1] == 1
+        assert failed.encode() not in await redis.hkeys(holders)  # type: ignore[misc]
+        state = await store.load(failed)
+        assert state is not None
+        await quotas.readmit(tenant, state, limits)
+        await redis.hset(seats, failed, "1")  # type: ignore[misc]
+        assert (await quotas.usage(tenant))[1] == 2
+    finally:
+        await redis.hdel(seats, waiting, failed, child)  # type: ignore[misc]
+
+
 async def test_the_operators_limits_override_the_defaults_field_by_field(redis: Redis) -> None:
     quotas = _quotas(redis, max_running_tasks=5, max_sub_tasks=3)
     tenant = f"t-{new_id()[:8]}"

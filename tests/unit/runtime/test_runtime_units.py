@@ -126,7 +126,7 @@ def test_build_app_does_no_io() -> None:
     # Unreachable servers: building must still work (the AsyncAPI generator relies on it).
     app = build_app(RuntimeSettings(nats_url="nats://127.0.0.1:1", redis_url="redis://127.0.0.1:1"))
     subjects = [sub.subject.broker_address for sub in app.broker.subscribers]  # type: ignore[union-attr]
-    assert subjects == ["deckhands.work.runtime.*"]
+    assert sorted(subjects) == ["deckhands.runtime.workspace", "deckhands.work.runtime.*"]
 
 
 async def test_egress_is_refused_when_the_runtime_disallows_it() -> None:

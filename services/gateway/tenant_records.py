@@ -1,0 +1,116 @@
+"""The durable record of tenants, API key hashes and limits: the JetStream key-value bucket
+TENANTS_BUCKET, replicated like the streams (DECKHANDS_STREAM_REPLICAS) and declared with them
+(tools.streams). Redis only caches what a request needs (services.gateway.tenants), so a Redis
+that lost its data refills from here: keys still authenticate, limits still apply.
+
+Keys in the bucket:
+- `tenant.<id>`: the tenant (a deleted one stays, as a tombstone: its id is never reused);
+- `limits.<id>`: the limits the operator set for it;
+- `apikey.<tenant>.<prefix>`: a key's record (never the key), kept after revocation;
+- `credential.<sha256>`: the credential a request looks up; revocation deletes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from shared.subjects import TENANTS_BUCKET
+
+from .errors import StorageUnavailable
+
+__all__ = ["TenantRecords"]
+
+_TIMEOUT_S = 5.0
+
+
+class TenantRecords:
+    """Get, put and list records of the bucket; every failure is a StorageUnavailable (503).
+
+    `jetstream` gives the connection's JetStream context when first needed: the gateway builds
+    its parts before the broker connects."""
+
+    def __init__(
+        self,
+        jetstream: Callable[[], JetStreamContext],
+        timeout_s: float = _TIMEOUT_S,
+        bucket: str = TENANTS_BUCKET,
+    ) -> None:
+        self._jetstream = jetstream
+        self.bucket = bucket
+        self._timeout_s = timeout_s
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self._jetstream().key_value(self.bucket)
+        return self._kv
+
+    def _unavailable(self, exc: BaseException) -> StorageUnavailable:
+        return StorageUnavailable(
+            f"tenant store (NATS key-value {self.bucket!r}) unavailable: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    async def get(self, key: str) -> bytes | None:
+        try:
+            kv = await self._bucket()
+            entry = await asyncio.wait_for(kv.get(key), self._timeout_s)
+        except KeyNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+        return entry.value or None
+
+    async def put(self, key: str, value: bytes) -> None:
+        try:
+            kv = await self._bucket()
+            await asyncio.wait_for(kv.put(key, value), self._timeout_s)
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+
+    async def create(self, key: str, value: bytes) -> bool:
+        """Put the record unless one is there; False if one was."""
+        try:
+            kv = await self._bucket()
+            await asyncio.wait_for(kv.create(key, value), self._timeout_s)
+        except KeyWrongLastSequenceError:
+            return False
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+        return True
+
+    async def delete(self, key: str) -> None:
+        try:
+            kv = await self._bucket()
+            await asyncio.wait_for(kv.delete(key), self._timeout_s)
+        except KeyNotFoundError:
+            return
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+
+    async def values(self, pattern: str) -> list[tuple[str, bytes]]:
+        """Every live record whose key matches `pattern` (NATS wildcards), in the order they
+        were last written."""
+        found: list[tuple[str, bytes]] = []
+        try:
+            kv = await self._bucket()
+            watcher = await asyncio.wait_for(
+                kv.watch(pattern, ignore_deletes=True), self._timeout_s
+            )
+            try:
+                while True:
+                    entry = await watcher.updates(timeout=self._timeout_s)
+                    if entry is None:
+                        break  # caught up: nothing more was there
+                    if entry.value:
+                        found.append((entry.key, entry.value))
+            finally:
+                await watcher.stop()
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+        return found

@@ -1,0 +1,395 @@
+"""Delivering webhooks: a durable JetStream consumer on the event log, shared by every gateway
+replica, POSTs each notification and is acknowledged only once the attempt is recorded.
+
+Why in the gateway: it already holds what a delivery needs (NATS, Redis, the tenants' secrets,
+the task records) and runs as several replicas; a delivery is a short outbound POST, bounded in
+number (`webhook_concurrency`) and time (`webhook_timeout_s`), so it needs no service of its own.
+
+How it survives restarts: the consumer `webhooks` on `DECKHANDS_EVENTS` starts at the events
+published after it was first created and is never removed, so events published while every
+gateway is down wait for it. An event that needs no notification (most of them) is acknowledged
+at once. A notification is acknowledged after its successful (or final) attempt is recorded in
+Redis; a failed attempt is recorded and the message negatively acknowledged with the backoff as
+its delay, so JetStream keeps the retry schedule and any replica takes the next attempt. A process
+killed mid-attempt leaves the message unacknowledged: it comes back after `ack_wait`. Before
+sending, the record is checked: a notification recorded as delivered is never sent again (a lost
+acknowledgement), so a receiver sees it twice only if a process died between the receiver's
+answer and the record; the `Deckhands-Delivery-Id` header (and the body's `id`) lets it tell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import socket
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import nats.errors
+from faststream.nats import NatsBroker
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from prometheus_client import Counter
+from pydantic import ValidationError
+from redis.asyncio import Redis
+
+from shared.events import AgentStateChangedObservation, EventAdapter
+from shared.secrets_store import SecretNotFound, SecretsStore, SecretUnreadable
+from shared.state_store import TaskStateStore
+from shared.subjects import EVENTS_STREAM, event_subject
+
+from .context import GatewayContext
+from .settings import GatewaySettings
+from .task_records import TaskRecords
+from .webhooks import (
+    NOTIFIED_STATES,
+    SIGNATURE_HEADER,
+    WAITING_STATES,
+    DeliveryAttempt,
+    TaskWebhook,
+    WebhookStore,
+    address_refused,
+    body_bytes,
+    event_type,
+    sign,
+)
+
+__all__ = ["DURABLE", "DeliveryPolicy", "WebhookDeliverer", "build_deliverer"]
+
+log = logging.getLogger("deckhands.gateway.webhooks")
+
+DURABLE = "webhooks"
+_ACK_WAIT_S = 60.0
+_FETCH_BATCH = 64
+_MARKER = b'"agent_state_changed"'
+
+DELIVERIES = Counter(
+    "deckhands_gateway_webhook_attempts_total",
+    "Webhook POSTs (or refusals to send one) by outcome",
+    ["outcome"],
+)
+
+
+class DeliveryPolicy:
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        backoff_s: float,
+        backoff_max_s: float,
+        deadline_s: float,
+        max_attempts: int,
+        allow_private: bool,
+        concurrency: int,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.deadline_s = deadline_s
+        self.max_attempts = max_attempts
+        self.allow_private = allow_private
+        self.concurrency = concurrency
+
+    def backoff(self, attempts: int) -> float:
+        """Delay after the `attempts`-th failure: doubling, capped, up to 10% jitter."""
+        delay = min(self.backoff_s * 2 ** (attempts - 1), self.backoff_max_s)
+        return delay * (1 + random.random() / 10)
+
+
+class WebhookDeliverer:
+    def __init__(
+        self,
+        jetstream: Callable[[], JetStreamContext],
+        webhooks: WebhookStore,
+        secrets: SecretsStore | None,
+        states: TaskStateStore,
+        records: TaskRecords,
+        policy: DeliveryPolicy,
+    ) -> None:
+        self._jetstream = jetstream
+        self.webhooks = webhooks
+        self.secrets = secrets
+        self.states = states
+        self.records = records
+        self.policy = policy
+        self._slots = asyncio.Semaphore(policy.concurrency)
+        self._loop: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._http: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        self._http = httpx.AsyncClient(
+            timeout=self.policy.timeout_s,
+            follow_redirects=False,  # a redirect could lead anywhere, past the target checks
+            headers={"User-Agent": "deckhands-webhooks/1"},
+        )
+        subscription = await self._jetstream().pull_subscribe(
+            event_subject("*"),
+            durable=DURABLE,
+            stream=EVENTS_STREAM,
+            config=ConsumerConfig(
+                durable_name=DURABLE,
+                deliver_policy=DeliverPolicy.NEW,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=_ACK_WAIT_S,
+                max_deliver=-1,  # the deadline and max_attempts end a notification, not NATS
+                max_ack_pending=10_000,
+                description="Webhook notifications of task states (gateway)",
+            ),
+        )
+        self._loop = asyncio.create_task(self._consume(subscription), name="webhook-consumer")
+
+    async def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(BaseException):
+                await self._loop
+        for running in list(self._running):
+            running.cancel()
+        if self._running:
+            await asyncio.wait(self._running, timeout=5)
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def _consume(self, subscription: JetStreamContext.PullSubscription) -> None:
+        while True:
+            try:
+                messages = await subscription.fetch(_FETCH_BATCH, timeout=5)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS away: try again, the messages wait in the stream
+                log.warning("webhook consumer: fetch failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+                continue
+            for msg in messages:
+                try:
+                    await self._take(msg)
+                except Exception:
+                    log.exception("webhook consumer: a message could not be handled")
+
+    async def _take(self, msg: Msg) -> None:
+        """Acknowledge what needs no notification; hand a notification to a delivery slot."""
+        notice = _notice(msg.data)
+        if notice is None:
+            await msg.ack()
+            return
+        webhook = await self.webhooks.of_task(notice.task_id)
+        if webhook is None or (
+            notice.agent_state in WAITING_STATES and not webhook.spec.on_waiting
+        ):
+            await msg.ack()
+            return
+        await self._slots.acquire()
+        task = asyncio.create_task(self._deliver_and_settle(msg, notice, webhook))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _deliver_and_settle(
+        self, msg: Msg, notice: AgentStateChangedObservation, webhook: TaskWebhook
+    ) -> None:
+        try:
+            delay = await self.deliver(notice, webhook)
+            if delay is None:
+                await msg.ack()
+            else:
+                await msg.nak(delay=delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Redis or NATS failed mid-way: the message comes back after ack_wait.
+            log.exception("webhook of task %s: delivery interrupted", notice.task_id)
+        finally:
+            self._slots.release()
+
+    async def deliver(
+        self, notice: AgentStateChangedObservation, webhook: TaskWebhook
+    ) -> float | None:
+        """One attempt; the delay before the next one, or None when the notification is done
+        (delivered, given up, or done before)."""
+        delivery_id = notice.id
+        known = await self.webhooks.delivery(delivery_id)
+        if known is not None and known.done:
+            return None  # delivered (or abandoned) before; its acknowledgement was lost
+        record = await self.webhooks.begin_attempt(delivery_id)
+        spec = webhook.spec
+        started = time.monotonic()
+        status: int | None = None
+        error = ""
+        final_error = False
+        try:
+            key = await self._signing_key(webhook)
+            refused = await self._refused(spec.url)
+            if refused is not None:
+                error, final_error = f"target refused: {refused}", True
+            else:
+                body = body_bytes(await self._payload(notice, delivery_id))
+                status, error = await self._post(spec.url, body, key, delivery_id, notice)
+        except _Undeliverable as exc:
+            error, final_error = str(exc), True
+        duration_ms = (time.monotonic() - started) * 1000
+        delivered = status is not None and 200 <= status < 300
+        delay: float | None = None
+        if delivered:
+            outcome = "delivered"
+        elif final_error or record.attempts >= self.policy.max_attempts:
+            outcome = "gave_up"
+        else:
+            delay = self.policy.backoff(record.attempts)
+            elapsed = time.time() - record.first_attempt_at
+            outcome = "retrying" if elapsed + delay <= self.policy.deadline_s else "gave_up"
+            if outcome == "gave_up":
+                delay = None
+        await self.webhooks.record(
+            notice.task_id,
+            DeliveryAttempt(
+                delivery_id=delivery_id,
+                event_type=event_type(notice.agent_state),
+                url=spec.url,
+                attempt=record.attempts,
+                at=datetime.now(UTC),
+                duration_ms=round(duration_ms, 1),
+                status_code=status,
+                error=error,
+                outcome=outcome,  # type: ignore[arg-type]
+                next_attempt_in_s=None if delay is None else round(delay, 3),
+            ),
+        )
+        DELIVERIES.labels(outcome).inc()
+        if outcome == "gave_up":
+            log.warning(
+                "webhook of task %s (%s) abandoned after %d attempts: %s",
+                notice.task_id,
+                event_type(notice.agent_state),
+                record.attempts,
+                error or f"HTTP {status}",
+            )
+        return delay
+
+    async def _signing_key(self, webhook: TaskWebhook) -> bytes:
+        name = webhook.spec.signing_secret
+        if self.secrets is None:
+            raise _Undeliverable("secrets are off on this server: nothing to sign with")
+        try:
+            return (await self.secrets.read(webhook.tenant_id, name)).encode()
+        except SecretNotFound:
+            raise _Undeliverable(f"the signing secret {name!r} no longer exists") from None
+        except SecretUnreadable as exc:
+            raise _Undeliverable(str(exc)) from None
+
+    async def _refused(self, url: str) -> str | None:
+        """Why the URL's host may not be reached (every address it resolves to is checked)."""
+        if self.policy.allow_private:
+            return None
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except OSError:
+            return None  # the POST fails the same way, and is tried again
+        for info in infos:
+            reason = address_refused(str(info[4][0]))
+            if reason is not None:
+                return f"{host}: {reason}"
+        return None
+
+    async def _payload(
+        self, notice: AgentStateChangedObservation, delivery_id: str
+    ) -> dict[str, Any]:
+        state = await self.states.load(notice.task_id)
+        record = await self.records.get(notice.task_id)
+        task: dict[str, Any] = {
+            "id": notice.task_id,
+            "state": notice.agent_state.value,
+            "reason": notice.reason,
+            "labels": [] if record is None else list(record.labels),
+        }
+        if state is not None:
+            task |= {
+                "iterations": state.iterations_used(),
+                "cost_usd": round(state.total_usage().cost_usd, 6),
+                "created_at": state.created_at.isoformat(),
+                "finished_at": None if state.finished_at is None else state.finished_at.isoformat(),
+                "final_message": "" if state.result is None else state.result.final_message,
+            }
+        return {
+            "id": delivery_id,
+            "type": event_type(notice.agent_state),
+            "occurred_at": notice.timestamp.isoformat(),
+            "event_seq": notice.seq,
+            "task": task,
+        }
+
+    async def _post(
+        self,
+        url: str,
+        body: bytes,
+        key: bytes,
+        delivery_id: str,
+        notice: AgentStateChangedObservation,
+    ) -> tuple[int | None, str]:
+        assert self._http is not None, "start() was not called"
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(key, body, int(time.time())),
+            "Deckhands-Delivery-Id": delivery_id,
+            "Deckhands-Event": event_type(notice.agent_state),
+        }
+        try:
+            answer = await self._http.post(url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"[:500]
+        if 200 <= answer.status_code < 300:
+            return answer.status_code, ""
+        return answer.status_code, f"HTTP {answer.status_code}"
+
+
+class _Undeliverable(Exception):
+    """No attempt can succeed (no signing key, a refused target): give up now."""
+
+
+def _notice(data: bytes | None) -> AgentStateChangedObservation | None:
+    """The state change a notification may be due for; None for anything else (parsed only
+    when the bytes can be one)."""
+    if not data or _MARKER not in data:
+        return None
+    try:
+        event = EventAdapter.validate_json(data)
+    except ValidationError:
+        return None
+    if isinstance(event, AgentStateChangedObservation) and event.agent_state in NOTIFIED_STATES:
+        return event
+    return None
+
+
+def build_deliverer(
+    settings: GatewaySettings, broker: NatsBroker, redis: Redis, context: GatewayContext
+) -> WebhookDeliverer:
+    assert context.attachments is not None
+    return WebhookDeliverer(
+        lambda: broker.connection.jetstream(),
+        context.attachments.webhooks,
+        context.secrets,
+        context.tasks.store,
+        context.tasks.records,
+        DeliveryPolicy(
+            timeout_s=settings.webhook_timeout_s,
+            backoff_s=settings.webhook_backoff_s,
+            backoff_max_s=settings.webhook_backoff_max_s,
+            deadline_s=settings.webhook_deadline_s,
+            max_attempts=settings.webhook_max_attempts,
+            allow_private=settings.webhook_allow_private_targets,
+            concurrency=settings.webhook_concurrency,
+        ),
+    )

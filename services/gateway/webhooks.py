@@ -1,0 +1,270 @@
+"""Completion webhooks: what a task (or its tenant, as a default) asks for, how a delivery is
+signed, which targets are refused, and the record of every attempt, in Redis.
+
+A webhook names a URL and the tenant secret (shared/secrets_store.py) whose value signs its
+deliveries: `Deckhands-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, the
+scheme Stripe uses, so a receiver checks both the body and its age (README: Webhooks).
+
+Redis keys (the `deckhands:` namespace):
+- `deckhands:webhook:tenant:<tenant>`: the tenant's default webhook (JSON);
+- `deckhands:webhook:task:<task>`: the webhook a task was created with (its own, or the
+  tenant's default at that time) and its tenant;
+- `deckhands:webhook:delivery:<delivery id>`: hash, first attempt time, attempts, outcome;
+- `deckhands:webhook:log:<task>`: list of attempts (JSON), newest last, at most LOG_KEPT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import time
+from datetime import datetime
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from redis.asyncio import Redis
+
+from shared.events import AgentState
+from shared.secrets_store import SECRET_NAME_PATTERN
+
+__all__ = [
+    "LOG_KEPT",
+    "NOTIFIED_STATES",
+    "SIGNATURE_HEADER",
+    "WAITING_STATES",
+    "DeliveryAttempt",
+    "DeliveryRecord",
+    "TaskWebhook",
+    "WebhookSpec",
+    "WebhookStore",
+    "address_refused",
+    "body_bytes",
+    "event_type",
+    "sign",
+    "url_refused",
+]
+
+SIGNATURE_HEADER = "Deckhands-Signature"
+LOG_KEPT = 200
+_TTL_S = 30 * 86_400  # as long as the event log keeps a task's events
+_PREFIX = "deckhands"
+
+TERMINAL = (AgentState.FINISHED, AgentState.ERROR, AgentState.STOPPED, AgentState.REJECTED)
+WAITING_STATES = frozenset({AgentState.AWAITING_USER_INPUT, AgentState.AWAITING_USER_CONFIRMATION})
+NOTIFIED_STATES = frozenset({*TERMINAL, *WAITING_STATES})
+
+
+class WebhookSpec(BaseModel):
+    """A webhook as a client gives it (a task's, or the tenant's default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(
+        min_length=8,
+        max_length=2048,
+        description="http(s) URL that receives a POST on every terminal state of the task.",
+    )
+    signing_secret: str = Field(
+        pattern=SECRET_NAME_PATTERN,
+        description="Name of one of the tenant's secrets (PUT /v1/secrets/{name}): its value "
+        "is the HMAC-SHA256 key of the Deckhands-Signature header.",
+    )
+    on_waiting: bool = Field(
+        default=False,
+        description="Also POST when the task waits for a person (AWAITING_USER_INPUT, "
+        "AWAITING_USER_CONFIRMATION).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("a webhook URL is http:// or https:// with a host")
+        if parts.username or parts.password:
+            raise ValueError("a webhook URL carries no credentials; deliveries are signed")
+        return value
+
+
+class TaskWebhook(BaseModel):
+    """The webhook a task notifies, fixed when the task is created."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant_id: str
+    spec: WebhookSpec
+
+
+class DeliveryAttempt(BaseModel):
+    """One POST (or one refusal to send it), as GET /v1/tasks/{id}/webhooks shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    delivery_id: str = Field(
+        description="Same for every attempt of one notification; sent "
+        "as Deckhands-Delivery-Id and as the body's `id` (idempotency)."
+    )
+    event_type: str = Field(description="e.g. task.finished, task.awaiting_user_input.")
+    url: str
+    attempt: int = Field(ge=1)
+    at: datetime
+    duration_ms: float
+    status_code: int | None = Field(description="The receiver's answer; null: none came.")
+    error: str = ""
+    outcome: Literal["delivered", "retrying", "gave_up"]
+    next_attempt_in_s: float | None = None
+
+
+class DeliveryRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_attempt_at: float  # unix time
+    attempts: int
+    done: bool
+
+
+def event_type(state: AgentState) -> str:
+    return f"task.{state.value.lower()}"
+
+
+def sign(key: bytes, body: bytes, timestamp: int) -> str:
+    """The Deckhands-Signature header of `body` sent at `timestamp` (unix seconds)."""
+    digest = hmac.new(key, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def address_refused(address: str) -> str | None:
+    """Why a webhook may not go to this IP address unless the operator allows private
+    targets; None for a public address."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for what, test in (
+        ("loopback", ip.is_loopback),
+        ("private", ip.is_private),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("reserved", ip.is_reserved),
+        ("unspecified", ip.is_unspecified),
+    ):
+        if test:
+            return f"{address} is a {what} address"
+    return None
+
+
+def url_refused(url: str, allow_private: bool) -> str | None:
+    """Why a webhook URL is refused when it is given (a literal address or localhost);
+    names are checked again, resolved, at each delivery."""
+    if allow_private:
+        return None
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"webhook URL {url!r} points at this machine"
+    try:
+        reason = address_refused(host)
+    except ValueError:
+        return None  # a name: resolved at delivery
+    if reason is None:
+        return None
+    return (
+        f"webhook URL {url!r}: {reason}; the operator allows such targets with "
+        "DECKHANDS_WEBHOOK_ALLOW_PRIVATE_TARGETS=true"
+    )
+
+
+class WebhookStore:
+    def __init__(self, redis: Redis, prefix: str = _PREFIX) -> None:
+        self.redis = redis
+        self.prefix = prefix
+
+    def _tenant(self, tenant_id: str) -> str:
+        return f"{self.prefix}:webhook:tenant:{tenant_id}"
+
+    def _task(self, task_id: str) -> str:
+        return f"{self.prefix}:webhook:task:{task_id}"
+
+    def _delivery(self, delivery_id: str) -> str:
+        return f"{self.prefix}:webhook:delivery:{delivery_id}"
+
+    def _log(self, task_id: str) -> str:
+        return f"{self.prefix}:webhook:log:{task_id}"
+
+    # -- the tenant's default
+
+    async def set_default(self, tenant_id: str, spec: WebhookSpec) -> None:
+        await self.redis.set(self._tenant(tenant_id), spec.model_dump_json())
+
+    async def default(self, tenant_id: str) -> WebhookSpec | None:
+        raw = await self.redis.get(self._tenant(tenant_id))
+        return None if raw is None else WebhookSpec.model_validate_json(raw)
+
+    async def clear_default(self, tenant_id: str) -> bool:
+        return bool(await self.redis.delete(self._tenant(tenant_id)))
+
+    # -- a task's
+
+    async def attach(self, task_id: str, tenant_id: str, spec: WebhookSpec) -> None:
+        webhook = TaskWebhook(tenant_id=tenant_id, spec=spec)
+        await self.redis.set(self._task(task_id), webhook.model_dump_json(), ex=_TTL_S)
+
+    async def of_task(self, task_id: str) -> TaskWebhook | None:
+        raw = await self.redis.get(self._task(task_id))
+        return None if raw is None else TaskWebhook.model_validate_json(raw)
+
+    async def forget_task(self, task_id: str) -> None:
+        await self.redis.delete(self._task(task_id), self._log(task_id))
+
+    # -- deliveries
+
+    async def delivery(self, delivery_id: str) -> DeliveryRecord | None:
+        raw = await self.redis.hgetall(self._delivery(delivery_id))  # type: ignore[misc]
+        if not raw:
+            return None
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        return DeliveryRecord(
+            first_attempt_at=float(fields.get("first", "0")),
+            attempts=int(fields.get("attempts", "0")),
+            done=fields.get("done") == "1",
+        )
+
+    async def begin_attempt(self, delivery_id: str) -> DeliveryRecord:
+        """Count one more attempt (the first sets the clock of the deadline)."""
+        key = self._delivery(delivery_id)
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.hsetnx(key, "first", repr(time.time()))
+            tx.hincrby(key, "attempts", 1)
+            tx.expire(key, _TTL_S)
+            tx.hgetall(key)
+            *_, raw = await tx.execute()
+        fields = {_text(k): _text(v) for k, v in raw.items()}
+        return DeliveryRecord(
+            first_attempt_at=float(fields["first"]),
+            attempts=int(fields["attempts"]),
+            done=fields.get("done") == "1",
+        )
+
+    async def record(self, task_id: str, attempt: DeliveryAttempt) -> None:
+        """Log the attempt; a delivered or abandoned notification is done (never sent again)."""
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.rpush(self._log(task_id), attempt.model_dump_json())
+            tx.ltrim(self._log(task_id), -LOG_KEPT, -1)
+            tx.expire(self._log(task_id), _TTL_S)
+            if attempt.outcome != "retrying":
+                tx.hset(self._delivery(attempt.delivery_id), "done", "1")
+            await tx.execute()
+
+    async def attempts(self, task_id: str) -> list[DeliveryAttempt]:
+        raws = await self.redis.lrange(self._log(task_id), 0, -1)  # type: ignore[misc]
+        return [DeliveryAttempt.model_validate_json(raw) for raw in raws]
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def body_bytes(payload: dict[str, object]) -> bytes:
+    """The exact bytes sent (and signed)."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str).encode()

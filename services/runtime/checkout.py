@@ -1,0 +1,252 @@
+"""A task's repository, fetched by the runtime and checked out in its workspace.
+
+The work is split where the risk is:
+
+1. **Fetch** (network), in the runtime's process: `git clone --no-checkout` into a temporary
+   directory. Only git's own files are written there (objects, refs, our config): no path of
+   the repository's tree is, no hook runs (an empty template), no submodule is fetched, only the
+   URL schemes the operator allows (`GIT_ALLOW_PROTOCOL`), objects are checked
+   (`transfer.fsckObjects`), no prompt, no system or user git config. A token (the tenant's
+   secret named by `token_secret`) is given as an HTTP header through the environment, never in
+   the URL, a file, or `.git/config`. The clone is killed past its deadline or its size bound.
+   The ref is resolved here (branch, tag or commit) and recorded as `refs/deckhands/start`.
+2. **Checkout** (the repository's tree: file names and contents its author chose), in a helper
+   container of the sandbox image that mounts only the task's workspace (workspace_helper.py),
+   with no network: `.git` is copied into /workspace, then `git reset --hard` writes the tree.
+   Bounded by the workspace's own quota and a deadline.
+
+The sandbox itself never gets a network for this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import re
+import signal
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.workspace import RepositorySpec, bad_ref, bad_repository_url
+
+from .workspace_archive import SANDBOX_UID
+
+__all__ = [
+    "START_REF",
+    "CheckoutFailed",
+    "Fetched",
+    "fetch",
+    "tar_git_dir",
+]
+
+START_REF = "refs/deckhands/start"
+_HEX = re.compile(r"^[0-9a-f]{7,64}$")
+_POLL_S = 0.25
+
+
+class CheckoutFailed(Exception):
+    """The repository could not be fetched or checked out; the message says why."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    git_dir: Path
+    commit: str
+    branch: str | None  # None: a detached HEAD (a tag or a commit)
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _git_env(workdir: Path, schemes: list[str], token: str | None) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(workdir),
+        "LANG": "C.UTF-8",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_ALLOW_PROTOCOL": ":".join(schemes),
+        "GIT_PROTOCOL_FROM_USER": "0",
+        "GIT_LFS_SKIP_SMUDGE": "1",
+    }
+    if token:
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        env |= {
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+        }
+    return env
+
+
+async def _git(
+    args: list[str], env: dict[str, str], cwd: Path, timeout_s: float
+) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        _kill(proc)
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _tail(text: str, secret: str | None) -> str:
+    if secret:
+        text = text.replace(secret, "<secret>")
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " / ".join(lines[-3:])[:500] or "no message"
+
+
+async def fetch(
+    spec: RepositorySpec,
+    token: str | None,
+    workdir: Path,
+    *,
+    schemes: list[str],
+    timeout_s: float,
+    max_bytes: int,
+) -> Fetched:
+    """Clone `spec` without a working tree into `workdir/repo`, resolve its ref and point HEAD
+    at it. CheckoutFailed names what went wrong."""
+    why = bad_repository_url(spec.url, schemes) or (spec.ref and bad_ref(spec.ref))
+    if why:
+        raise CheckoutFailed(why)
+    env = _git_env(workdir, schemes, token)
+    dest = workdir / "repo"
+    clone = [
+        "-c",
+        "transfer.fsckObjects=true",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "submodule.recurse=false",
+        "clone",
+        "--no-checkout",
+        "--template=",
+        "--quiet",
+        "--",
+        spec.url,
+        str(dest),
+    ]
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *clone,
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    errors = asyncio.ensure_future(proc.stderr.read(64 * 1024))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), _POLL_S)
+                break
+            except TimeoutError:
+                pass
+            if loop.time() > deadline:
+                raise CheckoutFailed(f"cloning {spec.url} took longer than {timeout_s:g}s")
+            size = await asyncio.to_thread(_dir_bytes, dest) if dest.exists() else 0
+            if size > max_bytes:
+                raise CheckoutFailed(
+                    f"the repository {spec.url} is larger than {max_bytes} bytes "
+                    "(DECKHANDS_REPOSITORY_MAX_BYTES)"
+                )
+    except BaseException:
+        _kill(proc)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 10)
+        errors.cancel()
+        raise
+    err = (await errors).decode("utf-8", "replace")
+    if proc.returncode != 0:
+        raise CheckoutFailed(f"git could not clone {spec.url}: {_tail(err, token)}")
+    if await asyncio.to_thread(_dir_bytes, dest) > max_bytes:
+        raise CheckoutFailed(f"the repository {spec.url} is larger than {max_bytes} bytes")
+    return await _point_head(spec, dest, env, timeout_s)
+
+
+async def _rev(dest: Path, env: dict[str, str], name: str) -> str | None:
+    code, out, _ = await _git(["rev-parse", "--verify", "-q", f"{name}^{{commit}}"], env, dest, 30)
+    return out.strip() if code == 0 and out.strip() else None
+
+
+async def _run(dest: Path, env: dict[str, str], *args: str) -> None:
+    code, _, err = await _git(list(args), env, dest, 60)
+    if code != 0:
+        raise CheckoutFailed(f"git {args[0]} failed: {_tail(err, None)}")
+
+
+async def _point_head(
+    spec: RepositorySpec, dest: Path, env: dict[str, str], timeout_s: float
+) -> Fetched:
+    code, out, _ = await _git(["symbolic-ref", "-q", "--short", "HEAD"], env, dest, 30)
+    default = out.strip() if code == 0 else None
+    ref = spec.ref
+    branch: str | None = default
+    if ref is None or ref == default:
+        commit = await _rev(dest, env, "HEAD")
+        if commit is None:
+            raise CheckoutFailed(f"the repository {spec.url} has no commit on its default branch")
+    elif (commit := await _rev(dest, env, f"refs/remotes/origin/{ref}")) is not None:
+        branch = ref
+        await _run(dest, env, "branch", "--force", "--track", ref, f"origin/{ref}")
+        await _run(dest, env, "symbolic-ref", "HEAD", f"refs/heads/{ref}")
+    elif (commit := await _rev(dest, env, f"refs/tags/{ref}")) is not None or (
+        _HEX.match(ref) and (commit := await _rev(dest, env, ref)) is not None
+    ):
+        branch = None
+        await _run(dest, env, "update-ref", "--no-deref", "HEAD", commit)
+    else:
+        raise CheckoutFailed(f"the repository {spec.url} has no branch, tag or commit {ref!r}")
+    await _run(dest, env, "update-ref", START_REF, commit)
+    return Fetched(git_dir=dest / ".git", commit=commit, branch=branch)
+
+
+def tar_git_dir(git_dir: Path, out: Path) -> None:
+    """`git_dir` as a tar of `.git/...` owned by the sandbox user: directories and regular
+    files only (git writes nothing else there). Blocking."""
+
+    def owned(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if not (info.isdir() or info.isreg()):
+            return None
+        info.uid = info.gid = SANDBOX_UID
+        info.uname = info.gname = "sandbox"
+        info.mode = (info.mode & 0o755) | (0o700 if info.isdir() else 0o600)
+        return info
+
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(git_dir, arcname=".git", recursive=True, filter=owned)

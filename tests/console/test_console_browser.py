@@ -1,0 +1,365 @@
+"""The web console (issue 13) in a real browser: Debian's headless Chromium driven by Selenium,
+against the whole stack (tests/console/conftest.py) on the scripted LLM.
+
+Set DECKHANDS_UPDATE_SCREENSHOT=1 to write docs/console.png (the README shows it) from the
+seed task's page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tools.stack import Stack
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "docs" / "console.png"
+T = TypeVar("T")
+
+
+def _chromium() -> tuple[str, str]:
+    browser = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if not browser or not driver:
+        pytest.fail(
+            "the console's browser tests need Debian's chromium and chromium-driver "
+            "(`make system-packages` installs them)"
+        )
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(tmp_path_factory.mktemp("downloads"))
+
+
+@pytest.fixture(scope="module")
+def browser(downloads: Path) -> Iterator[WebDriver]:
+    binary, driver_path = _chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # root in a container: Chromium's own sandbox cannot start
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1400",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+    ):
+        options.add_argument(argument)
+    options.add_experimental_option(
+        "prefs",
+        {"download.default_directory": str(downloads), "download.prompt_for_download": False},
+    )
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # The driver is Debian's: Selenium Manager is never asked to fetch one.
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def page(browser: WebDriver, console_stack: Stack) -> Iterator[WebDriver]:
+    """The browser signed in with the stack's key; the test fails on any script error the
+    page logged (a Content-Security-Policy violation included). Failed requests ("network":
+    a refused key, a gateway restarting) are what some tests cause on purpose."""
+    browser.get(console_stack.config.gateway_url + "/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(console_stack.config.gateway_url + "/ui/")
+    browser.get_log("browser")  # what earlier tests left
+    _sign_in(browser, console_stack.api_key)
+    yield browser
+    severe = [
+        entry
+        for entry in browser.get_log("browser")
+        if entry["level"] == "SEVERE" and entry.get("source") != "network"
+    ]
+    assert not severe, severe
+
+
+def _wait(driver: WebDriver, what: Callable[[WebDriver], T], timeout_s: float = 60) -> T:
+    def attempt(d: WebDriver) -> T | bool:
+        try:
+            return what(d)
+        except StaleElementReferenceException:
+            return False  # the page redrew the element: look again
+
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(attempt)  # type: ignore[arg-type]
+
+
+def _sign_in(driver: WebDriver, key: str) -> None:
+    field = _wait(driver, lambda d: d.find_element(By.ID, "api-key"))
+    field.clear()
+    field.send_keys(key)
+    driver.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    _wait(driver, lambda d: d.find_element(By.ID, "who").is_displayed())
+
+
+def _post_from_form(driver: WebDriver, text: str, **fields: Any) -> str:
+    driver.find_element(By.ID, "nav-new").click()
+    box = _wait(driver, lambda d: d.find_element(By.ID, "new-task-text"))
+    box.send_keys(text)
+    if "labels" in fields:
+        driver.find_element(By.ID, "labels").send_keys(fields["labels"])
+    if fields.get("confirmation_mode"):
+        driver.find_element(By.ID, "confirmation-mode").click()
+    if "threshold" in fields:
+        Select(driver.find_element(By.ID, "confirmation-threshold")).select_by_value(
+            fields["threshold"]
+        )
+    driver.find_element(By.ID, "post-task").click()
+    _wait(driver, lambda d: "#/tasks/" in d.current_url)
+    return driver.current_url.rsplit("/", 1)[1]
+
+
+def _state(driver: WebDriver) -> str:
+    return driver.find_element(By.ID, "task-state").get_attribute("data-state") or ""
+
+
+def _wait_state(driver: WebDriver, *states: str, timeout_s: float = 90) -> str:
+    return _wait(driver, lambda d: _state(d) if _state(d) in states else False, timeout_s)
+
+
+def _events(driver: WebDriver) -> list[tuple[int, str]]:
+    """(seq, kind) of each event shown, in page order."""
+    found = driver.execute_script(
+        "return [...document.querySelectorAll('#events > li')]"
+        ".map(li => [Number(li.dataset.seq), li.dataset.kind])"
+    )
+    return [(int(seq), str(kind)) for seq, kind in found]
+
+
+def _api(stack: Stack) -> httpx.Client:
+    return httpx.Client(base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30)
+
+
+def _log_length(stack: Stack, task_id: str) -> int:
+    with _api(stack) as http:
+        page = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()
+    return int(page["last_seq"])
+
+
+def _assert_each_event_once(driver: WebDriver, stack: Stack, task_id: str) -> list[int]:
+    """Every event of the log shown once, in order: wait until the page caught up with the
+    log's end, then compare."""
+    last = _log_length(stack, task_id)
+    _wait(driver, lambda d: len(_events(d)) >= last, timeout_s=30)
+    seqs = [seq for seq, _ in _events(driver)]
+    assert seqs == list(range(1, last + 1)), seqs
+    return seqs
+
+
+# --- static files and keys -------------------------------------------------------------------
+
+
+def test_the_console_is_public_and_strict_while_the_api_needs_the_key(
+    console_stack: Stack,
+) -> None:
+    base = console_stack.config.gateway_url
+    with httpx.Client(base_url=base, timeout=15) as http:
+        page = http.get("/ui/")
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "default-src 'none'" in policy
+        assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert "<script" in page.text and "<script>" not in page.text  # no inline script
+        script = http.get("/ui/console.js")
+        assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+        again = http.get("/ui/console.js", headers={"If-None-Match": script.headers["etag"]})
+        assert again.status_code == 304
+        assert http.get("/ui").status_code == 308
+        assert http.get("/").headers["location"] == "/ui/"
+        missing = http.get("/ui/nothing.js")
+        assert missing.status_code == 404 and "/ui/" in missing.json()["detail"]
+        assert http.get("/ui/%2e%2e%2fmain.py").status_code == 404
+        # No key, no API; no cookie is ever taken for one.
+        assert http.get("/v1/tasks").status_code == 401
+        cookie = http.get("/v1/tasks", headers={"Cookie": f"key={console_stack.api_key}"})
+        assert cookie.status_code == 401
+        # The gateway's host check covers the console too (DNS rebinding).
+        assert http.get("/ui/", headers={"Host": "evil.example"}).status_code == 400
+
+
+def test_a_wrong_key_is_refused_and_the_key_stays_in_the_tab(
+    browser: WebDriver, console_stack: Stack
+) -> None:
+    base = console_stack.config.gateway_url
+    browser.get(base + "/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + "/ui/")
+    field = _wait(browser, lambda d: d.find_element(By.ID, "api-key"))
+    field.send_keys("dh_000000000000_" + "x" * 43)
+    browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    error = _wait(browser, lambda d: d.find_element(By.ID, "sign-in-error"))
+    _wait(browser, lambda d: error.is_displayed())
+    assert "refused" in error.text
+    assert browser.execute_script("return sessionStorage.length") == 0
+    _sign_in(browser, console_stack.api_key)
+    tenant = browser.find_element(By.ID, "who").get_attribute("data-tenant")
+    assert tenant == console_stack.config.tenant
+    # Kept in session storage, never in a cookie or local storage.
+    assert browser.get_cookies() == []
+    assert browser.execute_script("return localStorage.length") == 0
+    browser.find_element(By.ID, "sign-out").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "sign-in").is_displayed())
+    assert browser.execute_script("return sessionStorage.length") == 0
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+def test_post_the_seed_task_and_watch_it_finish(
+    page: WebDriver, console_stack: Stack, downloads: Path
+) -> None:
+    task_id = _post_from_form(
+        page,
+        "Write a Python script that prints the squares of 1 to 10 and run it",
+        labels="team=console seed",
+    )
+    _wait_state(page, "FINISHED")
+    result = page.find_element(By.ID, "result-text").text
+    assert "10 squared is 100" in result
+    kinds = [kind for _, kind in _events(page)]
+    for kind in ("task_created", "message", "think", "write", "edit", "edit_output", "run"):
+        assert kind in kinds, kinds
+    # The command's output, terminal style; the edit, as a diff.
+    output = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=run_output] pre.term")
+    assert "10 squared is 100" in output.text
+    added = page.find_elements(By.CSS_SELECTOR, "#events > li[data-kind=edit_output] .add")
+    assert any("# The squares of 1 to 10." in line.text for line in added)
+    assert page.find_element(By.CSS_SELECTOR, "#events .thought").text.startswith("A loop")
+    # Iterations, tokens and cost as the task left them.
+    assert page.find_element(By.ID, "task-iterations").text.startswith("5 /")
+    assert int(page.find_element(By.ID, "task-tokens").text) > 0
+    assert page.find_element(By.ID, "task-cost").text.startswith("$0.0")
+    _assert_each_event_once(page, console_stack, task_id)
+    # An ended task's page lets its stream go (open tabs hold none of the tenant's streams).
+    _wait(
+        page,
+        lambda d: d.find_element(By.ID, "stream-status").get_attribute("data-status") == "ended",
+    )
+    if os.environ.get("DECKHANDS_UPDATE_SCREENSHOT") == "1":
+        page.execute_script("window.scrollTo(0, 0)")
+        page.set_window_size(1280, 1900)
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.save_screenshot(str(SCREENSHOT))
+        page.set_window_size(1280, 1400)
+
+    # A message continues the ended task: the page follows it again, each event once.
+    before = _log_length(console_stack, task_id)
+    page.find_element(By.ID, "message-text").send_keys("Now say goodbye")
+    page.find_element(By.ID, "send-message").click()
+    _wait(page, lambda d: any(seq > before + 2 for seq, _ in _events(d)))
+    _wait_state(page, "FINISHED")
+    _assert_each_event_once(page, console_stack, task_id)
+    assert any(
+        "Now say goodbye" in item.text
+        for item in page.find_elements(By.CSS_SELECTOR, "#events > li[data-source=USER]")
+    )
+
+    # The trajectory downloads as a file (the key travels in a header, not in a link).
+    page.find_element(By.ID, "download-trajectory").click()
+    saved = downloads / f"trajectory-{task_id}.json"
+    _wait(page, lambda d: saved.exists() and saved.stat().st_size > 0, timeout_s=20)
+    trajectory = json.loads(saved.read_text())
+    assert trajectory["task_id"] == task_id and len(trajectory["events"]) >= 10
+
+    # The list shows it, with its state, labels and cost; the filters find it.
+    page.find_element(By.ID, "nav-tasks").click()
+    row = _wait(page, lambda d: d.find_element(By.CSS_SELECTOR, f"tr[data-id='{task_id}']"))
+    assert row.get_attribute("data-state") == "FINISHED"
+    assert "team=console" in row.text and "$0.0" in row.text
+    page.find_element(By.ID, "filter-label").send_keys("team=console")
+    Select(page.find_element(By.ID, "filter-state")).select_by_value("ended")
+    _wait(page, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#task-rows tr[data-id]")) == 1)
+    Select(page.find_element(By.ID, "filter-state")).select_by_value("active")
+    _wait(page, lambda d: not d.find_elements(By.CSS_SELECTOR, "#task-rows tr[data-id]"))
+
+
+def test_approve_an_action_in_confirmation_mode(page: WebDriver, console_stack: Stack) -> None:
+    task_id = _post_from_form(
+        page, "risky: install requests", confirmation_mode=True, threshold="MEDIUM"
+    )
+    _wait_state(page, "AWAITING_USER_CONFIRMATION")
+    panel = _wait(page, lambda d: d.find_element(By.ID, "confirm-panel"))
+    _wait(page, lambda d: panel.is_displayed())
+    assert "pip install requests" in panel.text
+    page.find_element(By.ID, "approve").click()
+    _wait_state(page, "FINISHED")
+    assert not page.find_element(By.ID, "confirm-panel").is_displayed()
+    kinds = [kind for _, kind in _events(page)]
+    # The approved command ran: its output is logged (pip fails without a network).
+    assert "run_output" in kinds and "user_rejected" not in kinds
+    states = page.find_elements(By.CSS_SELECTOR, "#events > li[data-kind=agent_state_changed]")
+    assert any("USER_CONFIRMED" in s.text for s in states)
+    _assert_each_event_once(page, console_stack, task_id)
+
+
+def test_the_agent_asks_and_the_message_box_answers(page: WebDriver) -> None:
+    _post_from_form(page, "ask: greet me")
+    _wait_state(page, "AWAITING_USER_INPUT")
+    panel = page.find_element(By.ID, "message-panel")
+    _wait(page, lambda d: panel.is_displayed())
+    assert "Which file should I greet you in?" in panel.text
+    page.find_element(By.ID, "message-text").send_keys("hello from the console")
+    page.find_element(By.ID, "send-message").click()
+    _wait_state(page, "FINISHED")
+    user = page.find_elements(By.CSS_SELECTOR, "#events > li[data-source=USER][data-kind=message]")
+    assert any("hello from the console" in item.text for item in user)
+
+
+def test_reload_and_network_loss_mid_task_show_no_event_twice(
+    page: WebDriver, console_stack: Stack
+) -> None:
+    task_id = _post_from_form(page, "slow squares, please")
+    _wait(page, lambda d: len(_events(d)) >= 4)
+    assert _state(page) not in {"FINISHED", "ERROR"}
+    page.refresh()  # the page starts again from the log; the key stays in the tab
+    _wait(page, lambda d: len(_events(d)) >= 4)
+    # A network loss: the stream breaks, and the page resumes after the last seq it showed.
+    page.execute_script("window.deckhandsStream.interrupt()")
+    _wait(
+        page,
+        lambda d: d.find_element(By.ID, "stream-status").get_attribute("data-status") == "live",
+    )
+    # And the gateway itself goes away and comes back (every stream it held ends).
+    console_stack.kill_service("gateway")
+    _wait(
+        page,
+        lambda d: (
+            d.find_element(By.ID, "stream-status").get_attribute("data-status") == "reconnecting"
+        ),
+        timeout_s=60,
+    )
+    console_stack.start_service("gateway")
+    console_stack.wait_ready(("gateway",))
+    _wait_state(page, "FINISHED", timeout_s=120)
+    reconnects = int(
+        page.find_element(By.ID, "stream-status").get_attribute("data-reconnects") or 0
+    )
+    assert reconnects >= 2
+    seqs = _assert_each_event_once(page, console_stack, task_id)
+    assert len(seqs) >= 12

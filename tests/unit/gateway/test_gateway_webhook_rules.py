@@ -1,0 +1,79 @@
+"""Webhook rules that need no running system: the signature a receiver checks, which targets
+are refused, what a webhook may name, and the retry delays."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import pytest
+from pydantic import ValidationError
+
+from services.gateway.webhook_delivery import DeliveryPolicy
+from services.gateway.webhooks import WebhookSpec, address_refused, sign, url_refused
+
+
+def test_the_signature_is_hmac_sha256_of_timestamp_dot_body() -> None:
+    header = sign(b"key", b'{"a":1}', 1_700_000_000)
+    expected = hmac.new(b"key", b'1700000000.{"a":1}', hashlib.sha256).hexdigest()
+    assert header == f"t=1700000000,v1={expected}"
+    assert sign(b"key", b'{"a":2}', 1_700_000_000) != header
+    assert sign(b"key", b'{"a":1}', 1_700_000_001) != header
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "192.168.0.10",
+        "172.16.5.5",
+        "169.254.169.254",
+        "::1",
+        "fe80::1",
+        "0.0.0.0",
+        "::ffff:127.0.0.1",
+        "224.0.0.1",
+    ],
+)
+def test_private_addresses_are_refused(address: str) -> None:
+    assert address_refused(address) is not None
+
+
+def test_public_addresses_pass() -> None:
+    assert address_refused("93.184.216.34") is None
+    assert address_refused("2606:2800:220:1:248:1893:25c8:1946") is None
+
+
+def test_urls_refused_when_given_unless_allowed() -> None:
+    assert url_refused("http://127.0.0.1:9/x", allow_private=False) is not None
+    assert url_refused("http://localhost/x", allow_private=False) is not None
+    assert url_refused("http://[::1]/x", allow_private=False) is not None
+    refused = url_refused("https://10.0.0.8/x", allow_private=False)
+    assert refused is not None and "DECKHANDS_WEBHOOK_ALLOW_PRIVATE_TARGETS" in refused
+    assert url_refused("http://127.0.0.1:9/x", allow_private=True) is None
+    # A name is resolved and checked at each delivery, not when it is given.
+    assert url_refused("https://hooks.example.com/x", allow_private=False) is None
+
+
+def test_a_webhook_is_http_with_a_secret_name() -> None:
+    WebhookSpec(url="https://example.com/hook", signing_secret="WEBHOOK_KEY")
+    for url in ("ftp://example.com/x", "file:///etc/passwd", "https://user:pw@example.com/"):
+        with pytest.raises(ValidationError):
+            WebhookSpec(url=url, signing_secret="WEBHOOK_KEY")
+    with pytest.raises(ValidationError):
+        WebhookSpec(url="https://example.com/hook", signing_secret="not a name")
+
+
+def test_retry_delays_double_up_to_the_cap() -> None:
+    policy = DeliveryPolicy(
+        timeout_s=1,
+        backoff_s=2,
+        backoff_max_s=10,
+        deadline_s=100,
+        max_attempts=5,
+        allow_private=False,
+        concurrency=1,
+    )
+    for attempt, base in ((1, 2), (2, 4), (3, 8), (4, 10), (9, 10)):
+        assert base <= policy.backoff(attempt) <= base * 1.1

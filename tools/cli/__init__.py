@@ -1,0 +1,1 @@
+"""The `deckhands` command: post tasks, follow them, steer them (issue 13)."""

@@ -1,0 +1,5 @@
+"""`python -m tools.cli`: the `deckhands` command without its entry point."""
+
+from .app import main
+
+main()
