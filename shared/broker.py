@@ -19,9 +19,10 @@ from .delivery import DeliveryGuard
 from .health import PROCESS_HEALTH, ProgressMiddleware
 from .nats_fetch import install as install_nats_fetch_fix
 from .settings import CommonSettings
-from .subjects import EVENTS_STREAM, WORK_STREAM, Service
+from .subjects import DELETIONS_STREAM, EVENTS_STREAM, WORK_STREAM, Service
 
 __all__ = [
+    "DELETIONS",
     "EVENTS",
     "EXIT_BROKER_LOST",
     "WORK",
@@ -39,6 +40,7 @@ EXIT_BROKER_LOST = 70
 # Streams are declared by `ensure_streams`; subscribers only name them.
 EVENTS = JStream(EVENTS_STREAM, declare=False)
 WORK = JStream(WORK_STREAM, declare=False)
+DELETIONS = JStream(DELETIONS_STREAM, declare=False)
 
 _FETCH_BATCH = 32
 _MAX_ACK_PENDING = 20_000

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from faststream import FastStream
-from faststream.nats import JStream
 from faststream.nats.message import NatsBatchMessage
 
-from shared.broker import EVENTS, build_broker, durable_subscription, handled_message
+from shared.broker import DELETIONS, EVENTS, build_broker, durable_subscription, handled_message
 from shared.commands import HistoryReply
 from shared.streams import ensure_streams
 from shared.subjects import (
-    DELETIONS_STREAM,
     FORGET_SUBJECT,
     HISTORY_SUBJECT,
     Service,
@@ -66,9 +64,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
         title="storage.deletions",
         description="A deleted task: every replica removes its copy of the task's events, one "
         "that was down when the task was deleted once it is back.",
-        **durable_subscription(
-            settings, JStream(DELETIONS_STREAM, declare=False), settings.replica
-        ),
+        **durable_subscription(settings, DELETIONS, settings.replica),
     )(handlers.on_deletion)
     broker.subscriber(
         FORGET_SUBJECT,  # no queue group: every replica keeps a copy, every one removes it
