@@ -31,6 +31,7 @@ from .subjects import (
     DELETIONS_STREAM,
     DLQ_STREAM,
     EVENTS_STREAM,
+    SECRETS_BUCKET,
     TENANTS_BUCKET,
     WORK_STREAM,
     Service,
@@ -56,7 +57,16 @@ Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subject
 
 _OBJECTS = f"OBJ_{BLOBS_BUCKET}"
 _TENANTS = f"KV_{TENANTS_BUCKET}"
-_DECLARED = (EVENTS_STREAM, WORK_STREAM, DLQ_STREAM, DELETIONS_STREAM, _OBJECTS, _TENANTS)
+_SECRETS = f"KV_{SECRETS_BUCKET}"
+_DECLARED = (
+    EVENTS_STREAM,
+    WORK_STREAM,
+    DLQ_STREAM,
+    DELETIONS_STREAM,
+    _OBJECTS,
+    _TENANTS,
+    _SECRETS,
+)
 
 
 def inbox_prefix(user: str) -> str:
@@ -109,6 +119,22 @@ def _tenant_records() -> list[str]:
         f"$JS.API.CONSUMER.INFO.{_TENANTS}.>",
         f"$JS.API.CONSUMER.DELETE.{_TENANTS}.>",
         f"$JS.FC.{_TENANTS}.>",
+    ]
+
+
+def _secret_records() -> list[str]:
+    """The gateway's secrets bucket: write a record, delete one, list and read them all to
+    fill a Redis that lost its data (an ordered consumer of its own, removed after)."""
+    return [
+        f"$KV.{SECRETS_BUCKET}.>",
+        f"$JS.API.STREAM.MSG.GET.{_SECRETS}",
+        f"$JS.API.DIRECT.GET.{_SECRETS}",
+        f"$JS.API.DIRECT.GET.{_SECRETS}.>",
+        f"$JS.API.CONSUMER.CREATE.{_SECRETS}",
+        f"$JS.API.CONSUMER.CREATE.{_SECRETS}.>",
+        f"$JS.API.CONSUMER.INFO.{_SECRETS}.>",
+        f"$JS.API.CONSUMER.DELETE.{_SECRETS}.>",
+        f"$JS.FC.{_SECRETS}.>",
     ]
 
 
@@ -187,6 +213,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             *_consumer(EVENTS_STREAM, "webhooks"),
             *_blob_writer(),
             *_tenant_records(),  # tenants and API keys, durable (Redis caches them)
+            *_secret_records(),  # tenants' secrets, sealed, durable (readers read Redis)
         ],
         ["deckhands.events.*"],  # live events for the SSE stream
     ),

@@ -19,6 +19,11 @@ Redis keys (the `deckhands:` namespace):
 - `deckhands:task-secrets:<task>`: the secrets a task was created with (its tenant and their
   names: never the values), written by the gateway when it creates the task.
 
+Redis is what every reader reads. The writer (the gateway) also keeps each record in a durable
+store first (`durable`: the NATS key-value bucket SECRETS_BUCKET, as `secret.<tenant>.<name>`
+and `grant.<task>`), from which a Redis that lost its data is filled again
+(services/gateway/secret_records.py).
+
 For other modules, the read side is:
 
     store = SecretsStore.from_settings(redis, settings)   # None: no key configured
@@ -36,6 +41,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -55,6 +61,7 @@ __all__ = [
     "SecretNotFound",
     "SecretUnreadable",
     "SecretsCipher",
+    "SecretsDurable",
     "SecretsStore",
     "TaskSecretGrant",
     "bad_secret_name",
@@ -237,11 +244,21 @@ class TaskSecretGrant(BaseModel):
     names: tuple[str, ...]
 
 
+class SecretsDurable(Protocol):
+    """Where the writer keeps every record too (key `secret.<tenant>.<name>` or `grant.<task>`,
+    the same JSON as in Redis): what a Redis that lost its data is filled from."""
+
+    async def put(self, key: str, value: bytes) -> None: ...
+
+    async def delete(self, key: str) -> None: ...
+
+
 @dataclass
 class SecretsStore:
     redis: Redis
     cipher: SecretsCipher
     prefix: str = _PREFIX
+    durable: SecretsDurable | None = None  # the gateway's; readers have none
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: CommonSettings) -> SecretsStore | None:
@@ -271,7 +288,10 @@ class SecretsStore:
         created_at = now if raw is None else _Record.model_validate_json(raw).created_at
         key_id, sealed = self.cipher.seal(tenant_id, name, value)
         record = _Record(key_id=key_id, sealed=sealed, created_at=created_at, updated_at=now)
-        await self.redis.hset(key, name, record.model_dump_json())  # type: ignore[misc]
+        raw_record = record.model_dump_json()
+        if self.durable is not None:
+            await self.durable.put(f"secret.{tenant_id}.{name}", raw_record.encode())
+        await self.redis.hset(key, name, raw_record)  # type: ignore[misc]
         return SecretInfo(name=name, created_at=created_at, updated_at=now), raw is None
 
     async def count(self, tenant_id: str) -> int:
@@ -294,6 +314,8 @@ class SecretsStore:
         return sorted(infos, key=lambda info: info.name)
 
     async def delete(self, tenant_id: str, name: str) -> bool:
+        if self.durable is not None:
+            await self.durable.delete(f"secret.{tenant_id}.{name}")
         return bool(await self.redis.hdel(self._tenant_key(tenant_id), name))  # type: ignore[misc]
 
     async def missing(self, tenant_id: str, names: Iterable[str]) -> list[str]:
@@ -332,7 +354,10 @@ class SecretsStore:
     async def grant(self, task_id: str, tenant_id: str, names: Iterable[str]) -> None:
         """Let the task use these secrets of its tenant (set when the task is created)."""
         grant = TaskSecretGrant(tenant_id=tenant_id, names=tuple(dict.fromkeys(names)))
-        await self.redis.set(self._grant_key(task_id), grant.model_dump_json())
+        raw = grant.model_dump_json()
+        if self.durable is not None:
+            await self.durable.put(f"grant.{task_id}", raw.encode())
+        await self.redis.set(self._grant_key(task_id), raw)
 
     async def grant_of(self, task_id: str) -> TaskSecretGrant | None:
         raw = await self.redis.get(self._grant_key(task_id))
@@ -346,7 +371,24 @@ class SecretsStore:
         return await self.read_many(grant.tenant_id, grant.names)
 
     async def forget_task(self, task_id: str) -> None:
+        if self.durable is not None:
+            await self.durable.delete(f"grant.{task_id}")
         await self.redis.delete(self._grant_key(task_id))
+
+    # -- filling a Redis that lost its data (the gateway, from `durable`)
+
+    async def restore(self, key: str, value: bytes) -> bool:
+        """Put back one durable record unless Redis has one (a newer write wins); whether it
+        was missing."""
+        kind, _, rest = key.partition(".")
+        if kind == "secret":
+            tenant_id, _, name = rest.partition(".")
+            return bool(
+                await self.redis.hsetnx(self._tenant_key(tenant_id), name, value)  # type: ignore[misc]
+            )
+        if kind == "grant":
+            return bool(await self.redis.set(self._grant_key(rest), value, nx=True))
+        return False
 
 
 def _text(value: object) -> str:

@@ -8,6 +8,8 @@ import binascii
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .mcp_config import McpServerConfig
+
 __all__ = ["CommonSettings"]
 
 
@@ -103,6 +105,13 @@ class CommonSettings(BaseSettings):
         default=SecretStr(""),
         description="Older secrets keys, comma-separated: they still open what they sealed "
         "while DECKHANDS_SECRETS_KEY seals anew (key rotation).",
+    )
+
+    mcp_servers: list[McpServerConfig] = Field(
+        default_factory=list,
+        description="The operator's MCP servers, a JSON list of {name, command | url, env?, cwd?, "
+        "timeout_s?}: their tools are offered to the agent as mcp__<name>__<tool> (the "
+        "reasoner lists them at start-up, the runtime calls them). Empty: none.",
     )
 
     otel_exporter: str = Field(

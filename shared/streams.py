@@ -22,9 +22,16 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from .blobs import ensure_blob_bucket
 from .broker_permissions import inbox_prefix
 from .settings import CommonSettings
-from .subjects import DELETIONS_STREAM, DLQ_STREAM, EVENTS_STREAM, TENANTS_BUCKET, WORK_STREAM
+from .subjects import (
+    DELETIONS_STREAM,
+    DLQ_STREAM,
+    EVENTS_STREAM,
+    SECRETS_BUCKET,
+    TENANTS_BUCKET,
+    WORK_STREAM,
+)
 
-__all__ = ["ensure_streams", "ensure_tenants_bucket", "stream_configs"]
+__all__ = ["ensure_secrets_bucket", "ensure_streams", "ensure_tenants_bucket", "stream_configs"]
 
 _DAY_S = 86_400.0
 # Long enough to cover a publisher's retries after a lost ack; Nats-Msg-Id dedups within it.
@@ -116,6 +123,23 @@ async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None
         )
 
 
+async def ensure_secrets_bucket(js: JetStreamContext, replicas: int = 1) -> None:
+    """The durable copy of tenants' secrets (sealed) and tasks' grants, from which the gateway
+    fills a Redis that lost its data (services/gateway/secret_records.py)."""
+    try:
+        await js.key_value(SECRETS_BUCKET)
+    except (BucketNotFoundError, NotFoundError):
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=SECRETS_BUCKET,
+                description="Tenants' secrets (AES-GCM sealed) and tasks' grants.",
+                history=1,
+                storage=StorageType.FILE,
+                replicas=replicas,
+            )
+        )
+
+
 async def ensure_streams(settings: CommonSettings) -> None:
     """Create the streams, or bring an existing one's config up to date."""
     login: dict[str, str] = {}
@@ -141,5 +165,6 @@ async def ensure_streams(settings: CommonSettings) -> None:
                     await js.update_stream(config)
         await ensure_blob_bucket(js, settings.blob_store_max_bytes, settings.stream_replicas)
         await ensure_tenants_bucket(js, settings.stream_replicas)
+        await ensure_secrets_bucket(js, settings.stream_replicas)
     finally:
         await nc.close()

@@ -9,6 +9,7 @@ Layout:
   deckhands.deletions.<task>         a deleted task, for every storage replica (stream DELETIONS)
   object store BLOBS_BUCKET          large content an event refers to (claim checks)
   key-value TENANTS_BUCKET           tenants, API key hashes and limits (the gateway's)
+  key-value SECRETS_BUCKET           tenants' secrets, sealed, and tasks' grants (the gateway's)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "EVENTS_STREAM",
     "FORGET_SUBJECT",
     "HISTORY_SUBJECT",
+    "SECRETS_BUCKET",
     "TENANTS_BUCKET",
     "WORK_STREAM",
     "Service",
@@ -37,6 +39,7 @@ DLQ_STREAM = "DECKHANDS_DLQ"
 DELETIONS_STREAM = "DECKHANDS_DELETIONS"
 BLOBS_BUCKET = "deckhands-blobs"
 TENANTS_BUCKET = "deckhands-tenants"
+SECRETS_BUCKET = "deckhands-secrets"
 
 HISTORY_SUBJECT = "deckhands.storage.history"
 FORGET_SUBJECT = "deckhands.storage.forget"

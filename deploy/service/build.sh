@@ -45,9 +45,11 @@ build_base() {
         echo "mmdebstrap is missing: apt-get install mmdebstrap (or set BASE_IMAGE)" >&2
         exit 1
     }
-    echo "building $BASE_IMAGE: Debian $SUITE rootfs with python3, venv and pip (mmdebstrap)"
+    echo "building $BASE_IMAGE: Debian $SUITE rootfs with python3, venv, pip and git (mmdebstrap)"
+    # git: the runtime fetches a task's repository (services/runtime/checkout.py).
     mmdebstrap --variant=minbase \
-        --include=python3,python3-venv,python3-pip,ca-certificates \
+        --include=python3,python3-venv,python3-pip,ca-certificates,git \
+        --aptopt='APT::Install-Recommends "false"' \
         --aptopt='Acquire::Languages "none"' \
         --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' \

@@ -12,12 +12,14 @@ from redis.asyncio import Redis
 from shared.blobs import BlobStore
 from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
+from shared.subjects import SECRETS_BUCKET
 
 from .blob_service import BlobService
 from .event_service import EventService
 from .history import HistoryClient
 from .quotas import QuotaDefaults, TenantQuotas
 from .readiness_service import ReadinessService
+from .secret_records import SecretsRefill
 from .secret_service import SecretService
 from .settings import GatewaySettings
 from .task_attachments import TaskAttachments
@@ -63,6 +65,7 @@ class GatewayContext:
     # created with besides their State (secrets they may use, a webhook).
     secrets: SecretsStore | None = None
     attachments: TaskAttachments | None = None
+    secrets_refill: SecretsRefill | None = None
 
 
 def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
@@ -116,9 +119,17 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     tenants = TenantStore(redis, records)
     tasks.quotas.records = records
     secrets_store = SecretsStore.from_settings(redis, settings)
+    webhook_store = WebhookStore(redis)
+    secrets_refill = None
+    if secrets_store is not None:
+        # Durable in NATS key-value; Redis is filled again from there if it loses them.
+        secret_records = TenantRecords(lambda: broker.connection.jetstream(), bucket=SECRETS_BUCKET)
+        secrets_store.durable = secret_records
+        webhook_store.durable = secret_records
+        secrets_refill = SecretsRefill(redis, secrets_store, webhook_store, secret_records)
     attachments = TaskAttachments(
         SecretService(secrets_store),
-        WebhookStore(redis),
+        webhook_store,
         settings.webhook_allow_private_targets,
     )
     tasks.attachments = attachments
@@ -136,6 +147,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         TenantService(tenants, tasks.quotas, tasks),
         secrets=secrets_store,
         attachments=attachments,
+        secrets_refill=secrets_refill,
     )
 
 

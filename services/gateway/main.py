@@ -46,6 +46,7 @@ from .context import build_context
 from .errors import install_error_handlers
 from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
 from .observability import HttpObservabilityMiddleware
+from .secret_records import SecretsRefill
 from .settings import GatewaySettings
 from .trusted_hosts import TrustedHostMiddleware
 from .webhook_delivery import WebhookDeliverer, build_deliverer
@@ -108,18 +109,24 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             f"(DECKHANDS_REDIS_URL): {type(exc).__name__}: {exc}"
         ) from exc
     deliverer: WebhookDeliverer | None = None
+    refill: SecretsRefill | None = None
     try:
         await broker.start()
         app.state.gateway = build_context(settings, broker, redis)
         app.state.workspace = build_workspace(settings, broker, redis, app.state.gateway)
         deliverer = build_deliverer(settings, broker, redis, app.state.gateway)
         await deliverer.start()
+        refill = app.state.gateway.secrets_refill
+        if refill is not None:
+            await refill.start()
         log.info("gateway ready (NATS %s, Redis %s)", settings.nats_url, settings.redis_url)
         yield
     finally:
         app.state.gateway = None
         if deliverer is not None:
             await deliverer.stop()
+        if refill is not None:
+            await refill.stop()
         try:
             await _stop_broker(broker)
         finally:

@@ -11,6 +11,11 @@ Redis keys (the `deckhands:` namespace):
   tenant's default at that time) and its tenant;
 - `deckhands:webhook:delivery:<delivery id>`: hash, first attempt time, attempts, outcome;
 - `deckhands:webhook:log:<task>`: list of attempts (JSON), newest last, at most LOG_KEPT.
+
+The webhooks of tenants and tasks are also written first to the gateway's durable bucket
+(`durable`: SECRETS_BUCKET, as `webhook-tenant.<tenant>` and `webhook-task.<task>`), from which
+a Redis that lost its data is filled again (services/gateway/secret_records.py); the delivery
+records and log are Redis's only.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from redis.asyncio import Redis
 
 from shared.events import AgentState
-from shared.secrets_store import SECRET_NAME_PATTERN
+from shared.secrets_store import SECRET_NAME_PATTERN, SecretsDurable
 
 __all__ = [
     "LOG_KEPT",
@@ -176,9 +181,12 @@ def url_refused(url: str, allow_private: bool) -> str | None:
 
 
 class WebhookStore:
-    def __init__(self, redis: Redis, prefix: str = _PREFIX) -> None:
+    def __init__(
+        self, redis: Redis, prefix: str = _PREFIX, durable: SecretsDurable | None = None
+    ) -> None:
         self.redis = redis
         self.prefix = prefix
+        self.durable = durable
 
     def _tenant(self, tenant_id: str) -> str:
         return f"{self.prefix}:webhook:tenant:{tenant_id}"
@@ -195,27 +203,45 @@ class WebhookStore:
     # -- the tenant's default
 
     async def set_default(self, tenant_id: str, spec: WebhookSpec) -> None:
-        await self.redis.set(self._tenant(tenant_id), spec.model_dump_json())
+        raw = spec.model_dump_json()
+        if self.durable is not None:
+            await self.durable.put(f"webhook-tenant.{tenant_id}", raw.encode())
+        await self.redis.set(self._tenant(tenant_id), raw)
 
     async def default(self, tenant_id: str) -> WebhookSpec | None:
         raw = await self.redis.get(self._tenant(tenant_id))
         return None if raw is None else WebhookSpec.model_validate_json(raw)
 
     async def clear_default(self, tenant_id: str) -> bool:
+        if self.durable is not None:
+            await self.durable.delete(f"webhook-tenant.{tenant_id}")
         return bool(await self.redis.delete(self._tenant(tenant_id)))
 
     # -- a task's
 
     async def attach(self, task_id: str, tenant_id: str, spec: WebhookSpec) -> None:
-        webhook = TaskWebhook(tenant_id=tenant_id, spec=spec)
-        await self.redis.set(self._task(task_id), webhook.model_dump_json(), ex=_TTL_S)
+        raw = TaskWebhook(tenant_id=tenant_id, spec=spec).model_dump_json()
+        if self.durable is not None:
+            await self.durable.put(f"webhook-task.{task_id}", raw.encode())
+        await self.redis.set(self._task(task_id), raw, ex=_TTL_S)
 
     async def of_task(self, task_id: str) -> TaskWebhook | None:
         raw = await self.redis.get(self._task(task_id))
         return None if raw is None else TaskWebhook.model_validate_json(raw)
 
     async def forget_task(self, task_id: str) -> None:
+        if self.durable is not None:
+            await self.durable.delete(f"webhook-task.{task_id}")
         await self.redis.delete(self._task(task_id), self._log(task_id))
+
+    async def restore(self, key: str, value: bytes) -> bool:
+        """Put back one durable record unless Redis has one; whether it was missing."""
+        kind, _, owner = key.partition(".")
+        if kind == "webhook-tenant":
+            return bool(await self.redis.set(self._tenant(owner), value, nx=True))
+        if kind == "webhook-task":
+            return bool(await self.redis.set(self._task(owner), value, nx=True, ex=_TTL_S))
+        return False
 
     # -- deliveries
 

@@ -18,8 +18,10 @@ from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .handlers import StepHandler
 from .llm import LLMClient
+from .mcp_listing import list_offered_tools
 from .replies import ReasonerMessage
 from .settings import ReasonerSettings
+from .tools import offer_mcp_tools
 
 __all__ = ["build_app", "main"]
 
@@ -83,6 +85,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
             raise RuntimeError(f"cannot reach Redis (DECKHANDS_REDIS_URL): {exc}") from exc
         handler.redis = redis
         await llm.prepare()
+        offer_mcp_tools(await list_offered_tools(settings.mcp_servers))
 
     @app.on_shutdown
     async def _stop() -> None:

@@ -33,6 +33,7 @@ from shared.events import (
     FileEditObservation,
     FileReadObservation,
     FileWriteObservation,
+    MCPCallObservation,
     MessageAction,
     PythonOutputObservation,
     SecurityVerdictObservation,
@@ -94,6 +95,7 @@ _ANSWER_TYPES = (
     ErrorObservation,
     UserRejectObservation,
     AgentDelegateObservation,
+    MCPCallObservation,
 )
 
 
@@ -128,6 +130,9 @@ def _observation_text(obs: object, limit: int) -> str:
         return _clip(f"{obs.content}\n{obs.diff}".strip(), limit)
     if isinstance(obs, ErrorObservation):
         return f"ERROR: {_clip(obs.content, limit)}"
+    if isinstance(obs, MCPCallObservation):
+        text = _clip(obs.content, limit)
+        return f"ERROR (from the tool): {text}" if obs.is_error else text
     if isinstance(obs, UserRejectObservation):
         return f"REJECTED: {obs.content}"
     if isinstance(obs, AgentDelegateObservation):

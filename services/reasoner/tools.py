@@ -21,8 +21,10 @@ from shared.events import (
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    MCPCallAction,
     RunPythonAction,
 )
+from shared.mcp_config import McpTool, function_name
 
 __all__ = [
     "TOOL_ARGUMENTS",
@@ -34,6 +36,7 @@ __all__ = [
     "action_for_call",
     "call_for_action",
     "describe_tools",
+    "offer_mcp_tools",
 ]
 
 AgentToolAction = (
@@ -45,6 +48,7 @@ AgentToolAction = (
     | FileEditAction
     | AgentThinkAction
     | AgentFinishAction
+    | MCPCallAction
 )
 
 
@@ -153,6 +157,18 @@ TOOL_SPECS: list[dict[str, Any]] = [
 
 TOOL_NAMES: tuple[str, ...] = tuple(spec["function"]["name"] for spec in TOOL_SPECS)
 
+# The operator's MCP tools, by function name (mcp__<server>__<tool>): offered at start-up.
+_MCP_TOOLS: dict[str, McpTool] = {}
+
+
+def offer_mcp_tools(tools: list[McpTool]) -> None:
+    """Offer these MCP tools to the LLM next to the built-in ones: TOOL_SPECS (what every
+    call sends) gains their schemas. Called once, at start-up, before any step."""
+    for tool in tools:
+        if tool.function not in _MCP_TOOLS:
+            _MCP_TOOLS[tool.function] = tool
+            TOOL_SPECS.append(tool.spec())
+
 
 class _Args(BaseModel):
     # Extra arguments are ignored: small models add some, and they change nothing.
@@ -247,11 +263,17 @@ def _decode_arguments(call: ToolCall) -> dict[str, Any]:
 
 def action_for_call(call: ToolCall, fields: dict[str, Any]) -> AgentToolAction:
     """The Action a tool call asks for; `fields` are the event fields (id, task_id, cause...)."""
+    mcp_tool = _MCP_TOOLS.get(call.name)
+    if mcp_tool is not None:
+        # The server checks the arguments against its schema; a refusal is its observation.
+        arguments = _decode_arguments(call)
+        return MCPCallAction(
+            server=mcp_tool.server, tool=mcp_tool.name, arguments=arguments, **fields
+        )
     model = TOOL_ARGUMENTS.get(call.name)
     if model is None:
-        raise BadReply(
-            f"there is no tool named {call.name!r}; the tools are: {', '.join(TOOL_NAMES)}"
-        )
+        names = ", ".join((*TOOL_NAMES, *_MCP_TOOLS))
+        raise BadReply(f"there is no tool named {call.name!r}; the tools are: {names}")
     try:
         args: Any = model.model_validate(_decode_arguments(call))
         return _build(call.name, args, fields)
@@ -327,6 +349,8 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
         if action.max_iterations is not None:
             args["max_iterations"] = action.max_iterations
         return "delegate", args
+    if isinstance(action, MCPCallAction):
+        return function_name(action.server, action.tool), dict(action.arguments)
     if isinstance(action, AgentFinishAction):
         args = {"message": action.final_message}
         if action.outputs:
@@ -342,7 +366,8 @@ def describe_tools() -> str:
         fn = spec["function"]
         params = fn["parameters"]
         args = ", ".join(
-            f'"{name}"{"" if name in params["required"] else "?"}: {prop["type"]}'
+            f'"{name}"{"" if name in params.get("required", []) else "?"}: '
+            f"{prop.get('type', 'any')}"
             for name, prop in params["properties"].items()
         )
         lines.append(f"- {fn['name']} {{{args}}}: {fn['description']}")

@@ -21,6 +21,7 @@ from shared.events import (
     FileReadObservation,
     FileWriteAction,
     FileWriteObservation,
+    MCPCallObservation,
     PythonOutputObservation,
     RunnableAction,
     RunPythonAction,
@@ -48,6 +49,7 @@ RuntimeObservation = (
     | FileWriteObservation
     | FileEditObservation
     | ErrorObservation
+    | MCPCallObservation
 )
 
 # Observation ids derive from the action id: a re-run (should one ever happen) publishes the

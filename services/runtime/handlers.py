@@ -36,6 +36,7 @@ from shared.events import (
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    MCPCallAction,
     PythonOutputObservation,
     SandboxQueuedObservation,
 )
@@ -52,6 +53,7 @@ from .bindings import ActionLedger, TaskBindings
 from .checkout import CheckoutFailed
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
+from .mcp_calls import McpCalls
 from .metrics import ACTION_SECONDS, ACTIONS, PREPARED, SEATS
 from .order_check import OrderCheck
 from .pool import PoolExhausted, WarmPool
@@ -133,6 +135,7 @@ class RuntimeService:
         self.recent = RecentActions()
         self.workspace = RuntimeWorkspace(self)  # in and out, repositories (workspace_ops.py)
         self.secrets = TaskSecrets(None)
+        self.mcp = McpCalls(settings.mcp_servers, settings.output_limit)
 
     # -- parts that exist once started
 
@@ -516,6 +519,12 @@ class RuntimeService:
         action = command.action
         kind = action.kind
         started = time.monotonic()
+        if isinstance(action, MCPCallAction):  # the operator's server, no sandbox needed
+            secrets = await self.secrets.of(command.task_id)
+            observation = Redactor(secrets).model(await self.mcp.run(action))
+            ACTIONS.labels(kind, observation.kind).inc()
+            ACTION_SECONDS.labels(kind).observe(time.monotonic() - started)
+            return observation
         network = None
         if command.network_egress:
             if not self.settings.allow_network_egress:

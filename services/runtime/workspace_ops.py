@@ -21,6 +21,7 @@ import logging
 import tarfile
 import tempfile
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
@@ -52,7 +53,7 @@ from .workspace_archive import (
     gzip_tree,
     single_file_tar,
 )
-from .workspace_helper import HelperTimeout, run_helper
+from .workspace_helper import HelperTimeout, remove_stray_helpers, run_helper
 
 __all__ = ["INSTRUCTION_FILES", "Retention", "RuntimeWorkspace"]
 
@@ -168,7 +169,11 @@ class RuntimeWorkspace:
         self._states: TaskStateStore | None = None
         self._secrets: SecretsStore | None = None
         self.retention: Retention | None = None
-        self._checkouts: dict[str, asyncio.Lock] = {}
+        # One checkout per task at a time (its prepare and first action may race); a lock
+        # nobody holds or waits for goes away by itself.
+        self._checkouts: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def start(self, redis: Redis) -> None:
         self._records = RepositoryRecords(redis)
@@ -191,7 +196,9 @@ class RuntimeWorkspace:
         found = await self.records.get(task_id)
         if found is None:
             return
-        lock = self._checkouts.setdefault(task_id, asyncio.Lock())
+        lock = self._checkouts.get(task_id)
+        if lock is None:
+            lock = self._checkouts[task_id] = asyncio.Lock()
         async with lock:
             done = await self.records.checked_out(task_id)
             if done is not None and done.split(":", 1)[0] == sandbox.container_id:
@@ -526,5 +533,8 @@ class RuntimeWorkspace:
                 await self.service.tasks.release(task_id)
                 removed += 1
             await self.retention.drop(task_id)  # or it runs again: its own life goes on
-            self._checkouts.pop(task_id, None)
+        # Helpers a crash left behind (each has a deadline well below this age).
+        s = self.settings
+        oldest = 2 * max(s.workspace_helper_timeout_s, s.repository_clone_timeout_s) + 60
+        await self.docker.call(remove_stray_helpers, self.docker, oldest)
         return removed

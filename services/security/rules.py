@@ -5,6 +5,7 @@ Rules look at what an action would do, not at who asked; each returns a `Finding
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from shared.events import (
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    MCPCallAction,
     RiskLevel,
     RunPythonAction,
     Verdict,
@@ -22,7 +24,14 @@ from shared.events import (
 
 __all__ = ["Finding", "review"]
 
-Reviewable = CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction | FileEditAction
+Reviewable = (
+    CmdRunAction
+    | RunPythonAction
+    | FileReadAction
+    | FileWriteAction
+    | FileEditAction
+    | MCPCallAction
+)
 
 
 @dataclass(frozen=True)
@@ -113,12 +122,25 @@ def _review_read(action: FileReadAction, workspace: str) -> Finding:
     return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
 
 
+def _review_mcp(action: MCPCallAction, workspace: str) -> Finding:
+    """A tool of a server the operator configured: what it does is the server's, so it is rated
+    MEDIUM (confirmation mode set to MEDIUM asks a person first), and arguments holding a
+    never-allowed command are refused as they would be in a shell."""
+    found = _command_findings(json.dumps(action.arguments, ensure_ascii=False))
+    if found:
+        return found
+    return Finding(
+        Verdict.ALLOW, RiskLevel.MEDIUM, None, f"a tool of the MCP server {action.server!r}"
+    )
+
+
 _REVIEWERS: dict[type, Callable[..., Finding]] = {
     CmdRunAction: _review_cmd,
     RunPythonAction: _review_python,
     FileWriteAction: _review_write,
     FileReadAction: _review_read,
     FileEditAction: _review_edit,
+    MCPCallAction: _review_mcp,
 }
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "FileWriteAction",
     "InstructionsUsed",
     "LLMUsage",
+    "MCPCallAction",
     "MessageAction",
     "RunPythonAction",
 ]
@@ -129,6 +130,16 @@ class FileEditAction(_AgentActionFields):
         max_length=2,
         description="view: [first, last] lines, last -1 for the end.",
     )
+
+
+class MCPCallAction(_AgentActionFields):
+    """A call of a tool of one of the operator's MCP servers (shared/mcp_config.py): reviewed
+    by the security monitor, carried out by the runtime."""
+
+    kind: Literal["mcp_call"] = "mcp_call"
+    server: str = Field(description="The server's name in DECKHANDS_MCP_SERVERS.")
+    tool: str = Field(description="The tool's own name on that server.")
+    arguments: dict[str, Any] = Field(default_factory=dict)
 
 
 class AgentThinkAction(_AgentActionFields):

@@ -21,6 +21,7 @@ __all__ = [
     "FileEditObservation",
     "FileReadObservation",
     "FileWriteObservation",
+    "MCPCallObservation",
     "PythonOutputObservation",
     "RiskLevel",
     "SandboxQueuedObservation",
@@ -76,6 +77,16 @@ class FileEditObservation(EventBase):
     path: str
     content: str = Field(description="What was done, or the viewed text with line numbers.")
     diff: str = Field(default="", description="Unified diff of the edit; empty for view.")
+
+
+class MCPCallObservation(EventBase):
+    """What an MCP tool answered (its text content), or the error it reported."""
+
+    kind: Literal["mcp_output"] = "mcp_output"
+    server: str
+    tool: str
+    content: str
+    is_error: bool = Field(default=False, description="The tool reported an error.")
 
 
 class ErrorObservation(EventBase):

@@ -12,14 +12,26 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .actions import CmdRunAction, FileEditAction, FileReadAction, FileWriteAction, RunPythonAction
+from .actions import (
+    CmdRunAction,
+    FileEditAction,
+    FileReadAction,
+    FileWriteAction,
+    MCPCallAction,
+    RunPythonAction,
+)
 from .base import EventBase
 from .observations import SecurityVerdictObservation
 
 __all__ = ["ReviewedAction", "RunnableAction"]
 
 RunnableAction = Annotated[
-    CmdRunAction | RunPythonAction | FileReadAction | FileWriteAction | FileEditAction,
+    CmdRunAction
+    | RunPythonAction
+    | FileReadAction
+    | FileWriteAction
+    | FileEditAction
+    | MCPCallAction,
     Field(discriminator="kind"),
 ]
 

@@ -16,6 +16,7 @@ from .actions import (
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    MCPCallAction,
     MessageAction,
     RunPythonAction,
 )
@@ -28,6 +29,7 @@ from .observations import (
     FileEditObservation,
     FileReadObservation,
     FileWriteObservation,
+    MCPCallObservation,
     PythonOutputObservation,
     SandboxQueuedObservation,
     SecurityVerdictObservation,
@@ -57,6 +59,7 @@ Event = Annotated[
     | ChangeAgentStateAction
     | AgentDelegateAction
     | CondensationAction
+    | MCPCallAction
     | CmdOutputObservation
     | PythonOutputObservation
     | FileReadObservation
@@ -70,6 +73,7 @@ Event = Annotated[
     | AnswerMissingObservation
     | SandboxQueuedObservation
     | TaskCreatedObservation
+    | MCPCallObservation
     | ReviewedAction,
     Field(discriminator="kind"),
 ]
@@ -82,6 +86,7 @@ RUNNABLE_ACTION_TYPES = (
     FileReadAction,
     FileWriteAction,
     FileEditAction,
+    MCPCallAction,
 )
 ACTION_TYPES = (
     MessageAction,
@@ -106,6 +111,7 @@ OBSERVATION_TYPES = (
     AnswerMissingObservation,
     SandboxQueuedObservation,
     TaskCreatedObservation,
+    MCPCallObservation,
 )
 # Messages that carry events to the controller but are never logged themselves.
 ENVELOPE_TYPES = (ReviewedAction,)

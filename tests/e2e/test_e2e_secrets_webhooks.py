@@ -9,7 +9,9 @@ TARGETS).
   every service's log file show `<secret:NAME>`, never the value;
 - webhooks: a FINISHED body signed as the README says; a receiver failing twice gets the
   notification on the third attempt, the delivery log showing all three; a gateway killed
-  between attempts does not lose the notification.
+  between attempts does not lose the notification;
+- a Redis that lost its data (FLUSHALL): the secrets and the tenant's default webhook are put
+  back from NATS key-value, and a task uses them as before.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack, StackConfig, running
@@ -321,3 +324,44 @@ def test_a_notification_survives_a_gateway_restart(
     attempts = _attempts(http, task_id, 2)
     assert [a["outcome"] for a in attempts] == ["retrying", "delivered"]
     assert hook.requests[-1][2] == 200
+
+
+def test_secrets_and_webhooks_outlive_a_redis_that_lost_its_data(
+    stack: Stack, http: httpx.Client, receiver: Any
+) -> None:
+    """Run last: FLUSHALL. The gateway fills Redis again from the NATS key-value bucket."""
+    value = "durable-" + uuid.uuid4().hex
+    assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).status_code in (200, 201)
+    _signing_key(http)
+    hook = receiver()
+    webhook = {"url": hook.url, "signing_secret": "WEBHOOK_KEY"}
+    assert http.put("/v1/webhook", json=webhook).status_code == 200
+    try:
+        admin = redis.Redis(**stack.redis_login("admin"), socket_timeout=10)
+        try:
+            admin.flushall()
+        finally:
+            admin.close()
+        deadline = time.monotonic() + 60
+        names: list[str] = []
+        while time.monotonic() < deadline:
+            answer = http.get("/v1/secrets")
+            if answer.status_code == 200:
+                names = [s["name"] for s in answer.json()["secrets"]]
+                if "API_TOKEN" in names:
+                    break
+            time.sleep(0.5)
+        assert "API_TOKEN" in names and "WEBHOOK_KEY" in names, names
+        assert http.get("/v1/webhook").json() == {"webhook": webhook | {"on_waiting": False}}
+
+        task_id = _create(http, task="use the token", secrets=["API_TOKEN"])
+        view = _wait(http, task_id, "FINISHED", "ERROR")
+        assert view["state"] == "FINISHED", view
+        events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
+        run = next(e for e in events if e["kind"] == "run_output")
+        assert run["content"].strip() == "the token is <secret:API_TOKEN>", run
+        assert value not in json.dumps(events)
+        hook.wait_for(1)
+        assert json.loads(hook.requests[0][1])["task"]["id"] == task_id
+    finally:
+        http.delete("/v1/webhook")

@@ -28,7 +28,7 @@ SCRIPT = Path(__file__).parent / "scripts" / "workspace.json"
 UPLOAD_LIMIT = 1 << 20  # the gateway's, for this stack
 DOWNLOAD_LIMIT = 3 << 20
 EXTRACT_LIMIT = 8 << 20  # the runtime's
-RETENTION_S = 4
+RETENTION_S = 15  # long enough for a test's reads after its task ended
 
 
 def _git(cwd: Path, *args: str) -> str:

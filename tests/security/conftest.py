@@ -31,6 +31,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             # The scripted model has no list price: give it one, so that budgets can be spent.
             "DECKHANDS_LLM_INPUT_COST_PER_TOKEN": "0.000001",
             "DECKHANDS_LLM_OUTPUT_COST_PER_TOKEN": "0.000002",
+            # An ended task's sandbox is removed at once (not kept for its workspace): the
+            # suite checks that a stopped task has none an order could reach.
+            "DECKHANDS_WORKSPACE_RETENTION_S": "0",
         },
     )
     with running(config) as stack:

@@ -180,6 +180,44 @@ def test_event_streams_past_the_tenants_quota_are_429(new_tenant: Callable[..., 
         assert second.json()["limit"] == "max_event_streams"
 
 
+def _usage(tenant: Tenant) -> dict[str, Any]:
+    answer = tenant.http.get("/v1/quotas")
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json()["usage"])
+
+
+def test_past_the_sandboxes_quota_a_task_is_429_while_an_ended_task_keeps_its_sandbox(
+    new_tenant: Callable[..., Tenant], llm_requests: Callable[[str], int]
+) -> None:
+    """A task that ended in ERROR no longer runs but keeps its sandbox (a user message may
+    resume it): it still counts against the tenant's sandboxes until it is stopped."""
+    tenant = new_tenant(max_sandboxes=1)
+    held = tenant.create(task=f"count: {new_id()}", max_iterations=1)
+    assert "iteration" in tenant.wait(held, "ERROR")["reason"]
+    deadline = time.monotonic() + 10
+    while (usage := _usage(tenant))["running_tasks"] != 0:
+        assert time.monotonic() < deadline, usage
+        time.sleep(0.2)
+    assert usage["sandboxes"] == 1
+    text = f"finish past the sandboxes {new_id()}"
+    answer = tenant.http.post("/v1/tasks", json={"task": text})
+    assert answer.status_code == 429, answer.text
+    assert answer.headers["retry-after"] == "30"
+    body = answer.json()
+    assert (body["limit"], body["limit_value"], body["current"]) == ("max_sandboxes", 1, 1)
+    time.sleep(SETTLE_S)
+    assert llm_requests(text) == 0
+    assert [t["id"] for t in tenant.http.get("/v1/tasks").json()["tasks"]] == [held]
+    # Stopped, its sandbox is released: the seat is free and a task goes through.
+    assert tenant.http.post(f"/v1/tasks/{held}/stop").status_code == 202
+    tenant.wait(held, "STOPPED")
+    deadline = time.monotonic() + 30
+    while _usage(tenant)["sandboxes"] != 0:
+        assert time.monotonic() < deadline, "the stopped task's seat was never freed"
+        time.sleep(0.2)
+    tenant.wait(tenant.create(task=text), "FINISHED")
+
+
 # --- delegation (part 3) ------------------------------------------------------------------
 
 

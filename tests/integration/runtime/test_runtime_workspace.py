@@ -1,0 +1,141 @@
+"""An ended task's workspace on the real Docker engine (services/runtime/workspace_ops.py): its
+sandbox is kept stopped with its files, read and written while stopped, found again when a
+message resumes the task, and removed once its retention is over (then: gone)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import uuid
+
+import docker
+import pytest
+from nats.js import JetStreamContext
+from redis.asyncio import Redis
+from runtime_helpers import (  # type: ignore[import-not-found]
+    cmd,
+    make_settings,
+    remove_pool_containers,
+)
+
+from services.runtime.handlers import RuntimeService
+from shared.blobs import ensure_blob_bucket
+from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.events import AgentState, CmdOutputObservation, EventBase
+from shared.settings import CommonSettings
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
+from shared.workspace import (
+    WorkspaceOp,
+    WorkspaceRequest,
+    WorkspaceStatus,
+    WorkspaceTransfers,
+    transfer_name,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+
+
+async def _ignore(event: EventBase) -> None:
+    return None
+
+
+async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends(
+    isolated_settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    redis: Redis,
+    js: JetStreamContext,
+) -> None:
+    pool = f"test-retain-{uuid.uuid4().hex[:6]}"
+    config = make_settings(
+        isolated_settings,
+        sandbox_image,
+        pool,
+        workspace_retention_s=3.0,
+        pool_health_interval_s=600.0,  # the test sweeps itself
+    )
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    await ensure_blob_bucket(js, 1 << 30)
+    transfers = WorkspaceTransfers(lambda: js)
+    service.workspace.transfers = transfers
+    store = TaskStateStore(redis)
+    task_id = uuid.uuid4().hex
+
+    async def run(command: str) -> CmdOutputObservation:
+        observation = await service._run(
+            ExecuteAction(task_id=task_id, action=cmd(task_id, command)), last_try=True
+        )
+        assert isinstance(observation, CmdOutputObservation), observation
+        return observation
+
+    async def state(agent_state: AgentState) -> None:
+        current = await store.load(task_id)
+        assert current is not None
+        await store.save(current.model_copy(update={"agent_state": agent_state}))
+
+    async def read(path: str) -> tuple[WorkspaceStatus, bytes]:
+        reply = await service.workspace.handle(
+            WorkspaceRequest(op=WorkspaceOp.GET_FILE, task_id=task_id, path=path, max_bytes=4096)
+        )
+        if reply.object is None:
+            return reply.status, reply.detail.encode()
+        out = io.BytesIO()
+        await transfers.get(reply.object, out)
+        await transfers.delete(reply.object)
+        return reply.status, out.getvalue()
+
+    try:
+        assert await store.create(
+            TaskState(task_id=task_id, task="t", max_iterations=5, agent_state=AgentState.RUNNING)
+        )
+        await run("echo kept > notes.txt")
+        sandbox = service.tasks.local(task_id)
+        assert sandbox is not None
+        container_id = sandbox.container_id
+
+        await state(AgentState.FINISHED)
+        await service.release(ReleaseSandbox(task_id=task_id, reason="finished"))
+        assert docker_client.api.inspect_container(container_id)["State"]["Running"] is False
+        assert await service.bindings.get(task_id) == container_id
+        assert task_id not in await service.seats.seated()  # its seat went to others
+        assert (await service.reconcile()).removed == 0  # kept, not an ended task's leftover
+
+        # Read and written while stopped.
+        assert await read("notes.txt") == (WorkspaceStatus.OK, b"kept\n")
+        upload = transfer_name(task_id)
+        await transfers.put(upload, io.BytesIO(b"late\n"))
+        reply = await service.workspace.handle(
+            WorkspaceRequest(
+                op=WorkspaceOp.PUT_FILE,
+                task_id=task_id,
+                path="late.txt",
+                upload=upload,
+                max_bytes=4096,
+            )
+        )
+        assert reply.status is WorkspaceStatus.OK and reply.files == 1, reply
+        await transfers.delete(upload)
+        assert docker_client.api.inspect_container(container_id)["State"]["Running"] is False
+
+        # A message resumes the task: its next action finds its files.
+        await state(AgentState.RUNNING)
+        resumed = await run("cat notes.txt late.txt")
+        assert "kept" in resumed.content and "late" in resumed.content, resumed.content
+        assert "shell and the Python session are new" in resumed.content
+
+        # It ends again; once its retention is over the sweep removes it.
+        await state(AgentState.FINISHED)
+        await service.release(ReleaseSandbox(task_id=task_id, reason="finished again"))
+        assert await service.workspace.sweep(service._task_is_over, service._task_is_gone) == 0
+        await asyncio.sleep(3.2)
+        assert await service.workspace.sweep(service._task_is_over, service._task_is_gone) == 1
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.api.inspect_container(container_id)
+        assert await service.bindings.get(task_id) is None
+        status, detail = await read("notes.txt")
+        assert status is WorkspaceStatus.GONE and b"gone" in detail
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
