@@ -175,6 +175,7 @@ def durable_subscription(
     workers: int = 1,
     batch_size: int | None = None,
     batch_wait_s: float = 0.1,
+    inactive_s: float | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for `broker.subscriber`: a pull consumer shared by every replica.
 
@@ -182,7 +183,10 @@ def durable_subscription(
     per-message work is paid once per batch) and settles each of them itself, with the
     broker's `guard`; batches are handled one at a time (FastStream has no concurrent batches),
     so `workers` must stay 1. FastStream waits up to `batch_wait_s` to fill a batch: that is
-    how late a message may be handled when messages come one by one."""
+    how late a message may be handled when messages come one by one.
+
+    With `inactive_s`, the server removes the consumer once no client has used it for that long
+    (a consumer named for one replica, whose replica may be gone for good)."""
     pull: PullSub[Any]
     if batch_size is not None:
         if workers != 1:
@@ -211,5 +215,6 @@ def durable_subscription(
             # Hundreds of tasks' orders may be in flight at once (long commands, LLM calls,
             # orders waiting for a sandbox): the server's default of 1000 would stall them all.
             max_ack_pending=_MAX_ACK_PENDING,
+            inactive_threshold=inactive_s,
         ),
     }

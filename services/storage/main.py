@@ -43,6 +43,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
             settings.replica,
             batch_size=settings.batch_size,
             batch_wait_s=settings.batch_wait_s,
+            inactive_s=settings.consumer_inactive_s,
         ),
     )
     async def on_events() -> None:
@@ -64,7 +65,9 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
         title="storage.deletions",
         description="A deleted task: every replica removes its copy of the task's events, one "
         "that was down when the task was deleted once it is back.",
-        **durable_subscription(settings, DELETIONS, settings.replica),
+        **durable_subscription(
+            settings, DELETIONS, settings.replica, inactive_s=settings.consumer_inactive_s
+        ),
     )(handlers.on_deletion)
     broker.subscriber(
         FORGET_SUBJECT,  # no queue group: every replica keeps a copy, every one removes it
