@@ -17,6 +17,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import IO, Literal
 from urllib.parse import urlsplit
@@ -124,6 +125,31 @@ class WorkspaceTransfers:
             await asyncio.wait_for(store.delete(name), 30.0)
         except (ObjectNotFoundError, NotFoundError):
             pass
+
+    async def remove_stale(self, older_than_s: float) -> int:
+        """Transfer objects a gateway or runtime that died mid-way left behind (every transfer
+        finishes within the request deadlines, far below `older_than_s`): deleted."""
+        store = await self._bucket()
+        try:
+            infos = await asyncio.wait_for(store.list(ignore_deletes=True), 60.0)
+        except NotFoundError:
+            return 0
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
+        removed = 0
+        for info in infos:
+            name = info.name or ""
+            if "/workspace-" not in name or not info.mtime:
+                continue
+            try:
+                made = datetime.fromisoformat(info.mtime.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if made.tzinfo is None:
+                made = made.replace(tzinfo=UTC)
+            if made < cutoff:
+                await self.delete(name)
+                removed += 1
+        return removed
 
 
 class RepositorySpec(BaseModel):

@@ -495,13 +495,13 @@ def _remove_sandboxes(pool_name: str) -> None:
     """`make down` leaves no container and no workspace volume behind, even if the runtime was
     killed: `-v` removes each container's anonymous /workspace volume with it, and the prune
     takes the volumes of containers removed without it (a crash between the two)."""
+    # Every container of the pool: sandboxes, and the workspace keepers and helpers that hold
+    # their volumes (an ended task's sandbox is kept stopped with a keeper for a while).
     ids = subprocess.run(
         [
             "docker",
             "ps",
             "-aq",
-            "--filter",
-            "label=deckhands.role=sandbox",
             "--filter",
             f"label=deckhands.pool={pool_name}",
         ],
@@ -529,6 +529,19 @@ def _remove_sandboxes(pool_name: str) -> None:
         check=False,
         timeout=120,
     )
+    # This engine (20.10) does not prune a local volume created with options, which a tmpfs
+    # workspace is: the pool's volumes left are removed by name (one still in use stays).
+    left = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"label=deckhands.pool={pool_name}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    ).stdout.split()
+    if left:
+        subprocess.run(
+            ["docker", "volume", "rm", *left], capture_output=True, check=False, timeout=120
+        )
 
 
 @contextmanager

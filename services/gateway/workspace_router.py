@@ -3,13 +3,15 @@ Logic lives in WorkspaceService (workspace_service.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from starlette.background import BackgroundTask
 
 from shared.workspace import WorkspaceOp
 
@@ -61,14 +63,21 @@ async def _service(request: Request) -> WorkspaceService:
     return service
 
 
-def _send(found: WorkspaceFile, media_type: str, filename: str | None) -> FileResponse:
-    return FileResponse(
-        found.path,
-        media_type=media_type,
-        filename=filename,
-        background=BackgroundTask(os.unlink, found.path),
-        headers={"Cache-Control": "no-store"},
-    )
+async def _chunks(path: str) -> AsyncIterator[bytes]:
+    """The file's bytes, then the file removed: also when the client goes away mid-way."""
+    try:
+        with open(path, "rb") as source:  # noqa: ASYNC230 (reads run on a thread below)
+            while chunk := await asyncio.to_thread(source.read, 1 << 20):
+                yield chunk
+    finally:
+        await asyncio.to_thread(os.unlink, path)
+
+
+def _send(found: WorkspaceFile, media_type: str, filename: str | None) -> StreamingResponse:
+    headers = {"Cache-Control": "no-store", "Content-Length": str(found.size)}
+    if filename:
+        headers["Content-Disposition"] = f"attachment; filename*=UTF-8''{quote(filename)}"
+    return StreamingResponse(_chunks(found.path), media_type=media_type, headers=headers)
 
 
 @router.put(
@@ -138,7 +147,7 @@ class _BadRequest(GatewayError):
 
 @router.get(
     "/{task_id}/workspace",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={
         200: {
             "description": "The whole workspace as a tar.gz (entries under `workspace/`), or "
@@ -151,7 +160,7 @@ class _BadRequest(GatewayError):
 )
 async def get_workspace(
     task_id: str, request: Request, caller: CallerDep, path: PathQuery = None
-) -> FileResponse:
+) -> StreamingResponse:
     service = await _service(request)
     if path is None:
         found = await service.download(task_id, caller.tenant_id, WorkspaceOp.GET_TREE)
@@ -162,7 +171,7 @@ async def get_workspace(
 
 @router.get(
     "/{task_id}/workspace/diff",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     responses={
         200: {
             "description": "A git diff (with binary patches) of the workspace against the "
@@ -174,7 +183,9 @@ async def get_workspace(
     },
     summary="The changes in the task's workspace, as a git diff",
 )
-async def get_workspace_diff(task_id: str, request: Request, caller: CallerDep) -> FileResponse:
+async def get_workspace_diff(
+    task_id: str, request: Request, caller: CallerDep
+) -> StreamingResponse:
     service = await _service(request)
     found = await service.download(task_id, caller.tenant_id, WorkspaceOp.DIFF)
     return _send(found, "text/x-diff; charset=utf-8", None)

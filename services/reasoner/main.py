@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 
 from faststream import FastStream
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from shared.blobs import BlobStore
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import HistoryRequest, ReviewAction
+from shared.periodic import every
 from shared.redis_client import connect_redis
 from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
@@ -18,10 +20,11 @@ from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .handlers import StepHandler
 from .llm import LLMClient
-from .mcp_listing import list_offered_tools
+from .mcp_listing import McpOffer
 from .replies import ReasonerMessage
 from .settings import ReasonerSettings
-from .tools import offer_mcp_tools
+
+log = logging.getLogger("deckhands.reasoner")
 
 __all__ = ["build_app", "main"]
 
@@ -69,6 +72,8 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
     )
 
     app = FastStream(broker)
+    mcp = McpOffer(settings.mcp_servers)
+    retrying: list[asyncio.Task[None]] = []
 
     @app.on_startup
     async def _start() -> None:
@@ -85,10 +90,16 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
             raise RuntimeError(f"cannot reach Redis (DECKHANDS_REDIS_URL): {exc}") from exc
         handler.redis = redis
         await llm.prepare()
-        offer_mcp_tools(await list_offered_tools(settings.mcp_servers))
+        await mcp.refresh()
+        if mcp.waiting:
+            retrying.append(
+                asyncio.create_task(every(mcp.retry_s, mcp.refresh, "listing MCP tools", log))
+            )
 
     @app.on_shutdown
     async def _stop() -> None:
+        for task in retrying:
+            task.cancel()
         if handler.redis is not None:
             await handler.redis.aclose()
             handler.redis = None

@@ -213,6 +213,7 @@ class RuntimeService:
                 with contextlib.suppress(BaseException):
                     await background
         await self.pool.stop()
+        await self.mcp.close()
         if self._bindings is not None:
             with contextlib.suppress(Exception):
                 await self._bindings.replica_gone(self.replica_id)

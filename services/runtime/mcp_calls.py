@@ -1,13 +1,14 @@
 """MCP tool calls in the runtime: the operator's servers (DECKHANDS_MCP_SERVERS) are called
-from the runtime's process, not from a sandbox, once the security monitor allowed the call.
-A call needs no sandbox; its answer is cut like a command's output."""
+from the runtime's process, not from a sandbox, once the security monitor allowed the call,
+over one long-lived session per server (a stdio server runs beside the runtime, started on the
+first call). A call needs no sandbox; its answer is cut like a command's output."""
 
 from __future__ import annotations
 
 import logging
 
 from shared.events import EventSource, MCPCallAction, MCPCallObservation
-from shared.mcp_client import McpCallFailed, call_tool
+from shared.mcp_client import McpCallFailed, McpSession
 from shared.mcp_config import McpServerConfig
 
 from .actions import RuntimeObservation, error_observation, observation_id
@@ -26,12 +27,16 @@ def _cut(text: str, limit: int) -> str:
 
 class McpCalls:
     def __init__(self, servers: list[McpServerConfig], output_limit: int) -> None:
-        self.servers = {server.name: server for server in servers}
+        self.sessions = {server.name: McpSession(server) for server in servers}
         self.output_limit = output_limit
 
+    async def close(self) -> None:
+        for session in self.sessions.values():
+            await session.close()
+
     async def run(self, action: MCPCallAction) -> RuntimeObservation:
-        server = self.servers.get(action.server)
-        if server is None:
+        session = self.sessions.get(action.server)
+        if session is None:
             return error_observation(
                 action,
                 f"there is no MCP server {action.server!r} on this runtime "
@@ -39,10 +44,14 @@ class McpCalls:
                 "unknown_mcp_server",
             )
         try:
-            text, is_error = await call_tool(server, action.tool, action.arguments)
+            text, is_error = await session.call(action.tool, action.arguments)
         except McpCallFailed as exc:
             log.warning(
-                "task %s: MCP call %s.%s failed: %s", action.task_id, server.name, action.tool, exc
+                "task %s: MCP call %s.%s failed: %s",
+                action.task_id,
+                action.server,
+                action.tool,
+                exc,
             )
             return error_observation(action, f"the MCP call failed: {exc}", "mcp_failed")
         return MCPCallObservation(

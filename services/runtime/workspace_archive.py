@@ -23,7 +23,7 @@ import tarfile
 import time
 import zipfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, cast
 
 __all__ = [
     "SANDBOX_UID",
@@ -185,22 +185,21 @@ def clean_upload(
     links written. ArchiveRefused / ArchiveTooLarge say why not."""
     writer = _Writer(out, max_bytes, max_files)
     written = 0
-    if archive == "zip":
-        entries = _zip_entries(source)
-    else:
-        entries = _tar_entries(source)
-    for kind, raw_name, mode, mtime, size, data, target in entries:
-        name = _entry_name(raw_name, base)
-        if kind == "dir":
-            writer.directory(name, mode, mtime)
-        elif kind == "file":
-            assert data is not None
-            writer.file(name, mode, mtime, size, data)
-            written += 1
-        else:
-            writer.symlink(name, target, mtime)
-            written += 1
-    writer.close()
+    entries = _zip_entries(source) if archive == "zip" else _tar_entries(source)
+    try:
+        for kind, raw_name, mode, mtime, size, data, target in entries:
+            name = _entry_name(raw_name, base)
+            if kind == "dir":
+                writer.directory(name, mode, mtime)
+            elif kind == "file":
+                assert data is not None
+                writer.file(name, mode, mtime, size, data)
+                written += 1
+            else:
+                writer.symlink(name, target, mtime)
+                written += 1
+    finally:
+        writer.close()  # refused too: its output is thrown away, but closed while `out` is open
     return written
 
 
@@ -263,8 +262,10 @@ def _zip_entries(source: IO[bytes]) -> Iterator[_Entry]:
 def single_file_tar(name: str, source: IO[bytes], size: int, out: IO[bytes]) -> None:
     """A clean tar holding one file at `name` (checked) and its parent directories."""
     writer = _Writer(out, max_bytes=size, max_files=10_000)
-    writer.file(check_path(name), 0o644, time.time(), size, source)
-    writer.close()
+    try:
+        writer.file(check_path(name), 0o644, time.time(), size, source)
+    finally:
+        writer.close()
 
 
 def gzip_tree(chunks: Iterator[bytes], out: IO[bytes], max_bytes: int) -> int:
@@ -274,7 +275,9 @@ def gzip_tree(chunks: Iterator[bytes], out: IO[bytes], max_bytes: int) -> int:
     counted = _Counted(out, max_bytes)
     with (
         tarfile.open(fileobj=source, mode="r|") as tar_in,
-        tarfile.open(fileobj=counted, mode="w|gz", format=tarfile.PAX_FORMAT) as tar_out,
+        tarfile.open(
+            fileobj=cast(IO[bytes], counted), mode="w|gz", format=tarfile.PAX_FORMAT
+        ) as tar_out,
     ):
         for member in tar_in:
             parts = member.name.split("/")
@@ -306,18 +309,22 @@ class ChunkReader(io.RawIOBase):
         return n
 
 
-class _Counted(io.RawIOBase):
+class _Counted:
+    """Counts what is written through it; past the limit, ArchiveTooLarge (once: the rest,
+    such as the closing tarfile's last bytes, is dropped)."""
+
     def __init__(self, out: IO[bytes], limit: int) -> None:
         self.out = out
         self.limit = limit
         self.written = 0
+        self.over = False
 
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes) -> int:  # type: ignore[override]
+    def write(self, data: bytes) -> int:
+        if self.over:
+            return len(data)
         self.written += len(data)
         if self.written > self.limit:
+            self.over = True
             raise ArchiveTooLarge(f"the workspace's archive passes {self.limit} bytes")
         self.out.write(data)
         return len(data)

@@ -69,6 +69,7 @@ _GIT = (
 _DIFF = "diff --no-ext-diff --no-textconv --no-color --binary"
 _S_IFDIR = 1 << 31  # Go's os.ModeDir, as Docker's path stat gives it
 _S_IFLNK = 1 << 27  # os.ModeSymlink
+_TRANSFER_SWEEP_S = 600.0  # how often transfer objects left by a crash are looked for
 
 
 def _instructions_script(max_bytes: int) -> str:
@@ -169,6 +170,7 @@ class RuntimeWorkspace:
         self._states: TaskStateStore | None = None
         self._secrets: SecretsStore | None = None
         self.retention: Retention | None = None
+        self._transfers_swept = time.monotonic()
         # One checkout per task at a time (its prepare and first action may race); a lock
         # nobody holds or waits for goes away by itself.
         self._checkouts: weakref.WeakValueDictionary[str, asyncio.Lock] = (
@@ -271,8 +273,13 @@ class RuntimeWorkspace:
     # -- requests from the gateway
 
     async def handle(self, request: WorkspaceRequest) -> WorkspaceReply:
+        s = self.settings
+        # A bound on the whole request (Docker calls on threads cannot be cancelled; the answer
+        # is not held back by them): a checkout, a transfer, a helper.
+        deadline = s.repository_clone_timeout_s + 2 * s.workspace_helper_timeout_s + 60
         try:
-            return await self._handle(request)
+            async with asyncio.timeout(deadline):
+                return await self._handle(request)
         except _Gone:
             return WorkspaceReply(
                 status=WorkspaceStatus.GONE,
@@ -506,9 +513,12 @@ class RuntimeWorkspace:
         s = self.settings
         if s.workspace_retention_s <= 0 or self.retention is None:
             return False
-        if not await self.service.tasks.retain(task_id):
-            return False
+        # Recorded before the stop: reconciliation removes a stopped sandbox of an ended task
+        # that is not kept.
         await self.retention.add(task_id, time.time() + s.workspace_retention_s)
+        if not await self.service.tasks.retain(task_id):
+            await self.retention.drop(task_id)
+            return False
         log.info("task %s: sandbox kept stopped for %.0fs", task_id, s.workspace_retention_s)
         return True
 
@@ -537,4 +547,11 @@ class RuntimeWorkspace:
         s = self.settings
         oldest = 2 * max(s.workspace_helper_timeout_s, s.repository_clone_timeout_s) + 60
         await self.docker.call(remove_stray_helpers, self.docker, oldest)
+        now = time.monotonic()
+        if self.transfers is not None and now - self._transfers_swept > _TRANSFER_SWEEP_S:
+            self._transfers_swept = now
+            try:
+                await self.transfers.remove_stale(3600.0)
+            except Exception as exc:  # the blob store may be busy: next time
+                log.warning("stale workspace transfers not removed: %s", exc)
         return removed

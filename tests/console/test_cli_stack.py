@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -239,3 +241,96 @@ def test_logs_follow_survives_a_gateway_restart_and_shows_each_event_once(
     seen += [json.loads(line)["seq"] for line in rest.splitlines()]
     assert seen == list(range(1, len(seen) + 1)) and len(seen) >= 12, seen
     assert "reconnecting after #" in errors
+
+
+def test_upload_diff_and_download_the_workspace(console_stack: Stack, tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "greeting.txt").write_text("old greeting\n")
+    (tmp_path / "src" / "README").write_text("keep\n")
+    tree = tmp_path / "tree.tar.gz"
+    with tarfile.open(tree, "w:gz") as tar:
+        for name in ("greeting.txt", "README"):
+            tar.add(tmp_path / "src" / name, arcname=name)
+    task_id = deckhands(console_stack, "run", "ask: greet me", "--detach").stdout.strip()
+    _wait_state(console_stack, task_id, "AWAITING_USER_INPUT")
+    uploaded = deckhands(console_stack, "upload", task_id, str(tree))
+    assert uploaded.returncode == 0 and "2 file(s) written" in uploaded.stdout, uploaded.stderr
+    assert deckhands(console_stack, "say", task_id, "hello, shell").returncode == 0
+    assert deckhands(console_stack, "logs", "-f", task_id, "--timeout", "90").returncode == 0
+
+    changes = deckhands(console_stack, "diff", task_id)
+    assert changes.returncode == 0, changes.stderr
+    assert "-old greeting" in changes.stdout and "+hello, shell" in changes.stdout
+    assert changes.stdout.startswith("diff --git")  # piped: the diff as it is
+
+    archive = tmp_path / "out.tar.gz"
+    got = deckhands(console_stack, "workspace", task_id, "-o", str(archive))
+    assert got.returncode == 0, got.stderr
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert "workspace/greeting.txt" in names and "workspace/README" in names
+    one = tmp_path / "one.txt"
+    got = deckhands(console_stack, "workspace", task_id, "--path", "greeting.txt", "-o", str(one))
+    assert got.returncode == 0 and one.read_text() == "hello, shell\n"
+    # A task with no repository and no upload has nothing to compare with: said so.
+    plain = _task_id(deckhands(console_stack, "run", SEED).stdout)
+    nothing = deckhands(console_stack, "diff", plain)
+    assert nothing.returncode == 6 and "no repository" in nothing.stderr, nothing.stderr
+
+
+def test_login_keeps_url_and_key_for_later_commands(console_stack: Stack, tmp_path: Path) -> None:
+    env = _env(console_stack)
+    del env["DECKHANDS_URL"], env["DECKHANDS_API_KEY"]
+    env["XDG_CONFIG_HOME"] = str(tmp_path)
+    url = console_stack.config.gateway_url
+
+    def cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(DECKHANDS), *args],
+            env=env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    config = tmp_path / "deckhands" / "config.toml"
+    for _ in range(2):
+        posted = deckhands(console_stack, "run", "-d", "-l", "login-test", "nothing to do")
+        assert posted.returncode == 0, posted.stderr
+    wrong = cli("login", "--url", url, input="dh_000000000000_" + "x" * 43 + "\n")
+    assert wrong.returncode == 6 and "refused the API key" in wrong.stderr
+    assert not config.exists()  # nothing kept for a key that does not work
+    done = cli("login", "--url", url, input=console_stack.api_key + "\n")
+    assert done.returncode == 0, done.stderr
+    assert f"as tenant {console_stack.config.tenant}" in done.stdout
+    assert console_stack.api_key not in done.stdout  # the key is not echoed
+    assert (config.stat().st_mode & 0o777) == 0o600
+    listed = cli("tasks", "-l", "login-test", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 2
+    more = cli("tasks", "-l", "login-test", "--limit", "1")
+    assert more.stdout.count("nothing to do") == 1 and "(more: --limit 2)" in more.stdout
+
+
+def test_ctrl_c_leaves_the_task_running(console_stack: Stack) -> None:
+    run = subprocess.Popen(
+        [str(DECKHANDS), "run", "slow squares, interrupted"],
+        env=_env(console_stack),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None
+        task_id = _task_id(run.stdout.readline())
+        assert run.stdout.readline().startswith("#1 ")  # following
+        run.send_signal(signal.SIGINT)
+        _, errors = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, errors
+    assert f"deckhands logs -f {task_id}" in errors and "Traceback" not in errors
+    _wait_state(console_stack, task_id, "FINISHED", timeout_s=60)

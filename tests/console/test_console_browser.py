@@ -7,9 +7,11 @@ seed task's page.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,7 +70,12 @@ def browser(downloads: Path) -> Iterator[WebDriver]:
         options.add_argument(argument)
     options.add_experimental_option(
         "prefs",
-        {"download.default_directory": str(downloads), "download.prompt_for_download": False},
+        {
+            "download.default_directory": str(downloads),
+            "download.prompt_for_download": False,
+            # A second download from the same page would wait for the user's leave.
+            "profile.default_content_setting_values.automatic_downloads": 1,
+        },
     )
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     # The driver is Debian's: Selenium Manager is never asked to fetch one.
@@ -272,7 +279,15 @@ def test_post_the_seed_task_and_watch_it_finish(
     before = _log_length(console_stack, task_id)
     page.find_element(By.ID, "message-text").send_keys("Now say goodbye")
     page.find_element(By.ID, "send-message").click()
-    _wait(page, lambda d: any(seq > before + 2 for seq, _ in _events(d)))
+    try:
+        _wait(page, lambda d: any(seq > before + 2 for seq, _ in _events(d)))
+    except Exception:
+        status = page.find_element(By.ID, "stream-status")
+        raise AssertionError(
+            f"before={before} shown={_events(page)} status={status.get_attribute('data-status')}"
+            f" state={_state(page)} log={_log_length(console_stack, task_id)}"
+            f" error={page.find_element(By.ID, 'task-error').text}"
+        ) from None
     _wait_state(page, "FINISHED")
     _assert_each_event_once(page, console_stack, task_id)
     assert any(
@@ -318,17 +333,68 @@ def test_approve_an_action_in_confirmation_mode(page: WebDriver, console_stack: 
     _assert_each_event_once(page, console_stack, task_id)
 
 
-def test_the_agent_asks_and_the_message_box_answers(page: WebDriver) -> None:
-    _post_from_form(page, "ask: greet me")
+def _tree(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_the_agent_asks_the_message_box_answers_and_the_workspace_shows_the_change(
+    page: WebDriver, console_stack: Stack, downloads: Path
+) -> None:
+    task_id = _post_from_form(page, "ask: greet me")
     _wait_state(page, "AWAITING_USER_INPUT")
     panel = page.find_element(By.ID, "message-panel")
-    _wait(page, lambda d: panel.is_displayed())
+    _wait(page, lambda d: panel.is_displayed() and "greet you in?" in panel.text)
     assert "Which file should I greet you in?" in panel.text
+    # A tree uploaded first is what the changes are measured against.
+    with _api(console_stack) as http:
+        uploaded = http.put(
+            f"/v1/tasks/{task_id}/workspace",
+            content=_tree({"greeting.txt": "old greeting\n", "README": "keep\n"}),
+            headers={"Content-Type": "application/gzip"},
+        )
+    assert uploaded.status_code == 200, uploaded.text
     page.find_element(By.ID, "message-text").send_keys("hello from the console")
     page.find_element(By.ID, "send-message").click()
     _wait_state(page, "FINISHED")
     user = page.find_elements(By.CSS_SELECTOR, "#events > li[data-source=USER][data-kind=message]")
     assert any("hello from the console" in item.text for item in user)
+
+    page.find_element(By.ID, "show-changes").click()
+    changes = _wait(page, lambda d: d.find_element(By.ID, "changes-panel"))
+    _wait(page, lambda d: changes.is_displayed())
+    added = [line.text for line in changes.find_elements(By.CSS_SELECTOR, ".add")]
+    removed = [line.text for line in changes.find_elements(By.CSS_SELECTOR, ".del")]
+    html = changes.get_attribute("innerHTML")
+    assert "+hello from the console" in added and "-old greeting" in removed, html
+
+    page.find_element(By.ID, "download-workspace").click()
+    saved = downloads / f"workspace-{task_id}.tar.gz"
+    _wait(page, lambda d: saved.exists() and saved.stat().st_size > 0, timeout_s=30)
+    with tarfile.open(saved) as tar:
+        member = tar.extractfile("workspace/greeting.txt")
+        assert member is not None and member.read() == b"hello from the console\n"
+
+
+def test_the_form_names_what_the_gateway_refused(page: WebDriver) -> None:
+    page.find_element(By.ID, "nav-new").click()
+    _wait(page, lambda d: d.find_element(By.ID, "new-task-text")).send_keys("x")
+    page.find_element(By.ID, "repo-url").send_keys("ftp://example.com/repo.git")
+    page.find_element(By.ID, "labels").send_keys("not a label!")
+    page.find_element(By.ID, "post-task").click()
+    error = _wait(page, lambda d: d.find_element(By.ID, "new-task-error"))
+    _wait(page, lambda d: error.is_displayed())
+    assert "labels" in error.text and "#/new" in page.current_url
+    assert page.find_element(By.ID, "post-task").is_enabled()  # fix it and send again
+    page.find_element(By.ID, "labels").clear()
+    page.find_element(By.ID, "post-task").click()
+    _wait(page, lambda d: "repository" in d.find_element(By.ID, "new-task-error").text)
 
 
 def test_reload_and_network_loss_mid_task_show_no_event_twice(
@@ -363,3 +429,27 @@ def test_reload_and_network_loss_mid_task_show_no_event_twice(
     assert reconnects >= 2
     seqs = _assert_each_event_once(page, console_stack, task_id)
     assert len(seqs) >= 12
+
+
+def test_pause_resume_stop_and_delete_from_the_task_page(
+    page: WebDriver, console_stack: Stack
+) -> None:
+    task_id = _post_from_form(page, "slow squares, to stop")
+    _wait_state(page, "RUNNING")
+    _wait(page, lambda d: d.find_element(By.ID, "pause").is_enabled())
+    page.find_element(By.ID, "pause").click()
+    _wait_state(page, "PAUSED")
+    page.find_element(By.ID, "resume").click()
+    _wait_state(page, "RUNNING", "FINISHED")
+    stop = page.find_element(By.ID, "stop")
+    if stop.is_enabled():  # not finished yet (its LLM answers every 2 s)
+        stop.click()
+        assert "for good" in stop.text  # the first click only asks
+        stop.click()
+        _wait_state(page, "STOPPED", "FINISHED")
+    delete = page.find_element(By.ID, "delete-task")
+    delete.click()
+    delete.click()
+    _wait(page, lambda d: d.current_url.endswith("#/tasks"), timeout_s=60)
+    with _api(console_stack) as http:
+        assert http.get(f"/v1/tasks/{task_id}").status_code == 404

@@ -44,7 +44,12 @@ def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
 def _run(http: httpx.Client, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     answer = http.post("/v1/tasks", json={"task": text})
     assert answer.status_code == 202, answer.text
-    task_id = answer.json()["id"]
+    return _run_until_done(http, answer.json()["id"])
+
+
+def _run_until_done(
+    http: httpx.Client, task_id: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     deadline = time.monotonic() + 90
     view: dict[str, Any] = {}
     while time.monotonic() < deadline:
@@ -85,3 +90,31 @@ def test_a_call_the_monitor_refuses_is_never_made(http: httpx.Client) -> None:
     assert verdict["verdict"] == "DENY" and verdict["rule"] == "delete_root", verdict
     assert _by_cause(events, "mcp_output", call["id"]) == []
     assert "comment 1 added" not in json.dumps(events)
+
+
+def test_in_confirmation_mode_a_person_approves_the_call_first(http: httpx.Client) -> None:
+    answer = http.post(
+        "/v1/tasks",
+        json={
+            "task": "ticket status, with a person watching",
+            "confirmation_mode": True,
+            "confirmation_threshold": "MEDIUM",
+        },
+    )
+    assert answer.status_code == 202, answer.text
+    task_id = answer.json()["id"]
+    deadline = time.monotonic() + 90
+    while http.get(f"/v1/tasks/{task_id}").json()["state"] != "AWAITING_USER_CONFIRMATION":
+        assert time.monotonic() < deadline, "the MCP call never waited for a person"
+        time.sleep(0.2)
+    events = http.get(f"/v1/tasks/{task_id}/trajectory").json()["events"]
+    [call] = [e for e in events if e["kind"] == "mcp_call"]
+    assert _by_cause(events, "mcp_output", call["id"]) == []  # not made before the approval
+    approved = http.post(
+        f"/v1/tasks/{task_id}/confirmation", json={"action_id": call["id"], "approve": True}
+    )
+    assert approved.status_code == 202, approved.text
+    view, events = _run_until_done(http, task_id)
+    assert view["state"] == "FINISHED", view
+    [output] = _by_cause(events, "mcp_output", call["id"])
+    assert output["content"].startswith("open: the squares script")

@@ -230,6 +230,21 @@ def test_a_secret_reaches_the_command_and_never_the_log(stack: Stack, http: http
         assert value not in log_file.read_text(errors="replace"), f"value in {log_file.name}"
 
 
+def test_a_whole_output_kept_as_a_blob_is_redacted_too(http: httpx.Client) -> None:
+    value = "blob-" + uuid.uuid4().hex
+    assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).is_success
+    task_id = _create(http, task="long output", secrets=["API_TOKEN"])
+    assert _wait(http, task_id, "FINISHED", "ERROR")["state"] == "FINISHED"
+    events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
+    run = next(e for e in events if e["kind"] == "run_output")
+    ref = run["content_ref"]
+    assert ref is not None, "the output was not long enough to be kept whole"
+    blob = http.get(f"/v1/tasks/{task_id}/blobs/{ref['sha256']}")
+    assert blob.status_code == 200
+    assert blob.text.count("token=<secret:API_TOKEN>") == 4000
+    assert value not in blob.text and value not in json.dumps(events)
+
+
 def test_a_finished_task_posts_a_signed_body(http: httpx.Client, receiver: Any) -> None:
     _signing_key(http)
     hook = receiver()
@@ -252,6 +267,15 @@ def test_a_finished_task_posts_a_signed_body(http: httpx.Client, receiver: Any) 
     ]
     time.sleep(1.0)
     assert len(hook.requests) == 1  # delivered once
+
+
+def test_another_tenant_sees_no_delivery_log(stack: Stack, http: httpx.Client) -> None:
+    task_id = _create(http, task="finish now")
+    other = issue_key(stack.config.gateway_url, stack.admin_api_key, "other-tenant")
+    theirs = http.get(f"/v1/tasks/{task_id}/webhooks", headers=auth_headers(other))
+    assert theirs.status_code == 404
+    assert theirs.json()["detail"] == f"task {task_id!r} not found"
+    assert http.get(f"/v1/tasks/{task_id}/webhooks").json()["webhook"] is None
 
 
 def test_a_failing_receiver_gets_it_after_retries(http: httpx.Client, receiver: Any) -> None:
@@ -324,6 +348,48 @@ def test_a_notification_survives_a_gateway_restart(
     attempts = _attempts(http, task_id, 2)
     assert [a["outcome"] for a in attempts] == ["retrying", "delivered"]
     assert hook.requests[-1][2] == 200
+
+
+def test_waiting_and_stopped_are_notified_when_asked_for(http: httpx.Client, receiver: Any) -> None:
+    _signing_key(http)
+    assert http.put("/v1/secrets/API_TOKEN", json={"value": "t-" + uuid.uuid4().hex}).is_success
+    hook = receiver()
+    task_id = _create(
+        http,
+        task="use the token",
+        secrets=["API_TOKEN"],
+        confirmation_mode=True,
+        confirmation_threshold="LOW",
+        webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY", "on_waiting": True},
+    )
+    _wait(http, task_id, "AWAITING_USER_CONFIRMATION")
+    hook.wait_for(1)
+    assert http.post(f"/v1/tasks/{task_id}/stop").status_code == 202
+    _wait(http, task_id, "STOPPED")
+    hook.wait_for(2)
+    types = [json.loads(body)["type"] for _, body, _, _ in hook.requests]
+    assert types == ["task.awaiting_user_confirmation", "task.stopped"]
+    ids = [headers["Deckhands-Delivery-Id"] for headers, _, _, _ in hook.requests]
+    assert len(set(ids)) == 2  # two notifications, each its own id
+
+
+def test_a_secret_typed_in_a_message_is_redacted_in_the_log(http: httpx.Client) -> None:
+    value = "typed-" + uuid.uuid4().hex
+    assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).is_success
+    task_id = _create(http, task="finish now", secrets=["API_TOKEN"])
+    _wait(http, task_id, "FINISHED")
+    sent = http.post(f"/v1/tasks/{task_id}/messages", json={"content": f"also use {value}"})
+    assert sent.status_code == 202, sent.text
+    deadline = time.monotonic() + 60
+    messages: list[str] = []
+    while time.monotonic() < deadline:
+        events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
+        messages = [e["content"] for e in events if e["kind"] == "message"]
+        if any("also use" in m for m in messages):
+            break
+        time.sleep(0.2)
+    assert "also use <secret:API_TOKEN>" in messages, messages
+    assert value not in json.dumps(events)
 
 
 def test_secrets_and_webhooks_outlive_a_redis_that_lost_its_data(

@@ -6,13 +6,17 @@ The repository is served from this machine by `git daemon` on 127.0.0.1: nothing
 
 from __future__ import annotations
 
+import base64
 import gzip
 import io
+import json
 import subprocess
 import tarfile
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -355,3 +359,39 @@ def test_an_ended_tasks_workspace_is_kept_then_gone(http: httpx.Client) -> None:
     for method, path in (("GET", base), ("GET", f"{base}/diff"), ("PUT", base)):
         answer = http.request(method, path, params={"path": "x"}, content=b"x")
         assert answer.status_code == 410, (method, path, answer.text)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """A git server that wants a token: records the Authorization header, refuses."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Authorization", ""))
+        self.send_response(403)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_token_secret_reaches_the_git_server_and_no_event(http: httpx.Client) -> None:
+    token = "glpat-" + "T0k3n" * 6
+    stored = http.put("/v1/secrets/GIT_TOKEN", json={"value": token})
+    assert stored.status_code in (200, 201), stored.text
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/private.git"
+        task_id = _create(
+            http,
+            task="checkout-only: a private repository",
+            repository={"url": url, "token_secret": "GIT_TOKEN"},
+        )
+        view = _wait(http, task_id, "FINISHED", "ERROR")
+    finally:
+        server.shutdown()
+    assert view["state"] == "ERROR" and "could not be checked out" in view["reason"], view
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    assert f"Basic {basic}" in _Recorder.seen, _Recorder.seen
+    assert token not in json.dumps(view) and token not in json.dumps(_events(http, task_id))

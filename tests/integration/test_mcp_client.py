@@ -4,13 +4,15 @@ named in the failure, and the configuration's checks."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from shared.mcp_client import McpCallFailed, call_tool, list_tools
+from shared.mcp_client import McpCallFailed, McpSession, call_tool, list_tools
 from shared.mcp_config import McpServerConfig, function_name, parse_function_name
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,7 +25,7 @@ DEMO = McpServerConfig(
 
 async def test_tools_are_listed_with_their_schemas() -> None:
     tools = {tool.name: tool for tool in await list_tools(DEMO)}
-    assert set(tools) == {"ticket_status", "add_comment"}
+    assert set(tools) == {"ticket_status", "add_comment", "server_process"}
     spec = tools["ticket_status"].spec()["function"]
     assert spec["name"] == "mcp__tracker__ticket_status"
     assert spec["parameters"]["required"] == ["ticket"]
@@ -60,3 +62,47 @@ def test_names_and_configuration() -> None:
 async def test_a_tool_s_own_refusal_reaches_the_caller() -> None:
     text, is_error = await call_tool(DEMO, "add_comment", {"ticket": "XX-9", "comment": "hi"})
     assert is_error and "no ticket 'XX-9'" in text
+
+
+async def test_a_session_serves_many_calls_and_reopens_after_its_server_died() -> None:
+    session = McpSession(DEMO)
+    try:
+        first, _ = await session.call("server_process", {})
+        assert [await session.call("ticket_status", {"ticket": "DH-3"}) for _ in range(5)] == [
+            ("open: add a --limit flag", False)
+        ] * 5
+        assert (await session.call("server_process", {}))[0] == first  # one server for all
+        os.kill(int(first), signal.SIGKILL)
+        with pytest.raises(McpCallFailed, match="tracker"):
+            await session.call("ticket_status", {"ticket": "DH-1"})
+        again, _ = await session.call("server_process", {})
+        assert again != first  # a new server, started for the next call
+    finally:
+        await session.close()
+
+
+async def test_the_reasoner_offers_a_late_server_s_tools_once_it_answers(tmp_path: Path) -> None:
+    from services.reasoner import tools
+    from services.reasoner.mcp_listing import McpOffer
+
+    flag = tmp_path / "up"
+    late = McpServerConfig(
+        name="late",
+        command=["sh", "-c", f'test -f {flag} && exec "{sys.executable}" -m tools.mcp_demo'],
+        cwd=str(ROOT),
+        timeout_s=20,
+    )
+    specs, offered = list(tools.TOOL_SPECS), dict(tools._MCP_TOOLS)
+    try:
+        offer = McpOffer([DEMO, late])
+        assert await offer.refresh() == 3  # the demo's tools; `late` does not start yet
+        assert [s.name for s in offer.waiting] == ["late"]
+        flag.touch()
+        assert await offer.refresh() == 3
+        assert offer.waiting == []
+        names = {spec["function"]["name"] for spec in tools.TOOL_SPECS}
+        assert {"mcp__tracker__ticket_status", "mcp__late__ticket_status"} <= names
+    finally:
+        tools.TOOL_SPECS[:] = specs
+        tools._MCP_TOOLS.clear()
+        tools._MCP_TOOLS.update(offered)

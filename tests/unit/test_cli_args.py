@@ -118,6 +118,10 @@ def test_bad_arguments_are_usage_errors(runner: CliRunner, no_config: Path) -> N
     assert bad.exit_code == Exit.USAGE and "unknown state 'DONE'" in bad.output
     empty = runner.invoke(app, ["--api-key", KEY, "run", "   "])
     assert empty.exit_code == Exit.USAGE and "empty" in empty.output
+    no_repo = runner.invoke(app, ["--api-key", KEY, "run", "x", "--ref", "main"])
+    assert no_repo.exit_code == Exit.USAGE and "need --repo" in no_repo.output
+    missing = runner.invoke(app, ["--api-key", KEY, "upload", "some-task", "/nonexistent.tgz"])
+    assert missing.exit_code == Exit.USAGE
 
 
 def test_no_key_anywhere_says_where_to_put_one(
@@ -198,6 +202,17 @@ def test_events_read_like_a_terminal_and_edits_like_diffs() -> None:
     )
     assert "sub-task abc123 ended FINISHED" in delegated and "computed 100" in delegated
     assert "{" not in delegated  # legible, not raw JSON
+    mcp = _plain(
+        {
+            "kind": "mcp_call",
+            "seq": 10,
+            "source": "AGENT",
+            "server": "tracker",
+            "tool": "get_ticket",
+            "arguments": {"id": "T-1"},
+        }
+    )
+    assert "calls get_ticket (MCP server tracker)" in mcp and '"id": "T-1"' in mcp
     # Text from the agent is never taken for Rich markup.
     message = _plain({"kind": "message", "seq": 9, "source": "AGENT", "content": "[bold]x[/]"})
     assert "[bold]x[/]" in message

@@ -13,12 +13,13 @@ in a deckhands checkout, http://127.0.0.1:8000 and the key `make up` wrote to .r
 Exit codes of `run` and `logs -f` (the task's final state): 0 FINISHED, 1 ERROR, 3 STOPPED,
 4 REJECTED, 5 the agent asks a question and nobody is at the keyboard (answer with `say`);
 every command: 2 bad usage, 6 the gateway refused the request or could not be reached,
-124 --timeout passed.
+124 --timeout passed, 130 Ctrl-C (the task goes on).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from enum import IntEnum
@@ -32,8 +33,8 @@ from rich.prompt import Confirm, Prompt
 from rich.text import Text
 
 from .client import ENDED_STATES, ApiError, Client, is_terminal
-from .config import ConfigError, Target, resolve
-from .render import event_renderable, status_line, task_table, task_view
+from .config import DEFAULT_URL, ConfigError, Target, config_path, resolve
+from .render import diff_renderable, event_renderable, status_line, task_table, task_view
 
 __all__ = ["Exit", "app", "main"]
 
@@ -47,6 +48,7 @@ class Exit(IntEnum):
     AWAITS_INPUT = 5
     REFUSED = 6
     TIMEOUT = 124
+    INTERRUPTED = 130
 
 
 _BY_STATE = {
@@ -67,7 +69,8 @@ app = typer.Typer(
 )
 
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Messages are not wrapped: a line of them can be searched for as it is.
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _Options:
@@ -153,21 +156,43 @@ class _Follower:
         (self.live.console if self.live else console).print(renderable)
 
     def _refresh(self) -> None:
-        self.task = _call(self.client.task, self.task_id)
+        """The task's view again. A gateway restarting or unreachable for a moment (the
+        stream reconnects meanwhile) is waited out for up to a minute."""
+        give_up = time.monotonic() + 60
+        while True:
+            try:
+                self.task = self.client.task(self.task_id)
+                return
+            except ApiError as exc:
+                transient = exc.status == 0 or exc.status in (502, 503, 504)
+                if not transient or time.monotonic() > give_up:
+                    _fail(str(exc), Exit.REFUSED)
+                time.sleep(1)
 
     def __rich__(self) -> Text:
         """The live status line, drawn again 4 times a second (the clock moves)."""
         return status_line(self.task, time.monotonic() - self.started)
 
     def run(self, after: int = 0) -> Exit:
-        self.task = _call(self.client.task, self.task_id)
-        if not console.is_terminal or self.as_json:
-            code = self._loop(after)
-        else:
-            with Live(self, console=console, transient=True, refresh_per_second=4) as live:
-                self.live = live
+        try:
+            self.task = _call(self.client.task, self.task_id)
+            if not console.is_terminal or self.as_json:
                 code = self._loop(after)
-            self.live = None
+            else:
+                with Live(self, console=console, transient=True, refresh_per_second=4) as live:
+                    self.live = live
+                    code = self._loop(after)
+                self.live = None
+        except KeyboardInterrupt:
+            # Ctrl-C leaves the task alone: it runs on the servers, not here.
+            err_console.print(
+                Text(
+                    f"stopped following task {self.task_id}; it goes on "
+                    f"(deckhands logs -f {self.task_id}, or deckhands stop {self.task_id})",
+                    style="yellow",
+                )
+            )
+            return Exit.INTERRUPTED
         if self.ended:
             self._summary()
         return code
@@ -332,6 +357,20 @@ def run(
     network: Annotated[
         bool, typer.Option("--network", help="Network access for the sandbox.")
     ] = False,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="A git repository to check out into /workspace.")
+    ] = None,
+    ref: Annotated[
+        str | None, typer.Option("--ref", help="Its branch, tag or commit (default branch).")
+    ] = None,
+    repo_token_secret: Annotated[
+        str | None,
+        typer.Option("--repo-token-secret", help="The secret holding the repository's token."),
+    ] = None,
+    secret: Annotated[
+        list[str] | None,
+        typer.Option("--secret", help="A secret the task's commands get (repeat for more)."),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Stop following after this many seconds.")
     ] = None,
@@ -366,6 +405,16 @@ def run(
         body["labels"] = label
     if network:
         body["network_egress"] = True
+    if secret:
+        body["secrets"] = secret
+    if repo is not None:
+        body["repository"] = {"url": repo}
+        if ref is not None:
+            body["repository"]["ref"] = ref
+        if repo_token_secret is not None:
+            body["repository"]["token_secret"] = repo_token_secret
+    elif ref is not None or repo_token_secret is not None:
+        _fail("--ref and --repo-token-secret need --repo", Exit.USAGE)
     with _options(ctx).client() as client:
         created = _call(client.create_task, body)
         task_id = created["id"]
@@ -383,6 +432,30 @@ def run(
         )
         code = follower.run()
     raise typer.Exit(int(code))
+
+
+@app.command()
+def login(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Option("--url", prompt="gateway URL")] = DEFAULT_URL,
+) -> None:
+    """Check an API key against a gateway and keep both in the config file (mode 0600), so
+    that later commands need neither flag nor environment."""
+    key = typer.prompt("API key", hide_input=True).strip()
+    try:
+        target = resolve(url, key)
+    except ConfigError as exc:
+        _fail(str(exc), Exit.USAGE)
+    with Client(target.url, target.api_key) as client:
+        quotas = _call(client.request, "GET", "/v1/quotas")
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Created private before the key is written into it.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"url = {json.dumps(target.url)}\napi_key = {json.dumps(target.api_key)}\n")
+    os.chmod(path, 0o600)
+    console.print(f"signed in to {target.url} as tenant {quotas['tenant_id']}; kept in {path}")
 
 
 @app.command()
@@ -573,6 +646,56 @@ def trajectory(
     else:
         output.write_text(text + "\n")
         err_console.print(f"{len(data['events'])} events written to {output}")
+
+
+@app.command()
+def workspace(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Default: workspace-ID.tar.gz, or the file's name."),
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="Only this file of the workspace.")
+    ] = None,
+) -> None:
+    """Download the task's workspace as a tar.gz (or one file of it)."""
+    if output is None:
+        output = Path(Path(path).name if path else f"workspace-{task_id}.tar.gz")
+    with _options(ctx).client() as client:
+        written = _call(client.download_workspace, task_id, output, path)
+    console.print(f"{written} bytes written to {output}")
+
+
+@app.command()
+def upload(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    source: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="A .tar[.gz] or .zip, or a file.")
+    ],
+    path: Annotated[
+        str | None,
+        typer.Option("--path", help="Where in /workspace (an archive: under it; a file: as it)."),
+    ] = None,
+) -> None:
+    """Upload into the task's workspace: an archive is extracted, another file written."""
+    with _options(ctx).client() as client:
+        result = _call(client.upload_workspace, task_id, source, path)
+    console.print(f"task {task_id}: {result.get('files', '?')} file(s) written")
+
+
+@app.command()
+def diff(ctx: typer.Context, task_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """The changes in the task's workspace, as a git diff (against its repository's commit or
+    the tree last uploaded)."""
+    with _options(ctx).client() as client:
+        text = _call(client.workspace_diff, task_id)
+    if not console.is_terminal:
+        sys.stdout.write(text)  # as it is: `deckhands diff ID | git apply` works
+        return
+    console.print(diff_renderable(text) if text else Text("no change", style="dim"))
 
 
 @app.command()

@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -165,6 +166,57 @@ class Client:
     def trajectory(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/v1/tasks/{task_id}/trajectory")
         return result
+
+    def workspace_diff(self, task_id: str) -> str:
+        result: str | None = self.request("GET", f"/v1/tasks/{task_id}/workspace/diff")
+        return result or ""  # no change: an empty answer
+
+    def download_workspace(self, task_id: str, target: Path, path: str | None = None) -> int:
+        """The workspace as a tar.gz (or, with `path`, one file of it) written to `target`;
+        the bytes written. Streamed: a large workspace is never held in memory."""
+        params = {"path": path} if path else None
+        try:
+            with self._http.stream(
+                "GET", f"/v1/tasks/{task_id}/workspace", params=params, timeout=300
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(response.status_code, _detail(response))
+                written = 0
+                with target.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+                        written += len(chunk)
+                return written
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"cannot reach the gateway at {self.url}: {exc}") from exc
+
+    def upload_workspace(self, task_id: str, source: Path, path: str | None = None) -> Any:
+        """A tar (plain or compressed) or zip archive extracted into the workspace (under
+        `path`), or any other file written at `path`."""
+        name = source.name.lower()
+        if name.endswith(".zip"):
+            content_type, kind = "application/zip", "zip"
+        elif name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
+            content_type, kind = "application/x-tar", "tar"
+        else:
+            content_type, kind = "application/octet-stream", "file"
+            path = path or source.name
+        params = {"format": kind} | ({"path": path} if path else {})
+        try:
+            with source.open("rb") as body:
+                response = self._http.put(
+                    f"/v1/tasks/{task_id}/workspace",
+                    content=body,
+                    params=params,
+                    headers={"Content-Type": content_type},
+                    timeout=300,
+                )
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"cannot reach the gateway at {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _detail(response))
+        return response.json()
 
     def delete(self, task_id: str) -> None:
         self.request("DELETE", f"/v1/tasks/{task_id}")

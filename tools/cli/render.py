@@ -3,6 +3,7 @@ terminal would show them (bounded), file edits as diffs, delegation as a sentenc
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ from rich.text import Text
 __all__ = [
     "OUTPUT_LINES",
     "age",
+    "diff_renderable",
     "event_renderable",
     "money",
     "status_line",
@@ -109,18 +111,30 @@ def _diff(text: str) -> Text:
     for number, line in enumerate(bounded(text, 200).split("\n")):
         if number:
             body.append("\n")
-        if line.startswith(("+++", "---")):
-            style = "bold"
-        elif line.startswith("@@"):
-            style = "cyan"
-        elif line.startswith("+"):
-            style = "green"
-        elif line.startswith("-"):
-            style = "red"
-        else:
-            style = ""
-        body.append(line, style=style)
+        body.append(line, style=_diff_style(line))
     return _indented(body)
+
+
+def _diff_style(line: str) -> str:
+    if line.startswith(("+++", "---", "diff --git")):
+        return "bold"
+    if line.startswith("@@"):
+        return "cyan"
+    if line.startswith("+"):
+        return "green"
+    if line.startswith("-"):
+        return "red"
+    return ""
+
+
+def diff_renderable(text: str) -> Text:
+    """A whole diff, coloured, not indented and not cut."""
+    body = Text()
+    for number, line in enumerate(text.rstrip("\n").split("\n")):
+        if number:
+            body.append("\n")
+        body.append(line, style=_diff_style(line))
+    return body
 
 
 def _new_file_diff(path: str, content: str) -> Text:
@@ -205,6 +219,16 @@ def event_renderable(event: dict[str, Any]) -> RenderableType:
         body.append(
             _diff(event["diff"]) if event.get("diff") else _terminal(event.get("content", ""))
         )
+    elif kind == "mcp_call":
+        head += (
+            f"[bold]calls[/bold] {escape(event.get('tool', ''))} "
+            f"[dim](MCP server {escape(event.get('server', ''))})[/dim]"
+        )
+        body.append(_terminal(json.dumps(event.get("arguments") or {}, indent=2)))
+    elif kind == "mcp_output":
+        failed = " [red]error[/red]" if event.get("is_error") else ""
+        head += f"[dim]{escape(event.get('tool', ''))} answered[/dim]{failed}"
+        body.append(_terminal(event.get("content", ""), style="red" if failed else ""))
     elif kind == "think":
         head += "[dim]thinks[/dim]"
     elif kind == "finish":

@@ -8,6 +8,8 @@ built-in tools. Used by tests/e2e/test_e2e_mcp_tools.py; nothing in it reaches t
 
 from __future__ import annotations
 
+import os
+
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -34,6 +36,12 @@ def add_comment(ticket: str, comment: str) -> str:
     if ticket.upper() not in TICKETS:
         raise ToolError(f"no ticket {ticket!r}")  # reported to the caller as the tool's error
     return f"comment 1 added to {ticket.upper()}: {comment}"
+
+
+@server.tool()
+def server_process() -> int:
+    """The process id of this server (tests check that a session is reused)."""
+    return os.getpid()
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 "use strict";
 
 import { EventFollower } from "./stream.js";
-import { age, h, money, renderEvent, stateBadge } from "./render.js";
+import { age, diff, h, money, renderEvent, stateBadge } from "./render.js";
 
 const KEY_STORAGE = "deckhands.apiKey";
 const ENDED = new Set(["FINISHED", "ERROR", "STOPPED", "REJECTED"]);
@@ -77,7 +77,9 @@ async function api(method, path, { body, idempotencyKey, raw } = {}) {
 }
 
 function newIdempotencyKey() {
-  return "console-" + crypto.randomUUID();
+  // crypto.randomUUID exists only in secure contexts (https, localhost); this works anywhere.
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return "console-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 // A download of what a request answers (the key travels in a header, so a plain link cannot).
@@ -283,6 +285,16 @@ function newTaskPage() {
       h("div", {}, h("label", { for: "labels", text: "Labels" }),
         h("input", { id: "labels", type: "text", placeholder: "team=payments ticket:ABC-12" }))),
     h("div", { class: "row" },
+      h("div", { class: "grow" }, h("label", { for: "repo-url", text: "Repository (checked out into /workspace)" }),
+        h("input", { id: "repo-url", type: "text", placeholder: "https://git.example.com/team/project.git" })),
+      h("div", {}, h("label", { for: "repo-ref", text: "Branch, tag or commit" }),
+        h("input", { id: "repo-ref", type: "text", placeholder: "default branch" })),
+      h("div", {}, h("label", { for: "repo-token", text: "Token secret" }),
+        h("input", { id: "repo-token", type: "text", placeholder: "name of a secret" }))),
+    h("div", { class: "row" },
+      h("div", {}, h("label", { for: "secrets", text: "Secrets the commands get (names)" }),
+        h("input", { id: "secrets", type: "text", placeholder: "API_TOKEN DB_PASSWORD" }))),
+    h("div", { class: "row" },
       h("div", {}, h("label", { class: "inline" },
         h("input", { id: "confirmation-mode", type: "checkbox" }), "Ask me before risky actions (confirmation mode)")),
       h("div", {}, h("label", { for: "confirmation-threshold", text: "…from this risk up" }), threshold),
@@ -302,6 +314,14 @@ function newTaskPage() {
     if ($("network-egress").checked) body.network_egress = true;
     const labels = $("labels").value.split(/[\s,]+/).filter(Boolean);
     if (labels.length) body.labels = labels;
+    const secrets = $("secrets").value.split(/[\s,]+/).filter(Boolean);
+    if (secrets.length) body.secrets = secrets;
+    const repo = $("repo-url").value.trim();
+    if (repo) {
+      body.repository = { url: repo };
+      if ($("repo-ref").value.trim()) body.repository.ref = $("repo-ref").value.trim();
+      if ($("repo-token").value.trim()) body.repository.token_secret = $("repo-token").value.trim();
+    }
     $("post-task").disabled = true;
     try {
       const created = await api("POST", "/v1/tasks", { body, idempotencyKey });
@@ -334,12 +354,16 @@ function taskPage(taskId) {
       stat("task-tokens", "tokens"),
       stat("task-cost", "cost"),
       stat("task-age", "created"),
+      stat("task-queue", "sandbox queue"),
       h("div", { class: "stat" }, h("span", { class: "k", text: "labels" }), h("span", { class: "v", id: "task-labels" }))),
     h("div", { class: "controls" },
       h("button", { type: "button", id: "pause", text: "Pause" }),
       h("button", { type: "button", id: "resume", text: "Resume" }),
       h("button", { type: "button", id: "stop", class: "danger", text: "Stop" }),
+      h("button", { type: "button", id: "show-changes", text: "Changes" }),
+      h("button", { type: "button", id: "download-workspace", text: "Download workspace" }),
       h("button", { type: "button", id: "download-trajectory", text: "Download trajectory" }),
+      h("button", { type: "button", id: "delete-task", class: "danger", text: "Delete" }),
       h("span", { class: "spacer" }),
       streamStatus),
     h("p", { class: "error", role: "alert", id: "task-error", hidden: true }));
@@ -358,8 +382,9 @@ function taskPage(taskId) {
   const resultPanel = h("section", { class: "card result", id: "result-panel", hidden: true },
     h("h2", { text: "Result" }), h("pre", { id: "result-text" }));
   const subTasks = h("section", { class: "card", id: "sub-tasks", hidden: true });
+  const changesPanel = h("section", { class: "card", id: "changes-panel", hidden: true });
   const eventsSection = h("section", {}, h("h2", { text: "Events" }), events);
-  $("view").replaceChildren(head, confirmPanel, askPanel, resultPanel, subTasks, eventsSection);
+  $("view").replaceChildren(head, confirmPanel, askPanel, resultPanel, changesPanel, subTasks, eventsSection);
 
   let view = null;
   let lastQuestion = "";
@@ -380,6 +405,9 @@ function taskPage(taskId) {
     $("task-tokens").textContent = String(task.usage.total_tokens);
     $("task-cost").textContent = money(task.usage.cost_usd) + (task.max_budget_usd ? " / " + money(task.max_budget_usd) : "");
     $("task-age").textContent = age(task.created_at);
+    // While every sandbox seat is taken: the task's place in the queue.
+    $("task-queue").textContent = task.queue_position ? "place " + task.queue_position : "";
+    $("task-queue").parentNode.hidden = !task.queue_position;
     $("task-age").title = task.created_at;
     $("task-labels").replaceChildren(...(task.labels.length ? task.labels.map((l) => h("span", { class: "label", text: l })) : ["—"]));
     const ended = ENDED.has(task.state);
@@ -460,7 +488,10 @@ function taskPage(taskId) {
         seen.add(event.seq);
         lastSeq = Math.max(lastSeq, event.seq);
         endedShown = event.kind === "agent_state_changed" && ENDED.has(event.agent_state);
-        if (event.kind === "message" && event.source === "AGENT") lastQuestion = event.content;
+        if (event.kind === "message" && event.source === "AGENT") {
+          lastQuestion = event.content;
+          if (view && view.state === "AWAITING_USER_INPUT") $("agent-question").textContent = lastQuestion;
+        }
         events.append(renderEvent(event, { openBlob }));
         events.dataset.lastSeq = String(event.seq);
         if (nearBottom()) window.scrollTo(0, document.body.scrollHeight);
@@ -540,18 +571,32 @@ function taskPage(taskId) {
   };
   $("pause").addEventListener("click", (e) => control(e.currentTarget, "pause"));
   $("resume").addEventListener("click", (e) => control(e.currentTarget, "resume"));
-  // Stopping is for good: the first click arms the button, a second within 4 s stops.
-  $("stop").addEventListener("click", (e) => {
-    const button = e.currentTarget;
-    if (!button.classList.contains("armed")) {
-      button.classList.add("armed");
-      button.textContent = "Stop for good?";
-      setTimeout(() => { button.classList.remove("armed"); button.textContent = "Stop"; }, 4000);
-      return;
+  // Stopping and deleting are for good: the first click arms the button, a second within
+  // 4 s does it.
+  const twoClicks = (button, question, act) => {
+    const label = button.textContent;
+    button.addEventListener("click", () => {
+      if (!button.classList.contains("armed")) {
+        button.classList.add("armed");
+        button.textContent = question;
+        setTimeout(() => { button.classList.remove("armed"); button.textContent = label; }, 4000);
+        return;
+      }
+      button.classList.remove("armed");
+      button.textContent = label;
+      act();
+    });
+  };
+  twoClicks($("stop"), "Stop for good?", () => control($("stop"), "stop"));
+  twoClicks($("delete-task"), "Delete task and log?", async () => {
+    $("delete-task").disabled = true;
+    try {
+      await api("DELETE", path);
+      location.hash = "#/tasks";
+    } catch (err) {
+      $("delete-task").disabled = false;
+      if (err.status !== 401) showError(err);
     }
-    button.classList.remove("armed");
-    button.textContent = "Stop";
-    control(button, "stop");
   });
   const confirm = (approve) => {
     const actionId = $("pending-action").dataset.actionId;
@@ -562,6 +607,9 @@ function taskPage(taskId) {
   };
   $("approve").addEventListener("click", () => confirm(true));
   $("reject").addEventListener("click", () => confirm(false));
+  $("message-text").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("message-form").requestSubmit();
+  });
   $("message-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = $("message-text").value;
@@ -578,6 +626,36 @@ function taskPage(taskId) {
       if (err.status !== 401) showError(err);
     } finally {
       $("send-message").disabled = false;
+    }
+  });
+  // The workspace: its files as a tar.gz, and its changes (a git diff against where the task
+  // started: its repository's commit, or the tree last uploaded) shown here.
+  $("download-workspace").addEventListener("click", async () => {
+    try {
+      await download(`${path}/workspace`, `workspace-${taskId}.tar.gz`);
+      showError(null);
+    } catch (err) {
+      if (err.status !== 401) showError(err);
+    }
+  });
+  $("show-changes").addEventListener("click", async () => {
+    if (!changesPanel.hidden) {
+      changesPanel.hidden = true;
+      return;
+    }
+    try {
+      const response = await api("GET", `${path}/workspace/diff`, { raw: true });
+      const text = await response.text();
+      changesPanel.replaceChildren(h("h2", { text: "Changes in the workspace" }),
+        text ? diff(text) : h("p", { class: "muted", text: "No change." }));
+      changesPanel.hidden = false;
+      showError(null);
+    } catch (err) {
+      if (err.status === 401) return;
+      // E.g. a task with no repository and no upload has nothing to compare with.
+      changesPanel.replaceChildren(h("h2", { text: "Changes in the workspace" }),
+        h("p", { class: "muted", id: "changes-error", text: err.message }));
+      changesPanel.hidden = false;
     }
   });
   $("download-trajectory").addEventListener("click", async () => {

@@ -136,6 +136,10 @@ const KINDS = {
   // The edit's outcome (edit_output) carries the real diff; the action shows only a new file.
   edit: (e) => ["action", `edits ${e.path} (${e.command})`, e.command === "create" ? editBody(e) : null],
   edit_output: (e) => ["output", "edited " + e.path, e.diff ? diff(e.diff) : terminal(e.content)],
+  mcp_call: (e) => ["action", `calls ${e.tool} (MCP server ${e.server})`,
+    codeBlock(JSON.stringify(e.arguments || {}, null, 2))],
+  mcp_output: (e) => [e.is_error ? "output err" : "output", `${e.tool} answered${e.is_error ? " an error" : ""}`,
+    terminal(e.content)],
   think: (e) => ["quiet", "thinks", null],
   finish: (e) => ["finish", "finished", textBlock(e.final_message)],
   error: (e) => ["err", "error: " + e.error_code, textBlock(e.content)],

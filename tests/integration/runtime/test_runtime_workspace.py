@@ -139,3 +139,23 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
+
+
+async def test_transfer_objects_left_behind_are_removed_and_blobs_kept(
+    js: JetStreamContext,
+) -> None:
+    await ensure_blob_bucket(js, 1 << 30)
+    transfers = WorkspaceTransfers(lambda: js)
+    task_id = uuid.uuid4().hex
+    left = transfer_name(task_id)
+    await transfers.put(left, io.BytesIO(b"an upload nobody took"))
+    blob = f"{task_id}/{'0' * 64}"  # a claim check of the task's log: not a transfer
+    await transfers.put(blob, io.BytesIO(b"a whole output"))
+    assert await transfers.remove_stale(3600.0) == 0  # too young
+    assert await transfers.remove_stale(0.0) >= 1
+    with pytest.raises(LookupError):
+        await transfers.get(left, io.BytesIO())
+    kept = io.BytesIO()
+    await transfers.get(blob, kept)
+    assert kept.getvalue() == b"a whole output"
+    await transfers.delete(blob)
