@@ -5,8 +5,11 @@ main.py and handlers), and the JetStream API subjects of its own durable consume
 to an inbox prefix of its own (`_INBOX_<user>`, set on the connection), so no service can read
 another's replies (pull fetches and JetStream acknowledgements travel there). Only the admin may
 create, update or delete streams (tools.streams), and only the controller may send work orders
-to the reasoner, the security monitor and the runtime: a forged ExecuteAction or verdict from
-any other credentials is refused by the server.
+to the reasoner and the runtime: a forged ExecuteAction from any other credentials is refused
+by the server. The security monitor takes reviews from the controller and from the reasoner,
+which sends each runnable action there on its way to the controller (shared/events/reviewed.py):
+a reasoner could already send the controller any action, and the controller still orders the
+run only on the monitor's ALLOW.
 
 The one exception to "orders come from the controller" is the runtime's own queue: a task that
 waited for a sandbox seat has its ExecuteAction re-sent by the runtime to itself once a seat
@@ -170,6 +173,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
         [
             *_consumer(WORK_STREAM, "reasoner"),
             _CONTROLLER_INBOX,
+            "deckhands.work.security.*",  # a runnable action goes by way of the monitor
             "deckhands.storage.history",
             *_blob_writer(),  # a large argument (a file to write) goes out as a claim check
         ],

@@ -60,9 +60,10 @@ def _exporter(settings: CommonSettings) -> SpanExporter | None:
 def setup_tracing(settings: CommonSettings, service: str) -> TracerProvider:
     """A provider is always installed so trace context propagates even when nothing exports.
 
-    With no exporter nothing is recorded (spans are not sampled): the trace id still travels
-    from the HTTP request through every message, for logs and for a caller's own traces, but no
-    span is built on every message only to be thrown away.
+    With no exporter nothing is recorded (spans are not sampled), and the services' consumers
+    carry no trace from message to message (shared.broker leaves the tracing middleware out):
+    the gateway still passes a caller's trace context on with the task. With an exporter every
+    hop is a span of the one trace that started at the HTTP request.
     """
     exporter = _exporter(settings)
     provider = TracerProvider(

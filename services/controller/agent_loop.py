@@ -30,6 +30,7 @@ from shared.events import (
     EventBase,
     EventSource,
     MessageAction,
+    ReviewedAction,
     RiskLevel,
     RunnableAction,
     SandboxQueuedObservation,
@@ -103,7 +104,9 @@ def apply(turn: Turn, event: EventBase) -> None:
         # the log alone can rebuild its State (services/controller/rebuild.py).
         turn.log(created_entry(turn.state))
     awaiting, awaiting_id = turn.state.awaiting, turn.state.awaiting_id
-    if event.source is EventSource.USER:
+    if isinstance(event, ReviewedAction):
+        _reviewed(turn, event)
+    elif event.source is EventSource.USER:
         _from_user(turn, event)
     elif isinstance(event, AgentDelegateObservation) and not _answers(turn.state, event):
         # A sub-task reporting after its parent stopped waiting (the parent was stopped, or
@@ -344,7 +347,26 @@ def _rate_limited(turn: Turn, event: EventBase) -> None:
         turn.change_state(AgentState.RATE_LIMITED, getattr(event, "reason", ""), cause=event.id)
 
 
-def _from_agent(turn: Turn, event: EventBase) -> None:
+def _reviewed(turn: Turn, event: ReviewedAction) -> None:
+    """An action the security monitor reviewed on its way from the reasoner: the action's turn
+    and its verdict's in one. A review the controller asked for itself (`_ask_again`) answers
+    with the same message: then only the verdict is news."""
+    s = turn.state
+    if event.verdict.cause != event.action.id:
+        _count(turn, STALE.labels(event.kind))
+        log.warning("task %s: review %s rules on another action", event.task_id, event.id)
+    elif s.awaiting is Awaiting.AGENT and event.action.cause == s.awaiting_id:
+        _from_agent(turn, event.action, verdict=event.verdict)
+    elif s.awaiting is Awaiting.SECURITY and event.verdict.cause == s.awaiting_id:
+        _from_security(turn, event.verdict)
+    else:
+        _count(turn, STALE.labels(event.kind))
+        log.info("task %s: ignoring stale review %s", event.task_id, event.id)
+
+
+def _from_agent(
+    turn: Turn, event: EventBase, verdict: SecurityVerdictObservation | None = None
+) -> None:
     if turn.state.agent_state is AgentState.RATE_LIMITED:
         turn.change_state(AgentState.RUNNING, "the LLM answered", cause=event.id)
     _add_usage(turn, event)
@@ -364,7 +386,10 @@ def _from_agent(turn: Turn, event: EventBase) -> None:
             turn.report_to_parent(AgentState.AWAITING_USER_INPUT, action.content)
     elif isinstance(action, RUNNABLE_ACTION_TYPES):
         turn.update(awaiting=Awaiting.SECURITY, awaiting_id=action.id, pending_action=action)
-        turn.send(Service.SECURITY, ReviewAction(task_id=action.task_id, action=action))
+        if verdict is None:
+            turn.send(Service.SECURITY, ReviewAction(task_id=action.task_id, action=action))
+        else:
+            _from_security(turn, verdict)
     elif isinstance(action, AgentDelegateAction):
         _delegate(turn, action)
     else:  # think, a plain message, a condensation, or an error about a bad LLM reply

@@ -16,14 +16,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from faststream.nats import NatsBroker
-from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from redis.asyncio import Redis
 
 from shared.blobs import BlobMissing, BlobStore
-from shared.commands import StepRequest
+from shared.broker import handled_message
+from shared.commands import ReviewAction, StepRequest
 from shared.delivery import PermanentError
-from shared.publishing import publish_event_to
+from shared.events import RUNNABLE_ACTION_TYPES
+from shared.publishing import publish_event_to, publish_work
 from shared.state_store import TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import TrajectoryError, load_trajectory
@@ -142,7 +143,8 @@ class StepHandler:
             return
         await self.blobs.put(replayed.task_id, data)
 
-    async def on_step(self, step: StepRequest, msg: NatsMessage) -> None:
+    async def on_step(self, step: StepRequest) -> None:
+        msg = handled_message(self.broker)
         raw = _jetstream_msg(msg)
         delivered = raw.metadata.num_delivered if raw is not None else 1
         last_attempt = delivered >= self.settings.max_deliveries
@@ -150,7 +152,17 @@ class StepHandler:
             event = await self.answer(
                 step, last_attempt=last_attempt, on_rate_limit=self._rate_limit_notice(step)
             )
-        await publish_event_to(self.broker, Service.CONTROLLER, event)
+        if isinstance(event, RUNNABLE_ACTION_TYPES):
+            # To the controller by way of the security monitor, which sends it on with its
+            # verdict: the controller logs both and orders the run in one turn.
+            await publish_work(
+                self.broker,
+                Service.SECURITY,
+                # One review per action: a publish retried after a lost ack is stored once.
+                ReviewAction(id=f"review-{event.id}", task_id=event.task_id, action=event),
+            )
+        else:
+            await publish_event_to(self.broker, Service.CONTROLLER, event)
         STEP_ANSWERS.labels(event.kind).inc()
         log.info("task %s step %d: %s", step.task_id, step.iteration, event.kind)
 

@@ -155,6 +155,12 @@ class LLMClient:
             return prompt_tokens * (s.llm_input_cost_per_token or 0.0) + completion * (
                 s.llm_output_cost_per_token or 0.0
             )
+        # litellm priced the reply already (`response_cost` among its hidden params): pricing it
+        # again is a second walk through its cost code on every call.
+        hidden = getattr(response, "_hidden_params", None)
+        priced = hidden.get("response_cost") if isinstance(hidden, dict) else None
+        if isinstance(priced, int | float):
+            return float(priced)
         try:
             return float(litellm.completion_cost(completion_response=response) or 0.0)
         except Exception:

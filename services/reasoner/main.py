@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from shared.blobs import BlobStore
 from shared.broker import WORK, build_broker, durable_subscription
-from shared.commands import HistoryRequest
+from shared.commands import HistoryRequest, ReviewAction
 from shared.periodic import every
 from shared.redis_client import connect_redis
 from shared.streams import ensure_streams
@@ -49,11 +49,20 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         stream=WORK,
         title="reasoner.actions",
         description="The one event answering each step (cause = the step request id): an "
-        "Action, a CondensationAction when the prompt had to be condensed first, or an "
+        "Action that runs nothing (a runnable one goes by way of the security monitor, "
+        "reasoner.reviews), a CondensationAction when the prompt had to be condensed first, or an "
         "ErrorObservation (error_code bad_llm_reply or llm_error). Before it, while the LLM call "
         "waits out a rate limit: a ChangeAgentStateAction (source SYSTEM, agent_state "
         "RATE_LIMITED, same cause) per attempt.",
         schema=ReasonerMessage,
+    )
+    broker.publisher(
+        work_subject(Service.SECURITY, "*"),
+        stream=WORK,
+        title="reasoner.reviews",
+        description="A runnable action answering a step, sent to the security monitor, which "
+        "passes it on to the controller with its verdict (a ReviewedAction).",
+        schema=ReviewAction,
     )
     broker.publisher(
         HISTORY_SUBJECT,

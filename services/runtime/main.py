@@ -6,11 +6,10 @@ import asyncio
 from typing import Annotated
 
 from faststream import FastStream
-from faststream.nats.annotations import NatsMessage
 from pydantic import Field
 
 from shared.blobs import BlobStore
-from shared.broker import WORK, build_broker, durable_subscription
+from shared.broker import WORK, build_broker, durable_subscription, handled_message
 from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
 from shared.events import (
     CmdOutputObservation,
@@ -88,13 +87,14 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         "subject per task.",
         **durable_subscription(settings, WORK, "runtime", workers=settings.workers),
     )
-    async def on_work(body: RuntimeWork, msg: NatsMessage) -> None:
+    async def on_work(body: RuntimeWork) -> None:
         if isinstance(body, ReleaseSandbox):
             await service.release(body)
             return
         if isinstance(body, PrepareSandbox):
             await service.prepare(body)
             return
+        msg = handled_message(broker)
         delivered = msg.raw_message.metadata.num_delivered
         await service.execute(
             body, progress=msg.in_progress, last_try=delivered >= settings.max_deliveries

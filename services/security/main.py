@@ -7,6 +7,7 @@ import asyncio
 from faststream import FastStream
 
 from shared.broker import WORK, build_broker, durable_subscription
+from shared.events import ReviewedAction
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
@@ -24,9 +25,19 @@ def build_app(settings: SecuritySettings | None = None) -> FastStream:
     broker.subscriber(
         work_subject(Service.SECURITY),
         title="security.review",
-        description="Rules on a runnable action; answers with a SecurityVerdictObservation.",
+        description="Rules on a runnable action, sent by the reasoner as the answer to a step "
+        "(or by the controller, asking again); answers the controller with a ReviewedAction.",
         **durable_subscription(settings, WORK, "security", workers=settings.workers),
     )(handlers.on_review)
+    # Declared for the AsyncAPI document only: the handler publishes through shared.publishing.
+    broker.publisher(
+        work_subject(Service.CONTROLLER, "*"),
+        stream=WORK,
+        title="security.reviewed_actions",
+        description="The action under review and the SecurityVerdictObservation on it, in one "
+        "message: the controller logs both and, when allowed, orders the run.",
+        schema=ReviewedAction,
+    )
 
     app = FastStream(broker)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 
-from faststream.nats.annotations import NatsMessage
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 from pydantic import ValidationError
@@ -58,10 +57,9 @@ class StorageHandlers:
             (STORED.labels(event.kind) if outcome else DUPLICATES).inc()
             await raw.ack()
 
-    async def on_history(self, msg: NatsMessage) -> HistoryReply:
+    async def on_history(self, body: bytes) -> HistoryReply:
         """Every request gets a reply: the page, or an error naming what was wrong. The raw
         body is parsed here, so that a malformed request is answered rather than dropped."""
-        body = msg.body
         try:
             request = HistoryRequest.model_validate_json(body)
         except ValidationError as exc:

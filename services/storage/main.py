@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
-from faststream import Context, FastStream
-from faststream.nats import JStream
+from faststream import FastStream
 from faststream.nats.message import NatsBatchMessage
 
-from shared.broker import EVENTS, build_broker, durable_subscription
+from shared.broker import DELETIONS, EVENTS, build_broker, durable_subscription, handled_message
+from shared.commands import HistoryReply
 from shared.streams import ensure_streams
 from shared.subjects import (
-    DELETIONS_STREAM,
     FORGET_SUBJECT,
     HISTORY_SUBJECT,
     Service,
@@ -45,24 +43,30 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
             settings.replica,
             batch_size=settings.batch_size,
             batch_wait_s=settings.batch_wait_s,
+            inactive_s=settings.consumer_inactive_s,
         ),
     )
-    async def on_events(msg: Annotated[NatsBatchMessage, Context("message")]) -> None:
-        await handlers.on_events(msg.raw_message, broker.guard, broker)
+    async def on_events() -> None:
+        batch: NatsBatchMessage = handled_message(broker)
+        await handlers.on_events(batch.raw_message, broker.guard, broker)
 
-    broker.subscriber(
+    @broker.subscriber(
         HISTORY_SUBJECT,
         queue="storage",
         title="storage.history",
         description="Request/reply: a task's events after a seq, in order.",
-    )(handlers.on_history)
+    )
+    async def on_history() -> HistoryReply:
+        # The raw body: a malformed request is answered with what was wrong, not dropped.
+        return await handlers.on_history(handled_message(broker).body)
+
     broker.subscriber(
         deletion_subject("*"),
         title="storage.deletions",
         description="A deleted task: every replica removes its copy of the task's events, one "
         "that was down when the task was deleted once it is back.",
         **durable_subscription(
-            settings, JStream(DELETIONS_STREAM, declare=False), settings.replica
+            settings, DELETIONS, settings.replica, inactive_s=settings.consumer_inactive_s
         ),
     )(handlers.on_deletion)
     broker.subscriber(

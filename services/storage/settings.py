@@ -34,3 +34,10 @@ class StorageSettings(CommonSettings):
         description="How long a batch waits to fill: the longest an event waits to be stored "
         "when events come one by one.",
     )
+    consumer_inactive_s: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=1,
+        description="A replica's durable consumers (named for it) are removed by NATS after "
+        "this long without it: a replica scaled away for good leaves nothing behind. One that "
+        "comes back later reads the whole log again (storing is idempotent by seq).",
+    )

@@ -6,9 +6,11 @@ from .base import *  # noqa: F403
 from .base import __all__ as _base
 from .observations import *  # noqa: F403
 from .observations import __all__ as _observations
+from .reviewed import *  # noqa: F403
+from .reviewed import __all__ as _reviewed
 from .state import *  # noqa: F403
 from .state import __all__ as _state
 from .union import *  # noqa: F403
 from .union import __all__ as _union
 
-__all__ = [*_actions, *_base, *_observations, *_state, *_union]
+__all__ = [*_actions, *_base, *_observations, *_reviewed, *_state, *_union]

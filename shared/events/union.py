@@ -36,14 +36,15 @@ from .observations import (
     TaskCreatedObservation,
     UserRejectObservation,
 )
+from .reviewed import ReviewedAction
 
 __all__ = [
     "ACTION_TYPES",
+    "ENVELOPE_TYPES",
     "OBSERVATION_TYPES",
     "RUNNABLE_ACTION_TYPES",
     "Event",
     "EventAdapter",
-    "RunnableAction",
 ]
 
 Event = Annotated[
@@ -72,17 +73,8 @@ Event = Annotated[
     | AnswerMissingObservation
     | SandboxQueuedObservation
     | TaskCreatedObservation
-    | MCPCallObservation,
-    Field(discriminator="kind"),
-]
-
-RunnableAction = Annotated[
-    CmdRunAction
-    | RunPythonAction
-    | FileReadAction
-    | FileWriteAction
-    | FileEditAction
-    | MCPCallAction,
+    | MCPCallObservation
+    | ReviewedAction,
     Field(discriminator="kind"),
 ]
 
@@ -121,3 +113,5 @@ OBSERVATION_TYPES = (
     TaskCreatedObservation,
     MCPCallObservation,
 )
+# Messages that carry events to the controller but are never logged themselves.
+ENVELOPE_TYPES = (ReviewedAction,)

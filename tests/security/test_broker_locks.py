@@ -84,8 +84,10 @@ async def test_the_reasoner_cannot_order_the_runtime(stack: Stack, admin: Client
     assert any("permissions violation for publish" in e for e in errors), errors
 
 
-async def test_no_service_but_the_controller_orders_a_review(stack: Stack, admin: Client) -> None:
-    for user in ("reasoner", "runtime", "gateway", "storage"):
+async def test_no_service_but_the_controller_and_reasoner_orders_a_review(
+    stack: Stack, admin: Client
+) -> None:
+    for user in ("runtime", "gateway", "storage"):
         errors = await _refused_publish(
             stack, admin, user, f"deckhands.work.security.{TASK}", _execute_action()
         )

@@ -26,9 +26,9 @@ from k8s_manifests import (
     workloads,
 )
 
-from shared.broker import EVENTS, WORK
+from shared.broker import DELETIONS, EVENTS, WORK
 
-STREAMS = {"WORK": WORK.name, "EVENTS": EVENTS.name}
+STREAMS = {"WORK": WORK.name, "EVENTS": EVENTS.name, "DELETIONS": DELETIONS.name}
 # Scaling them would break them; the reasons are in the manifests.
 NEVER_SCALED = {"runtime", "storage"}
 SERVICES = sorted(p.parent.name for p in (ROOT / "services").glob("*/main.py"))
@@ -46,7 +46,9 @@ def declared_consumers() -> dict[str, tuple[str, str | None]]:
                 stream = STREAMS[getattr(node.args[1], "id", "")]
                 durable = node.args[2]
                 shared = isinstance(durable, ast.Constant) and isinstance(durable.value, str)
-                consumers[main.parent.name] = (stream, durable.value if shared else None)
+                # A service's first consumer is its work, what it scales on (storage also
+                # reads the deletions, beside the log).
+                consumers.setdefault(main.parent.name, (stream, durable.value if shared else None))
     return consumers
 
 

@@ -37,12 +37,15 @@ def test_environment_does_not_leak_into_the_document(
 
 
 def test_event_schema_covers_every_event_kind(generated: dict[str, str]) -> None:
-    from shared.events import ACTION_TYPES, OBSERVATION_TYPES
+    from shared.events import ACTION_TYPES, ENVELOPE_TYPES, OBSERVATION_TYPES
 
     schema = json.loads(generated[gen_schemas.EVENTS_FILE])
     mapping = schema["discriminator"]["mapping"]
     assert schema["discriminator"]["propertyName"] == "kind"
-    expected = {model.model_fields["kind"].default for model in (*ACTION_TYPES, *OBSERVATION_TYPES)}
+    expected = {
+        model.model_fields["kind"].default
+        for model in (*ACTION_TYPES, *OBSERVATION_TYPES, *ENVELOPE_TYPES)
+    }
     assert set(mapping) == expected
 
 

@@ -12,10 +12,11 @@ import nats
 import redis
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import SecretStr
 
 from services.reasoner.settings import ReasonerSettings
-from shared.commands import HistoryReply, HistoryRequest, StepRequest
+from shared.commands import HistoryReply, HistoryRequest, ReviewAction, StepRequest
 from shared.events import (
     AgentState,
     AgentStateChangedObservation,
@@ -111,17 +112,32 @@ class Harness:
         return step
 
     async def _sub(self, task_id: str) -> Any:
+        """What the reasoner sends about the task: events to the controller, and runnable
+        actions to the security monitor (which passes them on with its verdict)."""
         if task_id not in self._subs:
-            self._subs[task_id] = await self.js.pull_subscribe(
-                work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
+            info = await self.js.add_consumer(
+                WORK_STREAM,
+                ConsumerConfig(
+                    filter_subjects=[
+                        work_subject(Service.CONTROLLER, task_id),
+                        work_subject(Service.SECURITY, task_id),
+                    ],
+                    ack_policy=AckPolicy.EXPLICIT,
+                    deliver_policy=DeliverPolicy.ALL,
+                    inactive_threshold=300.0,
+                ),
             )
+            self._subs[task_id] = await self.js.pull_subscribe_bind(info.name, stream=WORK_STREAM)
         return self._subs[task_id]
 
     async def answer(self, task_id: str, timeout: float = 30) -> Any:
-        """The next event the reasoner sent to the controller for this task."""
+        """The next event the reasoner sent for this task (a runnable action: the one in the
+        review it sent the security monitor)."""
         sub = await self._sub(task_id)
         msgs = await sub.fetch(1, timeout=timeout)
         await msgs[0].ack()
+        if msgs[0].subject == work_subject(Service.SECURITY, task_id):
+            return ReviewAction.model_validate_json(msgs[0].data).action
         return EventAdapter.validate_json(msgs[0].data)
 
     async def nothing_within(self, task_id: str, seconds: float) -> bool:

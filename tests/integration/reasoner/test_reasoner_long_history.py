@@ -18,13 +18,12 @@ from services.reasoner.history import HISTORY_EVENTS_READ
 from services.reasoner.main import build_app as build_reasoner
 from services.storage.main import build_app as build_storage
 from services.storage.settings import StorageSettings
-from shared.commands import StepRequest
+from shared.commands import ReviewAction, StepRequest
 from shared.events import (
     AgentState,
     AgentStateChangedObservation,
     CmdOutputObservation,
     CmdRunAction,
-    EventAdapter,
     EventBase,
     EventSource,
     MessageAction,
@@ -117,7 +116,8 @@ async def next_action(nc: Client, sub: Any, task_id: str, log: Log, iteration: i
     )
     msgs = await sub.fetch(1, timeout=60)
     await msgs[0].ack()
-    return EventAdapter.validate_json(msgs[0].data)
+    # A command goes to the security monitor, which passes it on to the controller.
+    return ReviewAction.model_validate_json(msgs[0].data).action
 
 
 def events_read() -> float:
@@ -137,9 +137,9 @@ async def test_a_history_past_2_mb_keeps_stepping_and_is_read_incrementally(stac
         await log.command_and_output(n)
     assert log.seq == 2 + 2 * EARLIER_STEPS
 
-    # What the reasoner sends the controller (a work-queue stream allows one such reader).
+    # What the reasoner sends the security monitor (a work-queue stream allows one reader).
     answers = await stack.jetstream().pull_subscribe(
-        work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
+        work_subject(Service.SECURITY, task_id), durable=None, stream=WORK_STREAM
     )
     before = events_read()
     action = await next_action(stack, answers, task_id, log, EARLIER_STEPS + 1)
