@@ -471,3 +471,23 @@ def test_pause_resume_stop_and_delete_from_the_task_page(
     _wait(page, lambda d: d.current_url.endswith("#/tasks"), timeout_s=60)
     with _api(console_stack) as http:
         assert http.get(f"/v1/tasks/{task_id}").status_code == 404
+
+
+def test_a_delegated_sub_task_is_linked_and_followed_on_its_own_page(
+    page: WebDriver, console_stack: Stack
+) -> None:
+    _post_from_form(page, "parent: ask a helper")
+    _wait_state(page, "FINISHED")
+    delegated = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=delegate]")
+    assert "child: compute 10 squared" in delegated.text
+    ended = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=delegate_output]")
+    assert "FINISHED" in ended.text and "computed 100" in ended.text
+    listed = page.find_element(By.CSS_SELECTOR, "#sub-tasks a")
+    assert listed.text == "child: compute 10 squared"
+    ended.find_element(By.CSS_SELECTOR, "a").click()  # the sub-task's own page
+    _wait(page, lambda d: d.find_element(By.ID, "task-text").text == "child: compute 10 squared")
+    _wait_state(page, "FINISHED")
+    output = _wait(
+        page, lambda d: d.find_element(By.CSS_SELECTOR, "#events > li[data-kind=run_output]")
+    )
+    assert output.text.splitlines()[-1] == "100"
