@@ -66,6 +66,11 @@ def browser(downloads: Path) -> Iterator[WebDriver]:
         "--disable-component-update",
         "--disable-sync",
         "--disable-default-apps",
+        # Nothing but the gateway on loopback: no background calls home.
+        "--disable-domain-reliability",
+        "--disable-client-side-phishing-detection",
+        "--safebrowsing-disable-auto-update",
+        "--no-pings",
     ):
         options.add_argument(argument)
     options.add_experimental_option(
