@@ -1,13 +1,18 @@
-"""Helpers shared by the e2e tests that kill parts of a running stack."""
+"""Helpers shared by the e2e tests: a GET that outlasts a killed part of the stack, and a
+webhook receiver on loopback with the signature check the README documents."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 
-__all__ = ["get_until_ok"]
+__all__ = ["Receiver", "get_until_ok", "verify_signature"]
 
 
 def get_until_ok(client: httpx.Client, path: str) -> Any:
@@ -24,3 +29,55 @@ def get_until_ok(client: httpx.Client, path: str) -> Any:
             last = repr(exc)
         time.sleep(0.2)
     raise AssertionError(f"GET {path} kept failing; last: {last}")
+
+
+class Receiver:
+    """A webhook receiver on loopback: answers `failures` requests with 500, then 200."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.requests: list[tuple[dict[str, str], bytes, int, float]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                status = 500 if len(receiver.requests) < receiver.failures else 200
+                receiver.requests.append(
+                    (dict(self.headers.items()), body, status, time.monotonic())
+                )
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def wait_for(self, count: int, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(self.requests) >= count, f"{len(self.requests)} of {count} requests came"
+
+
+def verify_signature(secret: str, header: str, body: bytes, tolerance_s: int = 300) -> bool:
+    """The receiver's check, as the README documents it."""
+    fields = dict(part.split("=", 1) for part in header.split(","))
+    timestamp = int(fields["t"])
+    expected = hmac.new(
+        secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
+    ).hexdigest()
+    fresh = abs(time.time() - timestamp) <= tolerance_s
+    return fresh and hmac.compare_digest(expected, fields["v1"])

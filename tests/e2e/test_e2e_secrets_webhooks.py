@@ -16,20 +16,17 @@ TARGETS).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis
+from e2e_helpers import Receiver, verify_signature  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack, StackConfig, running
@@ -65,47 +62,6 @@ def http(stack: Stack) -> Iterator[httpx.Client]:
         yield client
 
 
-class Receiver:
-    """A webhook receiver on loopback: answers `failures` requests with 500, then 200."""
-
-    def __init__(self, failures: int = 0) -> None:
-        self.failures = failures
-        self.requests: list[tuple[dict[str, str], bytes, int, float]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                status = 500 if len(receiver.requests) < receiver.failures else 200
-                receiver.requests.append(
-                    (dict(self.headers.items()), body, status, time.monotonic())
-                )
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def wait_for(self, count: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.requests) < count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(self.requests) >= count, f"{len(self.requests)} of {count} requests came"
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     made: list[Receiver] = []
@@ -117,17 +73,6 @@ def receiver() -> Iterator[Receiver]:
     yield make  # type: ignore[misc]
     for r in made:
         r.close()
-
-
-def verify_signature(secret: str, header: str, body: bytes, tolerance_s: int = 300) -> bool:
-    """The receiver's check, as the README documents it."""
-    fields = dict(part.split("=", 1) for part in header.split(","))
-    timestamp = int(fields["t"])
-    expected = hmac.new(
-        secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
-    ).hexdigest()
-    fresh = abs(time.time() - timestamp) <= tolerance_s
-    return fresh and hmac.compare_digest(expected, fields["v1"])
 
 
 def _create(http: httpx.Client, **body: Any) -> str:

@@ -1,7 +1,10 @@
 """A task on a repository, and its workspace in and out (issue 11, parts 1, 2 and 5), on the
 real stack: gateway, controller, reasoner (scripted LLM), security, runtime (Docker), storage.
+One test is the issue's whole demonstration: a repository with a failing test fixed by a task
+that uses a secret, the diff, the signed webhook, the secret in no event.
 
-The repository is served from this machine by `git daemon` on 127.0.0.1: nothing leaves it.
+The repository is served from this machine by `git daemon` on 127.0.0.1, and the webhook
+receiver listens there too (the stack allows private webhook targets): nothing leaves it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import subprocess
 import tarfile
 import threading
 import time
+import uuid
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2e_helpers import Receiver, verify_signature  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack, StackConfig, free_port, running
@@ -116,6 +121,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "DECKHANDS_WORKSPACE_RETENTION_S": str(RETENTION_S),
             # The runtime's upkeep (reconciliation, retention) runs this often.
             "DECKHANDS_POOL_HEALTH_INTERVAL_S": "1",
+            "DECKHANDS_WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",  # the receiver is on loopback
         },
     )
     with running(config) as stack:
@@ -195,6 +201,76 @@ def test_a_task_fixes_a_repository_and_its_diff_shows_the_fix(
     # The repository's instructions joined the system prompt, and the log says so.
     used = [e for e in log if e.get("instructions")]
     assert used and used[0]["instructions"]["path"] == "AGENTS.md", log
+
+
+def test_a_task_with_a_secret_fixes_a_repository_and_a_signed_webhook_says_so(
+    http: httpx.Client, served: tuple[str, str]
+) -> None:
+    """Issue 11's demonstration in one task: checkout, a secret used and printed, the fix, the
+    passing test, the diff, one signed FINISHED notification, the value in no event."""
+    url, commit = served
+    value = "dpl-" + uuid.uuid4().hex
+    signing_key = "whsec-" + uuid.uuid4().hex
+    for name, secret in (("DEPLOY_TOKEN", value), ("WEBHOOK_KEY", signing_key)):
+        stored = http.put(f"/v1/secrets/{name}", json={"value": secret})
+        assert stored.status_code in (200, 201), stored.text
+    hook = Receiver()
+    try:
+        task_id = _create(
+            http,
+            task="repo-secret-fix: make the tests pass, then deploy",
+            repository={"url": url},
+            secrets=["DEPLOY_TOKEN"],
+            webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY"},
+        )
+        view = _wait(http, task_id, "FINISHED", "ERROR")
+        assert view["state"] == "FINISHED", view
+        # The last command ran the test only if the secret was in its environment.
+        assert "1 passed" in view["result"]["final_message"], view
+        diff = http.get(f"/v1/tasks/{task_id}/workspace/diff")  # before the retention ends
+        assert diff.status_code == 200, diff.text
+        assert "--- a/calc.py" in diff.text and "+++ b/calc.py" in diff.text, diff.text
+        assert "-    return a - b" in diff.text and "+    return a + b" in diff.text, diff.text
+
+        hook.wait_for(1)
+        time.sleep(2.0)  # a second notification would come now
+    finally:
+        hook.close()
+    assert len(hook.requests) == 1, hook.requests
+    headers, body, _, _ = hook.requests[0]
+    assert verify_signature(signing_key, headers["Deckhands-Signature"], body), headers
+    assert not verify_signature(value, headers["Deckhands-Signature"], body)
+    payload = json.loads(body)
+    assert payload["type"] == "task.finished" and headers["Deckhands-Event"] == "task.finished"
+    assert payload["task"]["id"] == task_id and payload["task"]["state"] == "FINISHED", payload
+    assert "1 passed" in payload["task"]["final_message"], payload
+    deadline = time.monotonic() + 30
+    while True:  # the delivery log is written once the receiver has answered
+        attempts = http.get(f"/v1/tasks/{task_id}/webhooks").json()["attempts"]
+        if attempts or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [(a["attempt"], a["status_code"], a["outcome"]) for a in attempts] == [
+        (1, 200, "delivered")
+    ], attempts
+
+    log = _events(http, task_id)
+    first_run = next(e for e in log if e["kind"] == "run_output")
+    # The checkout was there (its commit, the failing test), and the printed secret redacted.
+    assert "deploying with <secret:DEPLOY_TOKEN>" in first_run["content"], first_run
+    assert commit[:7] in first_run["content"] and "1 failed" in first_run["content"], first_run
+    trajectory = http.get(f"/v1/tasks/{task_id}/trajectory")
+    assert trajectory.status_code == 200, trajectory.text
+    assert "<secret:DEPLOY_TOKEN>" in trajectory.text
+    for where, text in (
+        ("events", json.dumps(log)),
+        ("trajectory", trajectory.text),
+        ("task", json.dumps(view)),
+        ("webhook body", body.decode()),
+        ("diff", diff.text),
+    ):
+        assert value not in text, f"the secret's value is in the {where}"
+        assert signing_key not in text, f"the signing key is in the {where}"
 
 
 def test_a_ref_is_checked_out_and_a_bad_repository_ends_the_task_with_the_reason(
