@@ -166,6 +166,15 @@ class _Exactly(io.RawIOBase):
         return chunk
 
 
+def _names_the_root(raw: str) -> bool:
+    """`.`, `./` or `/workspace/`: the directory the archive unpacks into, which exists."""
+    if raw == "/workspace" or raw.startswith("/workspace/"):
+        raw = raw[len("/workspace") :]
+    elif raw.startswith("/"):
+        return False  # outside: check_path refuses it
+    return not [p for p in raw.split("/") if p not in ("", ".")]
+
+
 def _entry_name(raw: str, base: str | None) -> str:
     name = check_path(raw)
     return f"{base}/{name}" if base else name
@@ -188,6 +197,8 @@ def clean_upload(
     entries = _zip_entries(source) if archive == "zip" else _tar_entries(source)
     try:
         for kind, raw_name, mode, mtime, size, data, target in entries:
+            if kind == "dir" and _names_the_root(raw_name):
+                continue  # `tar -C dir .` opens with `./`: the workspace (or base) itself
             name = _entry_name(raw_name, base)
             if kind == "dir":
                 writer.directory(name, mode, mtime)

@@ -84,6 +84,14 @@ def test_a_clean_tar_is_sandbox_owned_without_setuid_and_parents_come_first() ->
     assert script.mode == 0o755 and not script.mode & stat.S_ISUID
 
 
+def test_the_archive_s_own_root_entry_is_skipped() -> None:
+    # `tar -C dir .` writes `./` first, then `./a.txt`.
+    root = tarfile.TarInfo("./")
+    root.type, root.mode = tarfile.DIRTYPE, 0o755
+    members = _clean(_tar((root, None), _file("./a.txt", b"a")))
+    assert [m.name for m in members] == ["a.txt"]
+
+
 def test_compressed_tars_are_read() -> None:
     members = _clean(_tar(_file("a.txt", b"x"), mode="w:gz"))
     assert [m.name for m in members] == ["a.txt"]
