@@ -41,8 +41,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 PathQuery = Annotated[
     str | None,
     Query(
-        max_length=4096,
-        description="A path in the workspace (relative to /workspace); `..` is refused.",
+        # Characters, and percent-encoded a character may take 12 bytes of the request line:
+        # 1,024 of them stay within the request's header limit (16 KiB, else 431).
+        max_length=1024,
+        description="A path in the workspace (relative to /workspace), at most 1,024 "
+        "characters; `..` is refused.",
     ),
 ]
 
