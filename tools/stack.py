@@ -491,6 +491,9 @@ def _terminate_all(pids: list[int], grace_s: float = 15.0) -> None:
         _gone(pid)
 
 
+_REMOVALS_AT_ONCE = 4
+
+
 def _remove_sandboxes(pool_name: str) -> None:
     """`make down` leaves no container and no workspace volume behind, even if the runtime was
     killed: `-v` removes each container's anonymous /workspace volume with it, and the prune
@@ -510,9 +513,14 @@ def _remove_sandboxes(pool_name: str) -> None:
         check=False,
         timeout=60,
     ).stdout.split()
-    if ids:
+    # A few at a time: the CLI removes the containers of one call side by side, and this
+    # engine (20.10, fuse-overlayfs) has wedged after a burst of concurrent removals.
+    for start in range(0, len(ids), _REMOVALS_AT_ONCE):
         subprocess.run(
-            ["docker", "rm", "-f", "-v", *ids], capture_output=True, check=False, timeout=300
+            ["docker", "rm", "-f", "-v", *ids[start : start + _REMOVALS_AT_ONCE]],
+            capture_output=True,
+            check=False,
+            timeout=120,
         )
     subprocess.run(
         [
