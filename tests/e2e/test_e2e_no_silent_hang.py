@@ -77,6 +77,20 @@ def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 60)
     raise AssertionError(f"task {task_id} never reached {states}: {view}")
 
 
+def _stored(http: httpx.Client, task_id: str, timeout_s: float = 30) -> None:
+    """Until storage holds the task's whole log (the events page is read from storage). A
+    storage killed before it acknowledged a batch gets it back only after the consumer's
+    ack_wait, so a test that kills storage waits for this first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()
+        seqs = [int(e["seq"]) for e in page["events"]]
+        if seqs and not page["has_more"] and seqs[-1] >= page["last_seq"]:
+            return
+        assert time.monotonic() < deadline, page
+        time.sleep(0.2)
+
+
 def _task_while_down(
     stack: Stack, http: httpx.Client, service: str
 ) -> tuple[str, dict[str, Any], float]:
@@ -113,6 +127,7 @@ def test_a_step_dead_lettered_while_storage_is_down_ends_in_error_at_once(
     storage: with storage down its step is dead-lettered and the task ends in ERROR at once."""
     task_id = _create(http, "storage goes down")
     _wait(http, task_id, "FINISHED")
+    _stored(http, task_id)  # what storage must give the new reasoner once it is back
     stack.kill_service("storage")
     try:
         stack.kill_service("reasoner")
