@@ -278,6 +278,9 @@ def test_post_the_seed_task_and_watch_it_finish(
         labels="team=console seed",
     )
     _wait_state(page, "FINISHED")
+    # The task's state comes from its view, the events from the stream: the view can say
+    # FINISHED a moment before the stream has brought the last events (seen in CI).
+    _assert_each_event_once(page, console_stack, task_id)
     result = page.find_element(By.ID, "result-text").text
     assert "10 squared is 100" in result
     kinds = [kind for _, kind in _events(page)]
@@ -347,6 +350,7 @@ def test_approve_an_action_in_confirmation_mode(page: WebDriver, console_stack: 
     assert "pip install requests" in panel.text
     page.find_element(By.ID, "approve").click()
     _wait_state(page, "FINISHED")
+    _assert_each_event_once(page, console_stack, task_id)
     assert not page.find_element(By.ID, "confirm-panel").is_displayed()
     kinds = [kind for _, kind in _events(page)]
     # The approved command ran: its output is logged (pip fails without a network).
@@ -386,6 +390,7 @@ def test_the_agent_asks_the_message_box_answers_and_the_workspace_shows_the_chan
     page.find_element(By.ID, "message-text").send_keys("hello from the console")
     page.find_element(By.ID, "send-message").click()
     _wait_state(page, "FINISHED")
+    _assert_each_event_once(page, console_stack, task_id)
     user = page.find_elements(By.CSS_SELECTOR, "#events > li[data-source=USER][data-kind=message]")
     assert any("hello from the console" in item.text for item in user)
 
@@ -481,8 +486,9 @@ def test_pause_resume_stop_and_delete_from_the_task_page(
 def test_a_delegated_sub_task_is_linked_and_followed_on_its_own_page(
     page: WebDriver, console_stack: Stack
 ) -> None:
-    _post_from_form(page, "parent: ask a helper")
+    parent_id = _post_from_form(page, "parent: ask a helper")
     _wait_state(page, "FINISHED")
+    _assert_each_event_once(page, console_stack, parent_id)
     delegated = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=delegate]")
     assert "child: compute 10 squared" in delegated.text
     ended = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=delegate_output]")
