@@ -145,7 +145,9 @@ class ControllerHandlers:
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
         )
 
-    async def _recover(self, task_id: str, event: EventBase | None) -> TaskState | None:
+    async def _recover(
+        self, task_id: str, event: EventBase | None, *, quiet: bool = False
+    ) -> TaskState | None:
         """The task's State rebuilt from its log and created in Redis, when Redis lost it; None
         when the task has no log (it never ran a turn: nothing says what it was) or the log
         cannot rebuild it. `event` is the input that found the State missing, if any."""
@@ -173,7 +175,8 @@ class ControllerHandlers:
         if not await self.store.create(turn.state, version):
             return await self.store.load(task_id)  # another replica rebuilt it first
         REBUILT.inc()
-        log.warning(
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
             "task %s: State rebuilt from its log (%d entries): %s, awaiting %s",
             task_id,
             len(entries),
@@ -189,17 +192,22 @@ class ControllerHandlers:
         """Rebuild the State of every task still going when Redis lost them (a FLUSHALL, a new
         Redis): its marker key is gone. Tasks that were waiting for an answer get it, but one
         waiting for a person (or whose order's answer was lost) would hear nothing: rebuilt
-        here, the gateway shows it and the runtime runs its actions again. An ended task is
-        rebuilt when an input comes for it."""
+        here, the gateway shows it and the runtime runs its actions again. Ended tasks come
+        after every live one (nobody waits for them, but their owners look them up and list
+        them); the marker is set once all are back."""
         if self.task_log is None or await self.store.intact():
             return 0
         recovered = 0
         busy = False
+        ended: list[str] = []
         for task_id in await self.task_log.task_ids():
             if await self.store.exists(task_id):
                 continue
             last = await self.task_log.last_entry(task_id)
-            if last is None or has_ended(last):
+            if last is None:
+                continue
+            if has_ended(last):
+                ended.append(task_id)
                 continue
             if (utc_now() - last.timestamp).total_seconds() < _SETTLE_S:
                 # A turn may still be publishing what it logged: a rebuild from part of it
@@ -208,10 +216,21 @@ class ControllerHandlers:
                 continue
             if await self._recover(task_id, None) is not None:
                 recovered += 1
+        restored = 0
+        for task_id in ended:
+            # An input may have rebuilt it meanwhile; create() below keeps the first anyway.
+            if not await self.store.exists(task_id) and (
+                await self._recover(task_id, None, quiet=True) is not None
+            ):
+                restored += 1
         if not busy:
             await self.store.mark_intact()
-        if recovered:
-            log.warning("Redis had lost its States: rebuilt %d live tasks from the log", recovered)
+        if recovered or restored:
+            log.warning(
+                "Redis had lost its States: rebuilt %d live and %d ended tasks from the log",
+                recovered,
+                restored,
+            )
         return recovered
 
     async def watch_lost_states(self, every_s: float) -> None:

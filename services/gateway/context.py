@@ -118,6 +118,9 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     records = TenantRecords(lambda: broker.connection.jetstream())
     tenants = TenantStore(redis, records)
     tasks.quotas.records = records
+    # Task owners and Idempotency-Keys: durable there too (Redis may lose them).
+    tasks.records.durable = records
+    tasks.idempotency.durable = records
     secrets_store = SecretsStore.from_settings(redis, settings)
     webhook_store = WebhookStore(redis)
     secrets_refill = None

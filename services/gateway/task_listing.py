@@ -58,6 +58,7 @@ class TaskListing:
         )
         filtered = bool(query.states or query.labels)
         try:
+            await self.records.ensure_index(tenant_id)
             return await self._page(tenant_id, query, where, filtered)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc

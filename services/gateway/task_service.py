@@ -170,8 +170,10 @@ class TaskService:
             raise TaskNotFound(task_id)
         try:
             state, record = await asyncio.gather(
-                self.store.load(task_id), self.records.get(task_id)
+                self.store.load(task_id), self.records.cached(task_id)
             )
+            if state is not None and record is None and state.parent_task_id is None:
+                record = await self.records.get(task_id)  # Redis lost it: the durable copy
             owner = None if state is None else await self._owner(state, record)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
@@ -181,13 +183,18 @@ class TaskService:
 
     async def _owner(self, state: TaskState, record: TaskRecord | None) -> str | None:
         """The tenant of a task: its record's, or for a sub-task its root task's."""
+        walked = False
         for _ in range(_MAX_DELEGATION_DEPTH):
             if record is not None:
                 return record.tenant_id
             parent_id = state.parent_task_id
             if parent_id is None:
+                if walked:  # the root's record, which Redis may have lost
+                    root = await self.records.get(state.task_id)
+                    return None if root is None else root.tenant_id
                 return None  # made before tenants existed, or by hand: nobody's
-            record = await self.records.get(parent_id)
+            walked = True
+            record = await self.records.cached(parent_id)
             if record is None:
                 parent = await self.store.load(parent_id)
                 if parent is None:
@@ -272,6 +279,13 @@ class TaskService:
             )
             replayed = task_id != candidate
             state = await self.store.load(task_id) if replayed else None
+            if replayed and state is None and not await self.store.intact():
+                # Redis lost its data: the key's task may have a log whose State the
+                # controller has not rebuilt yet. Made again here, it would start over.
+                raise StorageUnavailable(
+                    f"task {task_id} (this Idempotency-Key's) is being restored after the "
+                    "task state store lost its data; send the request again shortly"
+                )
             if state is None:
                 budget = await self._admit(new, tenant_id, task_id, quotas, idempotency_key)
                 record = TaskRecord(

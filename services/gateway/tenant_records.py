@@ -7,7 +7,11 @@ Keys in the bucket:
 - `tenant.<id>`: the tenant (a deleted one stays, as a tombstone: its id is never reused);
 - `limits.<id>`: the limits the operator set for it;
 - `apikey.<tenant>.<prefix>`: a key's record (never the key), kept after revocation;
-- `credential.<sha256>`: the credential a request looks up; revocation deletes it.
+- `credential.<sha256>`: the credential a request looks up; revocation deletes it;
+- `task.<tenant>.<task id>`: who owns a task made through the API, and its labels
+  (services.gateway.task_records); deleting the task deletes it;
+- `idem.<tenant>.<sha256 of the key>`: an Idempotency-Key's binding, until it expires
+  (services.gateway.idempotency).
 """
 
 from __future__ import annotations
@@ -65,6 +69,30 @@ class TenantRecords:
         except Exception as exc:
             raise self._unavailable(exc) from exc
         return entry.value or None
+
+    async def entry(self, key: str) -> tuple[bytes, int] | None:
+        """The record and its revision, for a compare-and-set (`replace`)."""
+        try:
+            kv = await self._bucket()
+            entry = await asyncio.wait_for(kv.get(key), self._timeout_s)
+        except KeyNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+        if not entry.value or entry.revision is None:
+            return None
+        return entry.value, entry.revision
+
+    async def replace(self, key: str, value: bytes, revision: int) -> bool:
+        """Put the record if it is still at `revision`; False if it changed meanwhile."""
+        try:
+            kv = await self._bucket()
+            await asyncio.wait_for(kv.update(key, value, last=revision), self._timeout_s)
+        except KeyWrongLastSequenceError:
+            return False
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+        return True
 
     async def put(self, key: str, value: bytes) -> None:
         try:

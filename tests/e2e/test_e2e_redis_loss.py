@@ -3,10 +3,10 @@ redis-server killed and started again on an empty data directory. The controller
 every live task's State from its log, the runtime binds its sandboxes again, and every task
 finishes with a gap-free log and each action run once.
 
-Tenants, API keys and limits are kept in NATS key-value (Redis only caches them): the key made
-before the loss still works, and the tenant's limits still hold. What Redis alone held for the
-gateway goes with it: the records of who owns which task, so a task made before the loss
-answers 404 (its owner is unknown: never guessed) while it runs on to its end.
+Tenants, API keys, limits, task owners and Idempotency-Keys are kept in NATS key-value (Redis
+only caches them): the key made before the loss still works, the tenant's limits still hold, a
+task made before the loss is still its tenant's (found, listed, hidden from others), and its
+Idempotency-Key still names it. Ended tasks' States are rebuilt from their logs too.
 """
 
 from __future__ import annotations
@@ -50,10 +50,30 @@ def _script() -> dict[str, Any]:
 def _post(client: httpx.Client, n: int, label: str) -> list[str]:
     ids = []
     for i in range(n):
-        response = client.post("/v1/tasks", json={"task": f"{label} {i}", "max_iterations": 30})
+        response = client.post(
+            "/v1/tasks", json=_task(label, i), headers={"Idempotency-Key": f"{label}-{i}"}
+        )
         assert response.status_code == 202, response.text
         ids.append(response.json()["id"])
     return ids
+
+
+def _task(label: str, i: int) -> dict[str, Any]:
+    return {"task": f"{label} {i}", "max_iterations": 30}
+
+
+def _listed(client: httpx.Client) -> set[str]:
+    """Every task id the tenant's listing gives, page after page."""
+    ids: set[str] = set()
+    params: dict[str, Any] = {"limit": 100}
+    while True:
+        page = client.get("/v1/tasks", params=params)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        ids.update(task["id"] for task in body["tasks"])
+        if not body.get("next_cursor"):
+            return ids
+        params["cursor"] = body["next_cursor"]
 
 
 def _state(store: redis.Redis, task_id: str) -> TaskState | None:
@@ -200,8 +220,17 @@ def test_tasks_finish_when_redis_loses_everything(tmp_path: Path) -> None:
 
         stack.ensure_api_key()  # the operator issues the tenant a key again
         with httpx.Client(base_url=gateway, headers=stack.auth_headers, timeout=10) as client:
-            lost = client.get(f"/v1/tasks/{first[0]}")
-            assert lost.status_code == 404, lost.text  # its owner is unknown: nobody's
+            kept = client.get(f"/v1/tasks/{first[0]}")
+            assert kept.status_code == 200, kept.text  # its owner is durable
+            assert kept.json()["state"] == "FINISHED"
+            listed = _listed(client)
+            assert set(first) <= listed, set(first) - listed
+            # The request sent again with its Idempotency-Key names the same task.
+            again = client.post(
+                "/v1/tasks", json=_task("flushed", 0), headers={"Idempotency-Key": "flushed-0"}
+            )
+            assert again.status_code in (200, 202), again.text
+            assert again.json()["id"] == first[0], again.text
             second = _post(client, RESTARTED_TASKS, "restarted")
             _wait_mid_run(admin, second)
             _empty_redis_restart(stack)

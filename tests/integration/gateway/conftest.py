@@ -20,8 +20,10 @@ import nats
 import pytest
 from gateway_doubles import StorageDouble, gateway_env
 from nats.aio.client import Client as NatsClient
+from redis.asyncio import Redis
 
 from services.gateway.settings import GatewaySettings
+from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import FORGET_SUBJECT, HISTORY_SUBJECT
 from tools.api_access import auth_headers, issue_key, new_admin_key
@@ -113,7 +115,9 @@ def gateway_url(
 
 
 @pytest.fixture
-async def http(gateway_url: str, api_key: str) -> AsyncIterator[httpx.AsyncClient]:
+async def http(gateway_url: str, api_key: str, redis: Redis) -> AsyncIterator[httpx.AsyncClient]:
+    # What the controller does once every live task has its State: no controller runs here.
+    await TaskStateStore(redis).mark_intact()
     async with httpx.AsyncClient(
         base_url=gateway_url, headers=auth_headers(api_key), timeout=15
     ) as client:

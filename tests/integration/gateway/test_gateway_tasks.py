@@ -248,6 +248,7 @@ async def test_retry_completes_a_creation_that_died_before_saving_the_state(
     key = new_id()
     orphan_id = new_id()
     store = TaskStateStore(redis)
+    await store.mark_intact()  # as the controller does: Redis has lost nothing since
     await claim_key_as_a_dead_request_would(redis, key, orphan_id)
 
     resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})
