@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from shared.events import AgentStateChangedObservation, EventAdapter
+from shared.health import CONSUMER_GAUGE_REFRESH_S, CONSUMER_PENDING
 from shared.secrets_store import SecretNotFound, SecretsStore, SecretUnreadable
 from shared.state_store import TaskStateStore
 from shared.subjects import EVENTS_STREAM, event_subject
@@ -123,6 +124,7 @@ class WebhookDeliverer:
         self.policy = policy
         self._slots = asyncio.Semaphore(policy.concurrency)
         self._loop: asyncio.Task[None] | None = None
+        self._gauge: asyncio.Task[None] | None = None
         self._subscription: JetStreamContext.PullSubscription | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
@@ -149,12 +151,31 @@ class WebhookDeliverer:
         )
         self._subscription = subscription
         self._loop = asyncio.create_task(self._consume(subscription), name="webhook-consumer")
+        self._gauge = asyncio.create_task(self._report_pending(), name="webhook-pending")
+
+    async def _report_pending(self) -> None:
+        """The consumer's backlog as deckhands_consumer_pending{consumer="webhooks"}, like every
+        worker's consumers (shared.health), for the dashboard and the pending-growing alert."""
+        while True:
+            await asyncio.sleep(CONSUMER_GAUGE_REFRESH_S)
+            if not self._connected():
+                continue  # the gauge keeps its last figure; deckhands_nats_connected says why
+            try:
+                async with asyncio.timeout(CONSUMER_GAUGE_REFRESH_S):
+                    info = await self._jetstream().consumer_info(EVENTS_STREAM, DURABLE)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("webhook consumer: its pending count is unknown: %s", exc)
+                continue
+            CONSUMER_PENDING.labels(EVENTS_STREAM, DURABLE).set(int(info.num_pending or 0))
 
     async def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(BaseException):
-                await self._loop
+        for loop in (self._loop, self._gauge):
+            if loop is not None:
+                loop.cancel()
+                with contextlib.suppress(BaseException):
+                    await loop
         for running in list(self._running):
             running.cancel()
         if self._running:

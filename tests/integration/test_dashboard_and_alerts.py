@@ -187,7 +187,8 @@ def test_the_new_gauges_are_scraped(scraped: Scraped) -> None:
     }
     assert all(s["value"][1] == "1" for s in connected)
     consumers = _query(scraped.prometheus, "max by (consumer) (deckhands_consumer_pending)")
-    assert {"controller", "reasoner", "runtime", "security"} <= {
+    # The gateway's webhook consumer is a plain JetStream pull consumer: it reports its own.
+    assert {"controller", "reasoner", "runtime", "security", "webhooks"} <= {
         s["metric"]["consumer"] for s in consumers
     }
 
