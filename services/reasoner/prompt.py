@@ -32,6 +32,7 @@ from shared.events import (
     EventSource,
     FileEditObservation,
     FileReadObservation,
+    FileWriteAction,
     FileWriteObservation,
     MCPCallObservation,
     MessageAction,
@@ -70,11 +71,18 @@ INVALID_REPLY_PREFIX = "Your previous reply was invalid"
 # The scripted LLM server reads the number to keep counting the model's replies.
 CONDENSED_PREFIX = "[Condensed history]"
 
+# What a small model most often gets wrong on small tasks, said once: where it is, what the
+# sandbox has, and to do the work itself and check it before it says it is done.
 _SYSTEM = (
-    "You are a coding agent working in a Linux sandbox; your working directory is /workspace. "
-    "Solve the user's task step by step with the tools, one tool call per reply: write files, "
-    "run them, check the output. When the task is done, call finish with a short message that "
-    "gives the result."
+    "You are a coding agent in a Linux sandbox. The working directory is /workspace: the task's "
+    "files are there, commands run there. It has python, pip, pytest, git, make, jq, patch, diff "
+    "and the usual shell tools.\n"
+    "One tool call per reply:\n"
+    "1. Look at the files you need (ls, read_file).\n"
+    "2. Do the task yourself: make the files it names, run what it says to run.\n"
+    "3. Check the work: run the script or the tests, or cat the file, and read the output. If it "
+    "is wrong, fix it and check again.\n"
+    "4. Then call finish with a short message that gives the result (e.g. what was printed)."
 )
 _PROMPT_TOOLS = (
     "\n\nTools:\n{tools}\n\n"
@@ -115,13 +123,37 @@ def _clip(text: str, limit: int) -> str:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}"
 
 
+def _printed(output: str, limit: int) -> str:
+    """What a command printed; said outright when it printed nothing, since a bare exit code
+    reads to a small model as if the output were missing."""
+    return _clip(output, limit).rstrip() or "(no output)"
+
+
+def _lines_written(content: str) -> str:
+    """How many lines a write made, as `wc -l` and a person would each count them: a last line
+    without its newline is a line to a person and none to wc, and models report wc's count."""
+    if not content:
+        return " (empty)"
+    newlines = content.count("\n")
+    if content.endswith("\n"):
+        return f" ({_count(newlines, 'line')})"
+    return (
+        f" ({_count(newlines + 1, 'line')}; the last has no newline at its end, so wc -l "
+        f"counts {newlines})"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _observation_text(obs: object, limit: int) -> str:
     if isinstance(obs, CmdOutputObservation):
         status = f"[exit code {obs.exit_code}, cwd {obs.cwd}"
         status += ", timed out]" if obs.timed_out else "]"
-        return f"{_clip(obs.content, limit).rstrip()}\n{status}".lstrip("\n")
+        return f"{_printed(obs.content, limit)}\n{status}"
     if isinstance(obs, PythonOutputObservation):
-        return f"{_clip(obs.content, limit).rstrip()}\n[exit code {obs.exit_code}]".lstrip("\n")
+        return f"{_printed(obs.content, limit)}\n[exit code {obs.exit_code}]"
     if isinstance(obs, FileReadObservation):
         return _clip(obs.content, limit)
     if isinstance(obs, FileWriteObservation):
@@ -319,6 +351,12 @@ def _render(
         obs = answers.get(event.id)
         if obs is not None:
             text = _observation_text(obs, limit)
+            if (
+                isinstance(event, FileWriteAction)
+                and isinstance(obs, FileWriteObservation)
+                and event.content_ref is None
+            ):
+                text = text.rstrip(".") + _lines_written(event.content)
         else:
             text = _PLACEHOLDERS.get(name, _NO_RESULT)
         return [

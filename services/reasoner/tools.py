@@ -91,7 +91,9 @@ TOOL_SPECS: list[dict[str, Any]] = [
     ),
     _fn(
         "execute_python",
-        "Run Python code in the sandbox. Returns what it prints.",
+        "Run Python code in an interpreter (state persists between calls) and return what it "
+        "prints. It makes no file: write a script with write_file, run it and tests with "
+        "execute_bash (python f.py, python -m pytest).",
         {"code": {"type": "string"}},
         ["code"],
     ),
@@ -107,7 +109,8 @@ TOOL_SPECS: list[dict[str, Any]] = [
     ),
     _fn(
         "write_file",
-        "Create or overwrite a file with the given content.",
+        "Create or overwrite a file with exactly the given content (end each line, the last "
+        "too, with a newline).",
         {"path": {"type": "string"}, "content": {"type": "string"}},
         ["path", "content"],
     ),
@@ -137,7 +140,8 @@ TOOL_SPECS: list[dict[str, Any]] = [
     ),
     _fn(
         "delegate",
-        "Hand a self-contained sub-task to a helper agent; you get its result back.",
+        "Hand a large, self-contained sub-task to a helper agent; you get its result back. "
+        "Do small tasks yourself.",
         {
             "task": {"type": "string", "description": "What the helper must do."},
             "max_iterations": {"type": "integer"},

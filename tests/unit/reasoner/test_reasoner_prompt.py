@@ -100,7 +100,7 @@ def test_a_tool_call_is_followed_by_its_observation() -> None:
         task_id=T,
         source=AGENT,
         path="sq.py",
-        content="print(1)",
+        content="print(1)\n",
         tool_call_id="call_w",
         thought="Writing it.",
     )
@@ -133,9 +133,46 @@ def test_a_tool_call_is_followed_by_its_observation() -> None:
     call = messages[2]["tool_calls"][0]
     assert messages[2]["content"] == "Writing it."
     assert call["function"]["name"] == "write_file"
-    assert json.loads(call["function"]["arguments"]) == {"path": "sq.py", "content": "print(1)"}
-    assert messages[3]["content"] == "Wrote sq.py."
+    assert json.loads(call["function"]["arguments"]) == {"path": "sq.py", "content": "print(1)\n"}
+    assert messages[3]["content"] == "Wrote sq.py (1 line)"
     assert messages[5]["content"] == "1\n[exit code 0, cwd /workspace]"
+
+
+def _write(content: str) -> list[Any]:
+    write = FileWriteAction(
+        task_id=T, source=AGENT, path="notes.txt", content=content, tool_call_id="call_w"
+    )
+    answer = FileWriteObservation(
+        task_id=T,
+        source=ENV,
+        cause=write.id,
+        path="/workspace/notes.txt",
+        content=f"Wrote {len(content)} bytes to /workspace/notes.txt",
+    )
+    return build_messages(_seq(_task(), write, answer), native=False)
+
+
+def test_a_write_says_how_many_lines_it_made_and_a_missing_last_newline() -> None:
+    whole = _write("alpha\nbeta\ngamma\n")[-1]["content"]
+    assert whole.endswith("Wrote 17 bytes to /workspace/notes.txt (3 lines)")
+    # wc -l counts newlines: without the last one it says 2, and models report what wc says.
+    cut = _write("alpha\nbeta\ngamma")[-1]["content"]
+    assert cut.endswith("(3 lines; the last has no newline at its end, so wc -l counts 2)")
+    assert _write("")[-1]["content"].endswith("(empty)")
+
+
+def test_a_command_that_printed_nothing_says_so() -> None:
+    run = _run("touch a")
+    messages = build_messages(_seq(_task(), run, _output(run, "")), native=True)
+    assert messages[-1]["content"] == "(no output)\n[exit code 0, cwd /workspace]"
+
+
+def test_the_system_prompt_says_where_the_agent_is_what_it_has_and_to_check_its_work() -> None:
+    text = system_prompt(native=True)
+    assert "/workspace" in text
+    assert all(tool in text for tool in ("python", "pytest", "git", "jq"))
+    assert "Check the work" in text and "yourself" in text
+    assert "Do small tasks yourself" in system_prompt(native=False)  # the delegate tool
 
 
 def test_denied_action_is_answered_by_the_controllers_error_not_the_verdict() -> None:
