@@ -31,6 +31,7 @@ from .subjects import (
     DELETIONS_STREAM,
     DLQ_STREAM,
     EVENTS_STREAM,
+    NOTICES_STREAM,
     SECRETS_BUCKET,
     TENANTS_BUCKET,
     WORK_STREAM,
@@ -63,6 +64,7 @@ _DECLARED = (
     WORK_STREAM,
     DLQ_STREAM,
     DELETIONS_STREAM,
+    NOTICES_STREAM,
     _OBJECTS,
     _TENANTS,
     _SECRETS,
@@ -159,6 +161,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
         [
             *_consumer(WORK_STREAM, "controller"),
             "deckhands.events.*",
+            "deckhands.notices.*",  # each state change again, for webhooks
             # A task's log read back, entry by entry, to rebuild a State Redis lost.
             f"$JS.API.STREAM.MSG.GET.{EVENTS_STREAM}",
             "deckhands.work.controller.*",
@@ -209,8 +212,9 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
             "deckhands.deletions.*",  # ... and tells every storage replica, down ones included
-            # Webhooks: one durable consumer of the log shared by the replicas (issue 11).
-            *_consumer(EVENTS_STREAM, "webhooks"),
+            # Webhooks: one durable consumer of the tasks' state changes shared by the
+            # replicas (issue 11).
+            *_consumer(NOTICES_STREAM, "webhooks"),
             *_blob_writer(),
             *_tenant_records(),  # tenants and API keys, durable (Redis caches them)
             *_secret_records(),  # tenants' secrets, sealed, durable (readers read Redis)

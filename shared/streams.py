@@ -20,12 +20,13 @@ from nats.js.api import (
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from .blobs import ensure_blob_bucket
-from .broker_permissions import inbox_prefix
+from .broker_permissions import ADMIN_USER, inbox_prefix
 from .settings import CommonSettings
 from .subjects import (
     DELETIONS_STREAM,
     DLQ_STREAM,
     EVENTS_STREAM,
+    NOTICES_STREAM,
     SECRETS_BUCKET,
     TENANTS_BUCKET,
     WORK_STREAM,
@@ -67,6 +68,16 @@ def stream_configs(settings: CommonSettings) -> list[StreamConfig]:
             description="Messages a service gave up on, with the reason in headers.",
             subjects=["deckhands.dlq.>"],
             retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=max_age,
+            duplicate_window=_DUPLICATE_WINDOW_S,
+            num_replicas=settings.stream_replicas,
+        ),
+        StreamConfig(
+            name=NOTICES_STREAM,
+            description="Tasks' state changes for webhook delivery; removed once acknowledged.",
+            subjects=["deckhands.notices.>"],
+            retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             max_age=max_age,
             duplicate_window=_DUPLICATE_WINDOW_S,
@@ -166,5 +177,23 @@ async def ensure_streams(settings: CommonSettings) -> None:
         await ensure_blob_bucket(js, settings.blob_store_max_bytes, settings.stream_replicas)
         await ensure_tenants_bucket(js, settings.stream_replicas)
         await ensure_secrets_bucket(js, settings.stream_replicas)
+        if settings.nats_user in ("", ADMIN_USER):  # services may not delete consumers
+            await _retire_consumers(js)
     finally:
         await nc.close()
+
+
+# Durable consumers an earlier version made and no service reads any more: left, each would
+# hold its stream's messages as pending for ever (and trip the pending-growing alert).
+RETIRED_CONSUMERS = (
+    # Webhooks read every event of the log until they got the notices stream of their own.
+    (EVENTS_STREAM, "webhooks"),
+)
+
+
+async def _retire_consumers(js: JetStreamContext) -> None:
+    for stream, durable in RETIRED_CONSUMERS:
+        try:
+            await js.delete_consumer(stream, durable)
+        except NotFoundError:
+            continue

@@ -7,6 +7,8 @@ Layout:
   deckhands.storage.history          request/reply, core NATS
   deckhands.storage.forget           request/reply, core NATS, every storage replica
   deckhands.deletions.<task>         a deleted task, for every storage replica (stream DELETIONS)
+  deckhands.notices.<task>           a task's state changes, copied from its log by the
+                                     controller for webhooks (stream NOTICES, work queue)
   object store BLOBS_BUCKET          large content an event refers to (claim checks)
   key-value TENANTS_BUCKET           tenants, API key hashes and limits (the gateway's)
   key-value SECRETS_BUCKET           tenants' secrets, sealed, and tasks' grants (the gateway's)
@@ -23,6 +25,7 @@ __all__ = [
     "EVENTS_STREAM",
     "FORGET_SUBJECT",
     "HISTORY_SUBJECT",
+    "NOTICES_STREAM",
     "SECRETS_BUCKET",
     "TENANTS_BUCKET",
     "WORK_STREAM",
@@ -30,6 +33,7 @@ __all__ = [
     "deletion_subject",
     "dlq_subject",
     "event_subject",
+    "notice_subject",
     "work_subject",
 ]
 
@@ -37,6 +41,7 @@ EVENTS_STREAM = "DECKHANDS_EVENTS"
 WORK_STREAM = "DECKHANDS_WORK"
 DLQ_STREAM = "DECKHANDS_DLQ"
 DELETIONS_STREAM = "DECKHANDS_DELETIONS"
+NOTICES_STREAM = "DECKHANDS_NOTICES"
 BLOBS_BUCKET = "deckhands-blobs"
 TENANTS_BUCKET = "deckhands-tenants"
 SECRETS_BUCKET = "deckhands-secrets"
@@ -78,3 +83,10 @@ def deletion_subject(task_id: str) -> str:
     """Where a deleted task is announced, so that every storage replica, one that is down
     included once it is back, removes its copy of the task's events."""
     return f"deckhands.deletions.{task_id}"
+
+
+def notice_subject(task_id: str = "*") -> str:
+    """A task's state changes (AgentStateChangedObservation, as logged), for the gateway's
+    webhooks: a copy apart from the log, so that webhooks read a few messages per task rather
+    than every event of every task."""
+    return f"deckhands.notices.{task_id if task_id in ('*', '>') else _token(task_id)}"

@@ -6,13 +6,13 @@ import asyncio
 
 from faststream import FastStream
 
-from shared.broker import WORK, build_broker, durable_subscription
-from shared.events import AnswerMissingObservation
+from shared.broker import NOTICES, WORK, build_broker, durable_subscription
+from shared.events import AgentStateChangedObservation, AnswerMissingObservation
 from shared.redis_client import connect_redis
 from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
-from shared.subjects import Service, work_subject
+from shared.subjects import Service, notice_subject, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .deadlines import AnswerDeadlines
@@ -54,6 +54,15 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         "awaited answer passed its deadline: the controller asks again, then ends the task in "
         "ERROR naming what did not answer.",
         schema=AnswerMissingObservation,
+    )
+
+    broker.publisher(
+        notice_subject("*"),
+        stream=NOTICES,
+        title="controller.notices",
+        description="Each state change of a task (as logged), copied for the gateway's webhook "
+        "delivery: a few messages per task instead of every event of the log.",
+        schema=AgentStateChangedObservation,
     )
 
     app = FastStream(broker)

@@ -26,7 +26,15 @@ from shared.events import (
     can_transition,
 )
 from shared.state import Outgoing, TaskState
-from shared.subjects import EVENTS_STREAM, WORK_STREAM, Service, event_subject, work_subject
+from shared.subjects import (
+    EVENTS_STREAM,
+    NOTICES_STREAM,
+    WORK_STREAM,
+    Service,
+    event_subject,
+    notice_subject,
+    work_subject,
+)
 
 __all__ = ["UNSEEN_MAX_BYTES", "IllegalTransition", "Turn"]
 
@@ -153,7 +161,8 @@ class Turn:
 
     def outbox(self) -> list[Outgoing]:
         """Log entries, then orders. Each subject keeps this order when published; subjects go
-        out side by side, and a service reading history waits for storage to catch up."""
+        out side by side, and a service reading history waits for storage to catch up. Each
+        state change also goes to the task's notices (webhooks), as logged."""
         task = self.state.task_id
         out: list[Outgoing] = [
             Outgoing(
@@ -163,6 +172,16 @@ class Turn:
                 msg_id=e.id,
             )
             for e in self.logged
+        ]
+        out += [
+            Outgoing(
+                subject=notice_subject(task),
+                stream=NOTICES_STREAM,
+                payload=self._payloads.get(e.id) or e.model_dump_json(),
+                msg_id=e.id,  # deduplicated per stream: the log's own id is this copy's too
+            )
+            for e in self.logged
+            if isinstance(e, AgentStateChangedObservation)
         ]
         out += [
             Outgoing(

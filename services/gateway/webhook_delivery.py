@@ -1,20 +1,22 @@
-"""Delivering webhooks: a durable JetStream consumer on the event log, shared by every gateway
-replica, POSTs each notification and is acknowledged only once the attempt is recorded.
+"""Delivering webhooks: a durable JetStream consumer of the tasks' state changes, shared by every
+gateway replica, POSTs each notification and is acknowledged only once the attempt is recorded.
 
 Why in the gateway: it already holds what a delivery needs (NATS, Redis, the tenants' secrets,
 the task records) and runs as several replicas; a delivery is a short outbound POST, bounded in
 number (`webhook_concurrency`) and time (`webhook_timeout_s`), so it needs no service of its own.
 
-How it survives restarts: the consumer `webhooks` on `DECKHANDS_EVENTS` starts at the events
-published after it was first created and is never removed, so events published while every
-gateway is down wait for it. An event that needs no notification (most of them) is acknowledged
-at once. A notification is acknowledged after its successful (or final) attempt is recorded in
-Redis; a failed attempt is recorded and the message negatively acknowledged with the backoff as
-its delay, so JetStream keeps the retry schedule and any replica takes the next attempt. A process
-killed mid-attempt leaves the message unacknowledged: it comes back after `ack_wait`. Before
-sending, the record is checked: a notification recorded as delivered is never sent again (a lost
-acknowledgement), so a receiver sees it twice only if a process died between the receiver's
-answer and the record; the `Deckhands-Delivery-Id` header (and the body's `id`) lets it tell.
+What it reads: the controller copies each state change it logs to `deckhands.notices.<task>`
+(stream `DECKHANDS_NOTICES`, a work queue), so the consumer sees a few messages per task, not every
+event of the log. How it survives restarts: the consumer `webhooks` is never removed and the stream
+keeps what it has not acknowledged, so changes made while every gateway is down wait for it. A
+change that needs no notification (no webhook, or a state not notified) is acknowledged at once. A
+notification is acknowledged after its successful (or final) attempt is recorded in Redis; a failed
+attempt is recorded and the message negatively acknowledged with the backoff as its delay, so
+JetStream keeps the retry schedule and any replica takes the next attempt. A process killed
+mid-attempt leaves the message unacknowledged: it comes back after `ack_wait`. Before sending, the
+record is checked: a notification recorded as delivered is never sent again (a lost
+acknowledgement), so a receiver sees it twice only if a process died between the receiver's answer
+and the record; the `Deckhands-Delivery-Id` header (and the body's `id`) lets it tell.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from shared.events import AgentStateChangedObservation, EventAdapter
 from shared.health import CONSUMER_GAUGE_REFRESH_S, CONSUMER_PENDING
 from shared.secrets_store import SecretNotFound, SecretsStore, SecretUnreadable
 from shared.state_store import TaskStateStore
-from shared.subjects import EVENTS_STREAM, event_subject
+from shared.subjects import NOTICES_STREAM, notice_subject
 
 from .context import GatewayContext
 from .settings import GatewaySettings
@@ -136,12 +138,12 @@ class WebhookDeliverer:
             headers={"User-Agent": "deckhands-webhooks/1"},
         )
         subscription = await self._jetstream().pull_subscribe(
-            event_subject("*"),
+            notice_subject("*"),
             durable=DURABLE,
-            stream=EVENTS_STREAM,
+            stream=NOTICES_STREAM,
             config=ConsumerConfig(
                 durable_name=DURABLE,
-                deliver_policy=DeliverPolicy.NEW,
+                deliver_policy=DeliverPolicy.ALL,  # the work queue holds only what is due
                 ack_policy=AckPolicy.EXPLICIT,
                 ack_wait=_ACK_WAIT_S,
                 max_deliver=-1,  # the deadline and max_attempts end a notification, not NATS
@@ -162,13 +164,13 @@ class WebhookDeliverer:
                 continue  # the gauge keeps its last figure; deckhands_nats_connected says why
             try:
                 async with asyncio.timeout(CONSUMER_GAUGE_REFRESH_S):
-                    info = await self._jetstream().consumer_info(EVENTS_STREAM, DURABLE)
+                    info = await self._jetstream().consumer_info(NOTICES_STREAM, DURABLE)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.debug("webhook consumer: its pending count is unknown: %s", exc)
                 continue
-            CONSUMER_PENDING.labels(EVENTS_STREAM, DURABLE).set(int(info.num_pending or 0))
+            CONSUMER_PENDING.labels(NOTICES_STREAM, DURABLE).set(int(info.num_pending or 0))
 
     async def stop(self) -> None:
         for loop in (self._loop, self._gauge):
