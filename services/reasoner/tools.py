@@ -8,6 +8,7 @@ ErrorObservation the model sees on its next step.
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,7 +75,9 @@ def _fn(name: str, description: str, properties: dict[str, Any], required: list[
     }
 
 
-# Short descriptions on purpose: small local models pay for every prompt token.
+# Short descriptions on purpose: small local models pay for every prompt token. The order is
+# the one a task is mostly done in (run, write, read, edit); a Python snippet comes after the
+# file tools, since a small model asked for "a Python script" otherwise runs a snippet.
 TOOL_SPECS: list[dict[str, Any]] = [
     _fn(
         "execute_bash",
@@ -90,12 +93,11 @@ TOOL_SPECS: list[dict[str, Any]] = [
         ["command"],
     ),
     _fn(
-        "execute_python",
-        "Run Python code in an interpreter (state persists between calls) and return what it "
-        "prints. It makes no file: write a script with write_file, run it and tests with "
-        "execute_bash (python f.py, python -m pytest).",
-        {"code": {"type": "string"}},
-        ["code"],
+        "write_file",
+        "Create or overwrite a file with exactly the given content (end each line, the last "
+        "too, with a newline).",
+        {"path": {"type": "string"}, "content": {"type": "string"}},
+        ["path", "content"],
     ),
     _fn(
         "read_file",
@@ -106,13 +108,6 @@ TOOL_SPECS: list[dict[str, Any]] = [
             "end_line": {"type": "integer"},
         },
         ["path"],
-    ),
-    _fn(
-        "write_file",
-        "Create or overwrite a file with exactly the given content (end each line, the last "
-        "too, with a newline).",
-        {"path": {"type": "string"}, "content": {"type": "string"}},
-        ["path", "content"],
     ),
     _fn(
         "edit_file",
@@ -131,6 +126,14 @@ TOOL_SPECS: list[dict[str, Any]] = [
             "view_range": {"type": "array", "items": {"type": "integer"}},
         },
         ["command", "path"],
+    ),
+    _fn(
+        "execute_python",
+        "Run a Python snippet in an interpreter (state persists between calls), e.g. for a quick "
+        "calculation. It makes no file: write a script with write_file and run it, or tests, "
+        "with execute_bash (python f.py, python -m pytest).",
+        {"code": {"type": "string"}},
+        ["code"],
     ),
     _fn(
         "think",
@@ -291,7 +294,8 @@ def _build(name: str, args: Any, fields: dict[str, Any]) -> AgentToolAction:
             command=args.command, timeout_s=args.timeout, is_input=args.is_input, **fields
         )
     if name == "execute_python":
-        return RunPythonAction(code=args.code, **fields)
+        # Small models often indent a whole snippet, which Python refuses.
+        return RunPythonAction(code=textwrap.dedent(args.code), **fields)
     if name == "read_file":
         return FileReadAction(
             path=args.path, start_line=args.start_line, end_line=args.end_line, **fields
