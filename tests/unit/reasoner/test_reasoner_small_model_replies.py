@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from services.reasoner.replies import parse_text_tool_call
+from services.reasoner.tools import ToolCall, action_for_call
+from shared.events import EventSource, RunPythonAction
 
 
 def test_a_call_without_a_tool_name_is_matched_by_its_arguments() -> None:
@@ -35,3 +37,10 @@ def test_the_thought_is_the_text_before_the_call_without_tags() -> None:
     call, thought = found
     assert call.name == "execute_bash"
     assert "<tools>" not in thought and "a.py" not in thought
+
+
+def test_a_python_snippet_indented_as_a_whole_runs_dedented() -> None:
+    call = ToolCall("execute_python", {"code": "    for i in range(3):\n        print(i)\n"})
+    action = action_for_call(call, {"task_id": "t", "source": EventSource.AGENT})
+    assert isinstance(action, RunPythonAction)
+    assert action.code == "for i in range(3):\n    print(i)\n"
