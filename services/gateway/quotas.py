@@ -7,8 +7,12 @@ limit the gateway answers 429 with Retry-After and a body naming the limit.
 
 The operator's limits are kept durably in the tenants bucket (`limits.<id>`, TenantRecords)
 and cached in Redis (`deckhands:tenant:<id>:limits`, refilled from the bucket on a miss), so
-a Redis that lost its data still applies them. The counts below are Redis's alone: they are
-settled against the States, which the controller rebuilds from the log.
+a Redis that lost its data still applies them. The counts below are kept in Redis and settled
+against the States; when Redis lost them (a marker key, `counts-complete`, is gone with them),
+the first gateway to need them counts them again from the tenant's tasks (their durable records,
+services.gateway.task_records, and their States, which the controller rebuilds from the log):
+each live task running with its budget reserved, each tree that may hold a seat, and today's
+spend (what today's ended tasks spent, what today's live ones reserved).
 
 How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
 - `running` HASH task id -> its Reservation: the tenant's tasks admitted and not yet seen to
@@ -35,6 +39,7 @@ How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -49,6 +54,7 @@ from shared.state import TaskState
 from shared.state_store import TaskStateStore
 
 from .errors import QuotaExceeded, StorageUnavailable
+from .task_records import IndexRange, TaskRecords
 from .tenant_records import TenantRecords
 
 __all__ = ["Holder", "QuotaDefaults", "Quotas", "Reservation", "TenantLimits", "TenantQuotas"]
@@ -61,6 +67,9 @@ _RETRY_RUNNING_S = 30  # a running task ends when it ends: look again in a while
 _SETTLE_GRACE_S = 120.0
 _SPEND_KEPT_S = 3 * 86_400  # a day's counter outlives the day by a little, for settlements
 _LIMITS_CACHED_S = 600  # a cache entry filled as the operator changed the limits lasts no longer
+_RECOUNT_PAGE = 500
+_RECOUNT_LOCK_S = 60  # one gateway counts again at a time; a dead one's turn passes after this
+_RECOUNT_WAIT_S = 5.0  # another gateway counting: wait this long for it, then go on
 
 
 class TenantLimits(BaseModel):
@@ -239,6 +248,8 @@ class TenantQuotas:
         self.redis: Redis = store.redis
         # The durable copy of the operator's limits; None: Redis alone (unit tests).
         self.records: TenantRecords | None = None
+        # The tenants' tasks, to count again what Redis lost; None: never counted again.
+        self.tasks: TaskRecords | None = None
         self.defaults = defaults
         self.prefix = prefix
         self._seats_key = f"{seats_prefix(pool_name)}:seats"
@@ -257,6 +268,9 @@ class TenantQuotas:
 
     def _spend_key(self, tenant_id: str, day: str) -> str:
         return f"{self.prefix}:tenant:{tenant_id}:spend:{day}"
+
+    def _counted_key(self, tenant_id: str) -> str:
+        return f"{self.prefix}:tenant:{tenant_id}:counts-complete"
 
     # -- the operator's settings
 
@@ -474,8 +488,65 @@ class TenantQuotas:
             "for a smaller max_budget_usd, or retry after midnight UTC",
         )
 
+    async def _ensure_counts(self, tenant_id: str) -> None:
+        """Count again what Redis lost, once (see the module's docstring)."""
+        if self.tasks is None or await self.redis.exists(self._counted_key(tenant_id)):
+            return
+        lock = self._counted_key(tenant_id) + ":lock"
+        if not await self.redis.set(lock, "1", nx=True, ex=_RECOUNT_LOCK_S):
+            for _ in range(int(_RECOUNT_WAIT_S / 0.1)):
+                await asyncio.sleep(0.1)
+                if await self.redis.exists(self._counted_key(tenant_id)):
+                    return
+            return  # still counting: go on with what is there, counted again next time
+        try:
+            await self._recount(tenant_id, self.tasks)
+            await self.redis.set(self._counted_key(tenant_id), "1")
+        finally:
+            await self.redis.delete(lock)
+
+    async def _recount(self, tenant_id: str, tasks: TaskRecords) -> None:
+        """Put back each live task's reservation and each tree that may hold a seat (where
+        missing), and today's spend (unless counted since)."""
+        now = utc_now()
+        today = _day(now)
+        spend_key = self._spend_key(tenant_id, today)
+        spend_lost = not await self.redis.exists(spend_key)
+        spent_today = 0.0
+        await tasks.ensure_index(tenant_id)
+        where = IndexRange()
+        while True:
+            batch = await tasks.page(tenant_id, where, _RECOUNT_PAGE)
+            states = await self.store.load_many([task_id for task_id, _ in batch])
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for (task_id, _), state in zip(batch, states, strict=True):
+                    if state is None:
+                        continue
+                    day = _day(state.created_at)
+                    if state.agent_state not in _ENDED:
+                        reserved = state.max_budget_usd or 0.0
+                        reservation = Reservation(
+                            day=day, reserved_usd=reserved, at=now, state_version=state.version
+                        )
+                        pipe.hsetnx(
+                            self._running_key(tenant_id), task_id, reservation.model_dump_json()
+                        )
+                        spent_today += reserved if day == today else 0.0
+                    elif day == today:
+                        spent_today += state.total_usage().cost_usd
+                    if state.agent_state not in _ENDED or state.agent_state is AgentState.ERROR:
+                        holder = Holder(at=now, state_version=state.version)
+                        pipe.hsetnx(self._holders_key(tenant_id), task_id, holder.model_dump_json())
+                await pipe.execute()
+            if len(batch) < _RECOUNT_PAGE:
+                break
+            where = IndexRange(after_member=batch[-1][1])
+        if spend_lost and spent_today > 0:
+            await self.redis.set(spend_key, repr(spent_today), ex=_SPEND_KEPT_S, nx=True)
+
     async def _running(self, tenant_id: str) -> dict[str, TaskState | None]:
         """The tenant's running tasks with their States, after settling those that ended."""
+        await self._ensure_counts(tenant_id)
         key = self._running_key(tenant_id)
         entries = {
             _text(task): _text(raw)
@@ -507,6 +578,7 @@ class TenantQuotas:
     async def _sandboxes(self, tenant_id: str) -> int:
         """Seats held by the tenant's task trees, roots and sub-tasks (whose ids their States
         list); a tree that has ended and holds none is let go."""
+        await self._ensure_counts(tenant_id)
         key = self._holders_key(tenant_id)
         entries = {
             _text(task): _text(raw)

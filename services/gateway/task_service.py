@@ -149,6 +149,7 @@ class TaskService:
         self.idempotency = IdempotencyKeys(store.redis, idempotency_ttl_s)
         self.pool_name = pool_name
         self.quotas = TenantQuotas(store, quota_defaults or QuotaDefaults(), pool_name)
+        self.quotas.tasks = self.records  # counts what Redis lost again from the tasks
         # A new task's repository (services.gateway.workspace_service sets it): None, refused.
         self.repositories: RepositoryCheck | None = None
         # Secrets and webhook of a new task (services.gateway.context sets it): None, neither.

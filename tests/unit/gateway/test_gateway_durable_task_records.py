@@ -1,5 +1,6 @@
 """Task owners and Idempotency-Keys outlive Redis (issue 12, part 2): TaskRecords and
-IdempotencyKeys on a real redis-server with their durable copy in a real NATS key-value bucket.
+IdempotencyKeys on a real redis-server with their durable copy in a real NATS key-value bucket,
+and a tenant's quota counts counted again from its tasks.
 "Redis lost its data" is played by deleting the test's own keys (the tests share one Redis)."""
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ import pytest
 from nats.js.api import KeyValueConfig
 from redis.asyncio import Redis
 
+from services.gateway.errors import QuotaExceeded
 from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
+from services.gateway.quotas import QuotaDefaults, TenantQuotas
 from services.gateway.task_records import IndexRange, TaskRecord, TaskRecords
 from services.gateway.tenant_records import TenantRecords
-from shared.events import new_id, utc_now
+from shared.events import AgentState, new_id, utc_now
 from shared.settings import CommonSettings
+from shared.state import TaskState, TaskUsage
+from shared.state_store import TaskStateStore
 
 
 @pytest.fixture
@@ -124,3 +129,40 @@ async def test_an_expired_durable_binding_is_replaced(
     await asyncio.sleep(1.1)  # past the binding's time in both places (Redis expires its own copy)
     assert await redis.get(f"{prefix}:idempotency:acme:k") is None
     assert await keys.claim("acme", "k", fingerprint, "task-2") == "task-2"
+
+
+async def test_a_tenants_counts_are_counted_again_after_redis_loses_them(
+    redis: Redis, durable: TenantRecords, prefix: str
+) -> None:
+    store = TaskStateStore(redis)  # the States: rebuilt by the controller after a loss
+    records = TaskRecords(redis, prefix=prefix, durable=durable)
+    defaults = QuotaDefaults(max_running_tasks=2, max_spend_usd_per_day=5.0)
+    quotas = TenantQuotas(store, defaults, "recount-tests", prefix=prefix)
+    quotas.tasks = records
+    limits = await quotas.quotas("acme")
+
+    async def admitted() -> str:
+        task_id = new_id()
+        await records.put(task_id, TaskRecord(tenant_id="acme"))
+        state = TaskState(task_id=task_id, task="t", max_iterations=5, max_budget_usd=1.0)
+        await store.create(state)
+        assert await quotas.admit("acme", task_id, 1.0, limits) == 1.0
+        return task_id
+
+    ended, running = await admitted(), await admitted()
+    state = await store.load(ended)
+    assert state is not None
+    finished = {"agent_state": AgentState.FINISHED, "usage": TaskUsage(cost_usd=0.25)}
+    await store.save(state.model_copy(update=finished))
+    assert await quotas.usage("acme") == (1, 0, pytest.approx(1.25))
+
+    await _lose_redis(redis, prefix)
+    # Counted again from the tasks: one running with its $1 reserved, $0.25 spent by the other.
+    assert await quotas.usage("acme") == (1, 0, pytest.approx(1.25))
+    assert await quotas.live_tasks("acme") == [running]
+    await admitted()
+    with pytest.raises(QuotaExceeded) as refused:
+        await admitted()
+    assert refused.value.extra == {"limit": "max_running_tasks", "limit_value": 2, "current": 2}
+    # Counted once: the marker is back, and a second look counts nothing twice.
+    assert await quotas.usage("acme") == (2, 0, pytest.approx(2.25))
