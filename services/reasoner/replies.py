@@ -33,9 +33,17 @@ from shared.events import (
 )
 
 from .prompt import BAD_REPLY_ERROR, LLM_ERROR
-from .tools import TOOL_SPECS, AgentToolAction, BadReply, ToolCall, action_for_call
+from .tools import (
+    TOOL_SPECS,
+    AgentToolAction,
+    BadReply,
+    ToolCall,
+    action_for_call,
+    python_tool_offered,
+)
 
 __all__ = [
+    "NO_TOOL_CALL",
     "KeepContent",
     "LLMReply",
     "ReasonerEvent",
@@ -56,6 +64,13 @@ __all__ = [
 ReasonerEvent = AgentToolAction | MessageAction | ErrorObservation | CondensationAction
 # Everything the reasoner sends the controller: answers, and RATE_LIMITED notices meanwhile.
 ReasonerMessage = ReasonerEvent | ChangeAgentStateAction
+
+# What a prompt-based model is told when it replied with text that is neither a tool call nor
+# a question for the user.
+NO_TOOL_CALL = (
+    "the reply called no tool. If the task is done, call finish with the result as its message; "
+    "otherwise call the tool for the next step; to ask the user something, write a question"
+)
 
 # Event ids derive from the step request's id: a redelivered step publishes the same id, and
 # JetStream's Nats-Msg-Id dedup keeps a single answer.
@@ -165,6 +180,11 @@ def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str
         elif code_blocks and lang in _SHELL_LANGS and body.strip():
             return ToolCall("execute_bash", {"command": body.strip()}), rest
         elif code_blocks and lang in _PYTHON_LANGS and body.strip():
+            if not python_tool_offered():
+                raise BadReply(
+                    "a ```python block runs nothing here: write the script with write_file, "
+                    "then run it with execute_bash"
+                )
             return ToolCall("execute_python", {"code": body}), rest
     for obj, start, _end in _json_objects(text):
         call = _tool_call_from_object(obj)
@@ -277,6 +297,11 @@ def _event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> Rea
         return _bad_reply(step, str(exc), reply.usage)
     if not content:
         return _bad_reply(step, "the reply was empty: call one of the tools", reply.usage)
+    if not native and "?" not in content:
+        # A small model without function calling often ends with its answer as plain text, or
+        # says what it will do next without doing it. Either way nobody is asked anything, and
+        # waiting for a person would end the task there: it is told to call a tool instead.
+        return _bad_reply(step, NO_TOOL_CALL, reply.usage)
     return MessageAction(
         content=content, wait_for_response=True, **_fields(step, reply.usage, "", None)
     )

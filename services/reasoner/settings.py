@@ -128,6 +128,11 @@ class ReasonerSettings(CommonSettings):
         description="Task history one replica keeps between steps, so a step reads only the "
         "events since the last one; least recently stepped tasks are dropped first.",
     )
+    agent_python_tool: bool = Field(
+        default=True,
+        description="Offer the agent execute_python (a Python interpreter) besides execute_bash. "
+        "Off for small models, which run a snippet there when asked to write a script.",
+    )
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
     )

@@ -38,6 +38,8 @@ __all__ = [
     "call_for_action",
     "describe_tools",
     "offer_mcp_tools",
+    "offer_python_tool",
+    "python_tool_offered",
 ]
 
 AgentToolAction = (
@@ -177,6 +179,28 @@ def offer_mcp_tools(tools: list[McpTool]) -> None:
             TOOL_SPECS.append(tool.spec())
 
 
+# Built-in tools taken out of the offer (offer_python_tool): not described, and a call is refused.
+_WITHDRAWN: dict[str, dict[str, Any]] = {}
+
+
+def offer_python_tool(offered: bool) -> None:
+    """Offer execute_python (DECKHANDS_AGENT_PYTHON_TOOL) or not. Small models asked for "a
+    Python script" run a snippet in it and write no file; without it they write the script
+    and run it with execute_bash, where `python -c` still runs a snippet. Called at start-up."""
+    name = "execute_python"
+    if offered and name in _WITHDRAWN:
+        at = next(i for i, n in enumerate(TOOL_NAMES) if n == name)
+        TOOL_SPECS.insert(min(at, len(TOOL_SPECS)), _WITHDRAWN.pop(name))
+    elif not offered and name not in _WITHDRAWN:
+        spec = next(s for s in TOOL_SPECS if s["function"]["name"] == name)
+        TOOL_SPECS.remove(spec)
+        _WITHDRAWN[name] = spec
+
+
+def python_tool_offered() -> bool:
+    return "execute_python" not in _WITHDRAWN
+
+
 class _Args(BaseModel):
     # Extra arguments are ignored: small models add some, and they change nothing.
     model_config = ConfigDict(extra="ignore")
@@ -277,9 +301,9 @@ def action_for_call(call: ToolCall, fields: dict[str, Any]) -> AgentToolAction:
         return MCPCallAction(
             server=mcp_tool.server, tool=mcp_tool.name, arguments=arguments, **fields
         )
-    model = TOOL_ARGUMENTS.get(call.name)
+    model = TOOL_ARGUMENTS.get(call.name) if call.name not in _WITHDRAWN else None
     if model is None:
-        names = ", ".join((*TOOL_NAMES, *_MCP_TOOLS))
+        names = ", ".join(spec["function"]["name"] for spec in TOOL_SPECS)
         raise BadReply(f"there is no tool named {call.name!r}; the tools are: {names}")
     try:
         args: Any = model.model_validate(_decode_arguments(call))

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from services.reasoner.replies import (
+    NO_TOOL_CALL,
     LLMReply,
     event_for_reply,
     llm_error_event,
@@ -144,6 +145,16 @@ def test_plain_text_is_a_question_for_the_user() -> None:
     assert isinstance(event, MessageAction)
     assert event.wait_for_response and event.content == "Which Python version?"
     assert event.source is EventSource.AGENT and event.tool_call_id is None
+
+
+def test_prompt_based_text_that_asks_nothing_is_told_to_call_a_tool() -> None:
+    # A small model's answer as plain text: nobody is asked anything, so waiting for a person
+    # would end the task there.
+    event = event_for_reply(STEP, LLMReply(content="The number is 6765."), native=False)
+    assert isinstance(event, ErrorObservation) and event.error_code == "bad_llm_reply"
+    assert event.content == NO_TOOL_CALL and "call finish" in event.content
+    asked = event_for_reply(STEP, LLMReply(content="Which file do you mean?"), native=False)
+    assert isinstance(asked, MessageAction) and asked.wait_for_response
 
 
 def test_an_empty_reply_is_an_error() -> None:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
+from services.reasoner.prompt import system_prompt
 from services.reasoner.replies import parse_text_tool_call
-from services.reasoner.tools import ToolCall, action_for_call
+from services.reasoner.tools import (
+    BadReply,
+    ToolCall,
+    action_for_call,
+    describe_tools,
+    offer_python_tool,
+    python_tool_offered,
+)
 from shared.events import EventSource, RunPythonAction
 
 
@@ -44,3 +56,31 @@ def test_a_python_snippet_indented_as_a_whole_runs_dedented() -> None:
     action = action_for_call(call, {"task_id": "t", "source": EventSource.AGENT})
     assert isinstance(action, RunPythonAction)
     assert action.code == "for i in range(3):\n    print(i)\n"
+
+
+@pytest.fixture
+def no_python_tool() -> Iterator[None]:
+    offer_python_tool(False)
+    try:
+        yield
+    finally:
+        offer_python_tool(True)
+
+
+def test_without_the_python_tool_it_is_not_described_and_a_call_to_it_is_refused(
+    no_python_tool: None,
+) -> None:
+    assert not python_tool_offered()
+    assert "execute_python" not in system_prompt(native=False)
+    with pytest.raises(BadReply, match=r"no tool named 'execute_python'.*execute_bash"):
+        action_for_call(ToolCall("execute_python", {"code": "print(1)"}), {})
+    # A ```python block is no longer run as a snippet: the model is told what to do instead.
+    with pytest.raises(BadReply, match="write_file"):
+        parse_text_tool_call("```python\nprint(1)\n```", code_blocks=True)
+
+
+def test_the_python_tool_comes_back_in_its_place() -> None:
+    before = describe_tools()
+    offer_python_tool(False)
+    offer_python_tool(True)
+    assert python_tool_offered() and describe_tools() == before
