@@ -28,6 +28,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -64,7 +65,14 @@ from .webhooks import (
     sign,
 )
 
-__all__ = ["DURABLE", "DeliveryPolicy", "WebhookDeliverer", "build_deliverer"]
+__all__ = [
+    "DURABLE",
+    "DeliveryPolicy",
+    "WebhookDeliverer",
+    "WebhookTarget",
+    "build_deliverer",
+    "pinned_target",
+]
 
 log = logging.getLogger("deckhands.gateway.webhooks")
 
@@ -270,12 +278,12 @@ class WebhookDeliverer:
         final_error = False
         try:
             key = await self._signing_key(webhook)
-            refused = await self._refused(spec.url)
-            if refused is not None:
-                error, final_error = f"target refused: {refused}", True
+            target = await self._target(spec.url)
+            if isinstance(target, _Refused):
+                error, final_error = f"target refused: {target.reason}", True
             else:
                 body = body_bytes(await self._payload(notice, delivery_id))
-                status, error = await self._post(spec.url, body, key, delivery_id, notice)
+                status, error = await self._post(target, body, key, delivery_id, notice)
         except _Undeliverable as exc:
             error, final_error = str(exc), True
         duration_ms = (time.monotonic() - started) * 1000
@@ -328,10 +336,13 @@ class WebhookDeliverer:
         except SecretUnreadable as exc:
             raise _Undeliverable(str(exc)) from None
 
-    async def _refused(self, url: str) -> str | None:
-        """Why the URL's host may not be reached (every address it resolves to is checked)."""
+    async def _target(self, url: str) -> WebhookTarget | _Refused:
+        """The POST to make, or why the URL's host may not be reached. Every address the name
+        resolves to is checked, and the request goes to the one checked (its name kept in the
+        Host header and, for https, in the TLS server name and certificate check): a name that
+        resolves elsewhere a moment later (DNS rebinding) cannot redirect it."""
         if self.policy.allow_private:
-            return None
+            return WebhookTarget(url)
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -340,12 +351,12 @@ class WebhookDeliverer:
                 host, port, type=socket.SOCK_STREAM
             )
         except OSError:
-            return None  # the POST fails the same way, and is tried again
+            return WebhookTarget(url)  # fails the same way, and is tried again
         for info in infos:
             reason = address_refused(str(info[4][0]))
             if reason is not None:
-                return f"{host}: {reason}"
-        return None
+                return _Refused(f"{host}: {reason}")
+        return pinned_target(url, str(infos[0][4][0])) if infos else WebhookTarget(url)
 
     async def _payload(
         self, notice: AgentStateChangedObservation, delivery_id: str
@@ -376,7 +387,7 @@ class WebhookDeliverer:
 
     async def _post(
         self,
-        url: str,
+        target: WebhookTarget,
         body: bytes,
         key: bytes,
         delivery_id: str,
@@ -389,13 +400,52 @@ class WebhookDeliverer:
             "Deckhands-Delivery-Id": delivery_id,
             "Deckhands-Event": event_type(notice.agent_state),
         }
+        request = self._http.build_request(
+            "POST",
+            target.url,
+            content=body,
+            headers={**target.headers, **headers},
+            extensions=target.extensions,
+        )
         try:
-            answer = await self._http.post(url, content=body, headers=headers)
+            answer = await self._http.send(request)
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"[:500]
         if 200 <= answer.status_code < 300:
             return answer.status_code, ""
         return answer.status_code, f"HTTP {answer.status_code}"
+
+
+@dataclass(frozen=True)
+class _Refused:
+    reason: str
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """Where a POST goes: its URL, and when pinned to an address the headers and request
+    extensions that keep the URL's host name for HTTP and TLS."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+
+def pinned_target(url: str, address: str) -> WebhookTarget:
+    """A POST to `url` made to `address`, as if the URL's host had resolved to it: the URL names
+    the address, the Host header the name, and for https the TLS server name is the host's, so
+    its certificate is checked against the name."""
+    parts = urlsplit(url)
+    literal = f"[{address}]" if ":" in address else address
+    netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+    extensions: dict[str, Any] = {}
+    if parts.scheme == "https":
+        extensions["sni_hostname"] = parts.hostname or ""
+    return WebhookTarget(
+        parts._replace(netloc=netloc).geturl(),
+        headers={"Host": parts.netloc.rpartition("@")[2]},  # the URL's own host[:port]
+        extensions=extensions,
+    )
 
 
 class _Undeliverable(Exception):

@@ -3,13 +3,20 @@ are refused, what a webhook may name, and the retry delays."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 
+import httpx
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.webhook_delivery import DeliveryPolicy
+from services.gateway.webhook_delivery import (
+    DeliveryPolicy,
+    WebhookDeliverer,
+    WebhookTarget,
+    pinned_target,
+)
 from services.gateway.webhooks import WebhookSpec, address_refused, sign, url_refused
 
 
@@ -77,3 +84,92 @@ def test_retry_delays_double_up_to_the_cap() -> None:
     )
     for attempt, base in ((1, 2), (2, 4), (3, 8), (4, 10), (9, 10)):
         assert base <= policy.backoff(attempt) <= base * 1.1
+
+
+# --- the address a POST goes to is the one checked (DNS rebinding) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "address", "expected_url", "host", "sni"),
+    [
+        (
+            "http://hooks.example.com:8080/in?x=1",
+            "93.184.216.34",
+            "http://93.184.216.34:8080/in?x=1",
+            "hooks.example.com:8080",
+            None,
+        ),
+        (
+            "https://hooks.example.com/in",
+            "93.184.216.34",
+            "https://93.184.216.34/in",
+            "hooks.example.com",
+            "hooks.example.com",
+        ),
+        (
+            "https://hooks.example.com:8443/",
+            "2606:2800:220:1::1",
+            "https://[2606:2800:220:1::1]:8443/",
+            "hooks.example.com:8443",
+            "hooks.example.com",
+        ),
+    ],
+)
+def test_a_pinned_target_names_the_checked_address_and_keeps_the_host_name(
+    url: str, address: str, expected_url: str, host: str, sni: str | None
+) -> None:
+    target = pinned_target(url, address)
+    assert target.url == expected_url
+    assert target.headers == {"Host": host}
+    assert target.extensions.get("sni_hostname") == sni
+
+
+async def test_a_pinned_post_reaches_the_address_whatever_the_name_resolves_to() -> None:
+    # The name does not resolve at all (.invalid): the connection goes to the pinned address,
+    # and the receiver still sees the name the webhook was given.
+    seen: list[bytes] = []
+
+    async def receive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(receive, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        target = pinned_target(f"http://hooks.invalid:{port}/in", "127.0.0.1")
+        async with httpx.AsyncClient() as client:
+            request = client.build_request(
+                "POST", target.url, content=b"{}", headers=target.headers
+            )
+            answer = await client.send(request)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert answer.status_code == 204
+    head = seen[0].decode().lower()
+    assert head.startswith("post /in http/1.1") and f"host: hooks.invalid:{port}\r\n" in head
+
+
+async def test_a_name_that_resolves_to_a_private_address_is_refused_at_delivery() -> None:
+    policy = DeliveryPolicy(
+        timeout_s=1,
+        backoff_s=1,
+        backoff_max_s=1,
+        deadline_s=1,
+        max_attempts=1,
+        allow_private=False,
+        concurrency=1,
+    )
+    deliverer = WebhookDeliverer(
+        lambda: None,  # type: ignore[arg-type,return-value]
+        None,  # type: ignore[arg-type]
+        None,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        policy,
+    )
+    refused = await deliverer._target("http://localhost:9/in")
+    assert not isinstance(refused, WebhookTarget)
+    assert "loopback" in refused.reason
