@@ -23,7 +23,7 @@ from .llm import LLMClient
 from .mcp_listing import McpOffer
 from .replies import ReasonerMessage
 from .settings import ReasonerSettings
-from .tools import offer_python_tool
+from .tools import withhold_tools
 
 log = logging.getLogger("deckhands.reasoner")
 
@@ -73,7 +73,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
     )
 
     app = FastStream(broker)
-    offer_python_tool(settings.agent_python_tool)
+    withhold_tools(settings.agent_withheld_tools)
     mcp = McpOffer(settings.mcp_servers)
     retrying: list[asyncio.Task[None]] = []
 

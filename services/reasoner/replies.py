@@ -39,7 +39,7 @@ from .tools import (
     BadReply,
     ToolCall,
     action_for_call,
-    python_tool_offered,
+    tool_offered,
 )
 
 __all__ = [
@@ -180,7 +180,7 @@ def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str
         elif code_blocks and lang in _SHELL_LANGS and body.strip():
             return ToolCall("execute_bash", {"command": body.strip()}), rest
         elif code_blocks and lang in _PYTHON_LANGS and body.strip():
-            if not python_tool_offered():
+            if not tool_offered("execute_python"):
                 raise BadReply(
                     "a ```python block runs nothing here: write the script with write_file, "
                     "then run it with execute_bash"

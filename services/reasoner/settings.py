@@ -8,6 +8,8 @@ from pydantic import Field, SecretStr, field_validator
 
 from shared.settings import CommonSettings
 
+from .tools import TOOL_NAMES
+
 __all__ = ["ReasonerSettings"]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -128,10 +130,11 @@ class ReasonerSettings(CommonSettings):
         description="Task history one replica keeps between steps, so a step reads only the "
         "events since the last one; least recently stepped tasks are dropped first.",
     )
-    agent_python_tool: bool = Field(
-        default=True,
-        description="Offer the agent execute_python (a Python interpreter) besides execute_bash. "
-        "Off for small models, which run a snippet there when asked to write a script.",
+    agent_withheld_tools: list[str] = Field(
+        default_factory=list,
+        description='Built-in tools not offered to the agent (JSON list, e.g. ["execute_python", '
+        '"delegate"]); execute_bash and finish always are. For small models, which run a '
+        "snippet when asked for a script and delegate small tasks.",
     )
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
@@ -152,6 +155,15 @@ class ReasonerSettings(CommonSettings):
     condenser_max_summary_chars: int = Field(
         default=4000, ge=200, description="Bound on the summary that stands for condensed steps."
     )
+
+    @field_validator("agent_withheld_tools")
+    @classmethod
+    def _known_tools(cls, value: list[str]) -> list[str]:
+        withholdable = [n for n in TOOL_NAMES if n not in ("execute_bash", "finish")]
+        wrong = [name for name in value if name not in withholdable]
+        if wrong:
+            raise ValueError(f"{wrong}: the tools that can be withheld are {withholdable}")
+        return value
 
     @field_validator("llm_native_tool_calling", mode="before")
     @classmethod

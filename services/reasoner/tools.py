@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,8 +39,8 @@ __all__ = [
     "call_for_action",
     "describe_tools",
     "offer_mcp_tools",
-    "offer_python_tool",
-    "python_tool_offered",
+    "tool_offered",
+    "withhold_tools",
 ]
 
 AgentToolAction = (
@@ -179,26 +180,42 @@ def offer_mcp_tools(tools: list[McpTool]) -> None:
             TOOL_SPECS.append(tool.spec())
 
 
-# Built-in tools taken out of the offer (offer_python_tool): not described, and a call is refused.
-_WITHDRAWN: dict[str, dict[str, Any]] = {}
+# Built-in tools taken out of the offer (withhold_tools): not described, and a call is refused.
+_WITHHELD: dict[str, dict[str, Any]] = {}
+# What the agent needs whatever else is withheld.
+_ALWAYS_OFFERED = ("execute_bash", "finish")
 
 
-def offer_python_tool(offered: bool) -> None:
-    """Offer execute_python (DECKHANDS_AGENT_PYTHON_TOOL) or not. Small models asked for "a
-    Python script" run a snippet in it and write no file; without it they write the script
-    and run it with execute_bash, where `python -c` still runs a snippet. Called at start-up."""
-    name = "execute_python"
-    if offered and name in _WITHDRAWN:
-        at = next(i for i, n in enumerate(TOOL_NAMES) if n == name)
-        TOOL_SPECS.insert(min(at, len(TOOL_SPECS)), _WITHDRAWN.pop(name))
-    elif not offered and name not in _WITHDRAWN:
-        spec = next(s for s in TOOL_SPECS if s["function"]["name"] == name)
-        TOOL_SPECS.remove(spec)
-        _WITHDRAWN[name] = spec
+def withhold_tools(names: Collection[str]) -> None:
+    """Offer every built-in tool but these (DECKHANDS_AGENT_WITHHELD_TOOLS). A tool withheld
+    before and not named now is offered again, in its place. Called at start-up.
+
+    For small models: asked for "a Python script", a 1.5B model ran a snippet in execute_python
+    and wrote no file; given a small task, it delegated it with a few iterations and reported
+    the helper's failure. Without those tools it writes the file and runs it with execute_bash
+    (where `python -c` still runs a snippet), and does the task itself."""
+    unknown = set(names) - set(TOOL_NAMES)
+    if unknown or set(names) & set(_ALWAYS_OFFERED):
+        raise ValueError(
+            f"cannot withhold {sorted(unknown | (set(names) & set(_ALWAYS_OFFERED)))}: the "
+            f"built-in tools that can be withheld are "
+            f"{[n for n in TOOL_NAMES if n not in _ALWAYS_OFFERED]}"
+        )
+    for name in [n for n in _WITHHELD if n not in names]:
+        spec = _WITHHELD.pop(name)
+        at = sum(
+            1 for s in TOOL_SPECS if s["function"]["name"] in TOOL_NAMES[: TOOL_NAMES.index(name)]
+        )
+        TOOL_SPECS.insert(at, spec)
+    for name in names:
+        if name not in _WITHHELD:
+            spec = next(s for s in TOOL_SPECS if s["function"]["name"] == name)
+            TOOL_SPECS.remove(spec)
+            _WITHHELD[name] = spec
 
 
-def python_tool_offered() -> bool:
-    return "execute_python" not in _WITHDRAWN
+def tool_offered(name: str) -> bool:
+    return name not in _WITHHELD
 
 
 class _Args(BaseModel):
@@ -301,7 +318,7 @@ def action_for_call(call: ToolCall, fields: dict[str, Any]) -> AgentToolAction:
         return MCPCallAction(
             server=mcp_tool.server, tool=mcp_tool.name, arguments=arguments, **fields
         )
-    model = TOOL_ARGUMENTS.get(call.name) if call.name not in _WITHDRAWN else None
+    model = TOOL_ARGUMENTS.get(call.name) if call.name not in _WITHHELD else None
     if model is None:
         names = ", ".join(spec["function"]["name"] for spec in TOOL_SPECS)
         raise BadReply(f"there is no tool named {call.name!r}; the tools are: {names}")

@@ -35,10 +35,10 @@ REASONER_SETTINGS: dict[str, str] = {
     # "required", which it ignores) the model writes the call as text, wrapped in tags, and
     # did not finish the seed task.
     "DECKHANDS_LLM_NATIVE_TOOL_CALLING": "false",
-    # Asked for "a Python script", the 1.5B model ran a snippet in execute_python, wrote no
-    # file and said it was done (the eval's squares task, every time); without that tool it
-    # writes the file and runs it with execute_bash.
-    "DECKHANDS_AGENT_PYTHON_TOOL": "false",
+    # Asked for "a Python script", the 1.5B model ran a snippet in execute_python and wrote no
+    # file; given a small task, it delegated it and reported the helper's failure (the eval's
+    # squares and fix-calc tasks). Without those two it writes files and runs them itself.
+    "DECKHANDS_AGENT_WITHHELD_TOOLS": '["execute_python", "delegate"]',
     # ~8 tokens/s: a reply is a short tool call; cap runaway generations.
     "DECKHANDS_LLM_MAX_OUTPUT_TOKENS": "512",
     # A first turn evaluates the whole prompt at ~20-35 tokens/s on 2 busy cores.

@@ -13,8 +13,8 @@ from services.reasoner.tools import (
     ToolCall,
     action_for_call,
     describe_tools,
-    offer_python_tool,
-    python_tool_offered,
+    tool_offered,
+    withhold_tools,
 )
 from shared.events import EventSource, RunPythonAction
 
@@ -59,28 +59,40 @@ def test_a_python_snippet_indented_as_a_whole_runs_dedented() -> None:
 
 
 @pytest.fixture
-def no_python_tool() -> Iterator[None]:
-    offer_python_tool(False)
+def small_model_tools() -> Iterator[None]:
+    withhold_tools(["execute_python", "delegate"])
     try:
         yield
     finally:
-        offer_python_tool(True)
+        withhold_tools([])
 
 
-def test_without_the_python_tool_it_is_not_described_and_a_call_to_it_is_refused(
-    no_python_tool: None,
+def test_withheld_tools_are_not_described_and_a_call_to_one_is_refused(
+    small_model_tools: None,
 ) -> None:
-    assert not python_tool_offered()
-    assert "execute_python" not in system_prompt(native=False)
+    assert not tool_offered("execute_python") and not tool_offered("delegate")
+    prompt = system_prompt(native=False)
+    assert "execute_python" not in prompt and "delegate" not in prompt
     with pytest.raises(BadReply, match=r"no tool named 'execute_python'.*execute_bash"):
         action_for_call(ToolCall("execute_python", {"code": "print(1)"}), {})
+    with pytest.raises(BadReply, match="no tool named 'delegate'"):
+        action_for_call(ToolCall("delegate", {"task": "do it"}), {})
     # A ```python block is no longer run as a snippet: the model is told what to do instead.
     with pytest.raises(BadReply, match="write_file"):
         parse_text_tool_call("```python\nprint(1)\n```", code_blocks=True)
 
 
-def test_the_python_tool_comes_back_in_its_place() -> None:
+def test_withheld_tools_come_back_in_their_place() -> None:
     before = describe_tools()
-    offer_python_tool(False)
-    offer_python_tool(True)
-    assert python_tool_offered() and describe_tools() == before
+    withhold_tools(["delegate", "execute_python"])
+    withhold_tools(["delegate"])
+    assert tool_offered("execute_python") and not tool_offered("delegate")
+    withhold_tools([])
+    assert describe_tools() == before
+
+
+def test_execute_bash_and_finish_cannot_be_withheld() -> None:
+    with pytest.raises(ValueError, match="cannot withhold"):
+        withhold_tools(["finish"])
+    with pytest.raises(ValueError, match="cannot withhold"):
+        withhold_tools(["browse"])
