@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,8 @@ from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 __all__ = [
+    "GVISOR",
+    "SANDBOX_RUNTIME",
     "Controller",
     "PoolContainer",
     "Runtime",
@@ -42,6 +45,13 @@ __all__ = [
     "pool_containers",
     "remove_pool_containers",
 ]
+
+
+# The OCI runtime these tests start sandboxes with: the engine's default (runc) unless
+# DECKHANDS_DOCKER_RUNTIME names another (`runsc`: gVisor, see README "gVisor"). Where gVisor's
+# kernel answers differently, a test states both exact results.
+SANDBOX_RUNTIME = os.environ.get("DECKHANDS_DOCKER_RUNTIME") or "runc"
+GVISOR = SANDBOX_RUNTIME.startswith("runsc")
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ def test_hardening_is_the_default() -> None:
     assert hc["cap_drop"] == ["ALL"]
     assert hc["security_opt"] == ["no-new-privileges"]
     assert hc["init"] is True
+    # runc: the pids cgroup counts the sandbox's processes; no RLIMIT_NPROC, which Linux would
+    # count for uid 1000 across every sandbox of the host.
+    assert hc["pids_limit"] == 512
+    assert "nproc" not in {u["Name"] for u in hc["ulimits"]}
     assert hc["cap_add"] == ["SETUID", "SETGID"]  # for holder.py's two setuids only
     # The workspace's quota is a tmpfs whose pages are charged to the sandbox: 1 GiB for the
     # processes plus 2 GiB for /workspace.
@@ -89,6 +93,11 @@ def test_hardening_is_the_default() -> None:
     ).host_config()
     assert opted["network_mode"] == "bridge"
     assert opted["runtime"] == "runsc"
+    # gVisor: no Docker init; the guest's processes counted by gVisor's RLIMIT_NPROC, the host's
+    # pids cgroup sized for the ptrace platform's stubs.
+    assert opted["init"] is False
+    assert {u["Name"]: u["Soft"] for u in opted["ulimits"]}["nproc"] == 512
+    assert opted["pids_limit"] == 512 * 16
     assert [m["Type"] for m in opted["mounts"]] == ["volume"]
     assert "DriverConfig" not in opted["mounts"][0]["VolumeOptions"]  # no quota on disk
     assert opted["mem_limit"] == 1 << 30  # no workspace in memory
