@@ -186,6 +186,16 @@ class DockerSandboxes:
         def _check() -> None:
             api = self._api()
             api.ping()
+            runtime = self.settings.docker_runtime
+            if runtime is not None:
+                registered = sorted((api.info().get("Runtimes") or {}).keys())
+                if runtime not in registered:
+                    # Otherwise every sandbox start fails, each with the engine's terse error.
+                    raise SandboxStartError(
+                        f"docker_runtime {runtime!r} is not registered with the Docker engine "
+                        f"(it has: {', '.join(registered) or 'none'}); for gVisor, "
+                        "deploy/sandbox/gvisor.sh (make setup) registers runsc"
+                    )
             try:
                 api.inspect_image(self.settings.sandbox_image)
             except ImageNotFound:

@@ -9,7 +9,7 @@ import docker
 import pytest
 
 from services.runtime.actions import observation_id, run_action
-from services.runtime.containers import Sandbox
+from services.runtime.containers import DockerSandboxes, Sandbox, SandboxStartError
 from services.runtime.settings import RuntimeSettings
 from shared.events import (
     CmdOutputObservation,
@@ -296,3 +296,17 @@ async def test_a_file_cannot_grow_past_the_size_limit(
     lines = out.content.strip().splitlines()
     assert "File size limit exceeded" in out.content or lines[-3] != "rc=0", out.content
     assert lines[-2:] == [str(8 << 20), "4096"]
+
+
+async def test_an_oci_runtime_the_engine_lacks_fails_start_up_with_the_reason(
+    runtime_settings: RuntimeSettings,
+) -> None:
+    settings = runtime_settings.model_copy(update={"docker_runtime": "no-such-runtime"})
+    lacking, in_use = DockerSandboxes(settings, "check"), DockerSandboxes(runtime_settings, "ok")
+    try:
+        with pytest.raises(SandboxStartError, match=r"'no-such-runtime' is not registered.*runc"):
+            await lacking.check()
+        await in_use.check()  # the runtime these tests use (runc, or runsc) is there
+    finally:
+        lacking.close()
+        in_use.close()
