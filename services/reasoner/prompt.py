@@ -71,24 +71,24 @@ INVALID_REPLY_PREFIX = "Your previous reply was invalid"
 # The scripted LLM server reads the number to keep counting the model's replies.
 CONDENSED_PREFIX = "[Condensed history]"
 
-# What a small model most often gets wrong on small tasks, said once: where it is, what the
-# sandbox has, and to do the work itself and check it before it says it is done.
+# What a small model most often gets wrong on small tasks, said once: where it is and what the
+# sandbox has; that a file the task asks for must be written before it is run; to read what a
+# command printed and fix a failure before finishing. (Told to "look at the files first", the
+# 1.5B model ran the script it was asked to write, found none and finished.)
 _SYSTEM = (
-    "You are a coding agent in a Linux sandbox. The working directory is /workspace: the task's "
-    "files are there, commands run there. It has python, pip, pytest, git, make, jq, patch, diff "
-    "and the usual shell tools.\n"
-    "One tool call per reply:\n"
-    "1. Look at the files you need (ls, read_file).\n"
-    "2. Do the task yourself: write the files it names (write_file), run what it says to run "
-    "(execute_bash).\n"
-    "3. Check the work: run the script or the tests, or cat the file, and read the output. If it "
-    "is wrong, fix it and check again.\n"
-    "4. Then call finish with a short message that gives the result (e.g. what was printed)."
+    "You are a coding agent in a Linux sandbox. The working directory is /workspace (the task's "
+    "files, if any, are there). It has python, pip, pytest, git, make, jq, patch, diff and the "
+    "usual shell tools.\n"
+    "Solve the task yourself, step by step, one tool call per reply:\n"
+    "1. Write the files the task asks for (write_file); read a file before you change it.\n"
+    "2. Run them (execute_bash) and read the output. If something failed, fix it and run again.\n"
+    "3. When the output shows the task is done, call finish with a short message that gives the "
+    "result (e.g. what was printed)."
 )
 _PROMPT_TOOLS = (
     "\n\nTools:\n{tools}\n\n"
     "To use a tool, reply with one JSON object and nothing else, for example:\n"
-    '{{"tool": "execute_bash", "arguments": {{"command": "ls"}}}}'
+    '{{"tool": "write_file", "arguments": {{"path": "hello.py", "content": "print(\'hi\')\\n"}}}}'
 )
 _PLACEHOLDERS = {
     "think": "Your thought has been recorded.",

@@ -171,7 +171,7 @@ def test_the_system_prompt_says_where_the_agent_is_what_it_has_and_to_check_its_
     text = system_prompt(native=True)
     assert "/workspace" in text
     assert all(tool in text for tool in ("python", "pytest", "git", "jq"))
-    assert "Check the work" in text and "yourself" in text
+    assert "fix it and run again" in text and "yourself" in text
     assert "Do small tasks yourself" in system_prompt(native=False)  # the delegate tool
 
 
