@@ -408,6 +408,14 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def _type_text(prop: dict[str, Any]) -> str:
+    # The values an enum takes, not just "string": a model shown only the type guessed a bash
+    # command for edit_file's `command`.
+    if "enum" in prop:
+        return "|".join(json.dumps(value) for value in prop["enum"])
+    return str(prop.get("type", "any"))
+
+
 def describe_tools() -> str:
     """The tools as prompt text, for models without native function calling."""
     lines = []
@@ -415,8 +423,7 @@ def describe_tools() -> str:
         fn = spec["function"]
         params = fn["parameters"]
         args = ", ".join(
-            f'"{name}"{"" if name in params.get("required", []) else "?"}: '
-            f"{prop.get('type', 'any')}"
+            f'"{name}"{"" if name in params.get("required", []) else "?"}: {_type_text(prop)}'
             for name, prop in params["properties"].items()
         )
         lines.append(f"- {fn['name']} {{{args}}}: {fn['description']}")

@@ -96,3 +96,7 @@ def test_execute_bash_and_finish_cannot_be_withheld() -> None:
         withhold_tools(["finish"])
     with pytest.raises(ValueError, match="cannot withhold"):
         withhold_tools(["browse"])
+
+
+def test_the_tool_list_shows_the_values_an_enum_takes() -> None:
+    assert '"command": "view"|"create"|"str_replace"|"insert"|"undo"' in describe_tools()
