@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from services.reasoner.settings import ReasonerSettings
 from tools.local_llm import LITELLM_MODEL, REASONER_SETTINGS, LocalLLMConfig, llm_env
 from tools.local_llm.model import LocalLLMError, assemble_model, part_wheels
 from tools.local_llm.server_package import missing_requirements
@@ -95,3 +96,11 @@ def test_llm_env_points_at_the_server_and_yields_to_set_variables() -> None:
     assert "DECKHANDS_LLM_NATIVE_TOOL_CALLING" not in env
     native = REASONER_SETTINGS["DECKHANDS_LLM_NATIVE_TOOL_CALLING"]
     assert llm_env(1, environ={})["DECKHANDS_LLM_NATIVE_TOOL_CALLING"] == native
+
+
+def test_the_local_model_is_offered_no_python_snippet_tool_and_no_delegation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in llm_env(1, environ={}).items():
+        monkeypatch.setenv(key, value)
+    assert ReasonerSettings().agent_withheld_tools == ["execute_python", "delegate"]
