@@ -95,6 +95,14 @@ _PLACEHOLDERS = {
     "finish": "The task was marked as finished.",
 }
 _NO_RESULT = "(no result was recorded for this call)"
+# What to do next after a failed action, by its error_code. The 1.5B model, shown only that
+# old_str was not found, sent the same edit again (a number from the test's output) until its
+# iterations ran out, never reading the file.
+_ERROR_HINTS = {
+    "no_match": "Read the file first (read_file), then copy old_str from it exactly, "
+    "indentation included.",
+    "multiple_matches": "Make old_str longer, with the lines around it, so it occurs once.",
+}
 _ANSWER_TYPES = (
     CmdOutputObservation,
     PythonOutputObservation,
@@ -162,7 +170,8 @@ def _observation_text(obs: object, limit: int) -> str:
     if isinstance(obs, FileEditObservation):
         return _clip(f"{obs.content}\n{obs.diff}".strip(), limit)
     if isinstance(obs, ErrorObservation):
-        return f"ERROR: {_clip(obs.content, limit)}"
+        hint = _ERROR_HINTS.get(obs.error_code or "")
+        return f"ERROR: {_clip(obs.content, limit)}" + (f"\n{hint}" if hint else "")
     if isinstance(obs, MCPCallObservation):
         text = _clip(obs.content, limit)
         return f"ERROR (from the tool): {text}" if obs.is_error else text

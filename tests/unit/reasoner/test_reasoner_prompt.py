@@ -167,6 +167,20 @@ def test_a_command_that_printed_nothing_says_so() -> None:
     assert messages[-1]["content"] == "(no output)\n[exit code 0, cwd /workspace]"
 
 
+def test_an_edit_whose_old_str_is_not_in_the_file_says_to_read_the_file() -> None:
+    run = _run("edit")
+    failed = ErrorObservation(
+        task_id=T,
+        source=ENV,
+        cause=run.id,
+        error_code="no_match",
+        content="old_str was not found in /workspace/calc.py; nothing was changed",
+    )
+    text = build_messages(_seq(_task(), run, failed), native=True)[-1]["content"]
+    assert text.startswith("ERROR: old_str was not found")
+    assert "read_file" in text and "exactly" in text
+
+
 def test_the_system_prompt_says_where_the_agent_is_what_it_has_and_to_check_its_work() -> None:
     text = system_prompt(native=True)
     assert "/workspace" in text
