@@ -49,6 +49,7 @@ __all__ = [
     "CONDENSED_PREFIX",
     "INVALID_REPLY_PREFIX",
     "LLM_ERROR",
+    "REPEATED_FAILURE",
     "Chunk",
     "NoTaskError",
     "PromptView",
@@ -95,6 +96,9 @@ _PLACEHOLDERS = {
     "finish": "The task was marked as finished.",
 }
 _NO_RESULT = "(no result was recorded for this call)"
+REPEATED_FAILURE = (
+    "You made this exact call before and it failed then too. Do something different."
+)
 # What to do next after a failed action, by its error_code. The 1.5B model, shown only that
 # old_str was not found, sent the same edit again (a number from the test's output) until its
 # iterations ran out, never reading the file.
@@ -335,10 +339,13 @@ def prompt_view(
     answered = {id(obs) for obs in answers.values()}
     known_ids = {e.id for e in events}
     chunks: list[Chunk] = []
+    failed_calls: set[str] = set()
     for event in events:
         if event is task or id(event) in answered:
             continue
         messages, replies = _render(event, answers, known_ids, native, max_observation_chars)
+        if messages and _is_agent_tool_action(event):
+            messages = _note_repeated_failure(event, answers, messages, failed_calls)
         if messages:
             chunks.append(Chunk(getattr(event, "seq", None), tuple(messages), replies))
     condensation = latest_condensation(events)
@@ -350,6 +357,22 @@ def prompt_view(
         forgotten_up_to_seq=condensation.forgotten_up_to_seq if condensation else task_seq,
         summary=condensation.summary if condensation else "",
     )
+
+
+def _note_repeated_failure(
+    event: Any, answers: dict[str, Any], messages: list[dict[str, Any]], failed: set[str]
+) -> list[dict[str, Any]]:
+    """A call that failed before and fails again says so. A small model at temperature 0 sees
+    its own earlier call in the history and repeats it (the 1.5B model sent the same edit four
+    times, reading the file in between, until the loop detector stopped the task)."""
+    if not isinstance(answers.get(event.id), ErrorObservation):
+        return messages
+    key = json.dumps(call_for_action(event), sort_keys=True, default=str)
+    if key not in failed:
+        failed.add(key)
+        return messages
+    last = messages[-1]
+    return [*messages[:-1], {**last, "content": f"{last['content']}\n{REPEATED_FAILURE}"}]
 
 
 def _render(

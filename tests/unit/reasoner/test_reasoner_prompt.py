@@ -9,6 +9,7 @@ import pytest
 
 from services.reasoner.prompt import (
     INVALID_REPLY_PREFIX,
+    REPEATED_FAILURE,
     NoTaskError,
     build_messages,
     system_prompt,
@@ -179,6 +180,23 @@ def test_an_edit_whose_old_str_is_not_in_the_file_says_to_read_the_file() -> Non
     text = build_messages(_seq(_task(), run, failed), native=True)[-1]["content"]
     assert text.startswith("ERROR: old_str was not found")
     assert "read_file" in text and "exactly" in text
+
+
+def test_a_call_that_failed_before_and_fails_again_says_so() -> None:
+    events: list[Any] = [_task()]
+    for n in range(3):
+        run = _run("python nope.py", call_id=f"call_{n}")
+        events += [run, _output(run, "can't open file", exit_code=2)]
+        read = _run("cat nope.py", call_id=f"read_{n}")
+        failed = ErrorObservation(task_id=T, source=ENV, cause=read.id, content="no such file")
+        events += [read, failed]
+    results = [
+        m["content"] for m in build_messages(_seq(*events), native=True)[2:] if m["role"] == "tool"
+    ]
+    # The failed cat is repeated: its 2nd and 3rd results say so; the first does not, and a
+    # command that ran (with a non-zero exit) is not an error and never does.
+    noted = [REPEATED_FAILURE in text for text in results]
+    assert noted == [False, False, False, True, False, True]
 
 
 def test_the_system_prompt_says_where_the_agent_is_what_it_has_and_to_check_its_work() -> None:
