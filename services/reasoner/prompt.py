@@ -81,10 +81,11 @@ _SYSTEM = (
     "files, if any, are there). It has python, pip, pytest, git, make, jq, patch, diff and the "
     "usual shell tools.\n"
     "Solve the task yourself, step by step, one tool call per reply:\n"
-    "1. Write the files the task asks for (write_file); read a file before you change it.\n"
+    "1. Read the files the task names before you change them (cat); write new ones with "
+    "write_file.\n"
     "2. Run them (execute_bash) and read the output. If something failed, fix it and run again.\n"
-    "3. When the output shows the task is done, call finish with a short message that gives the "
-    "result (e.g. what was printed)."
+    "3. Read the task again: when the output shows it is done, call finish with a short message "
+    "that gives the result (e.g. what was printed)."
 )
 _PROMPT_TOOLS = (
     "\n\nTools:\n{tools}\n\n"
