@@ -16,6 +16,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     Controller,
     Runtime,
     cmd,
+    differs_under_gvisor,
     make_settings,
 )
 
@@ -49,6 +50,10 @@ async def _out(ctl: Controller, task_id: str, command: str) -> str:
     return observation.content
 
 
+@differs_under_gvisor(
+    "/workspace is a 9p mount of the host's tmpfs volume (the quota holds; the file system "
+    "reads v9fs)"
+)
 async def test_writing_past_the_quota_is_no_space_left_and_the_agent_is_told(
     runtime: Runtime, js: JetStreamContext
 ) -> None:
@@ -95,6 +100,7 @@ async def test_writing_past_the_quota_is_no_space_left_and_the_agent_is_told(
     await ctl_other.release()
 
 
+@differs_under_gvisor("/tmp is gVisor's own tmpfs, which ignores nr_inodes")
 async def test_many_small_files_stop_at_the_inode_limit(
     runtime: Runtime, js: JetStreamContext
 ) -> None:

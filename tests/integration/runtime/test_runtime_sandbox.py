@@ -7,6 +7,7 @@ import uuid
 
 import docker
 import pytest
+from runtime_helpers import GVISOR, differs_under_gvisor  # type: ignore[import-not-found]
 
 from services.runtime.actions import observation_id, run_action
 from services.runtime.containers import DockerSandboxes, Sandbox, SandboxStartError
@@ -170,6 +171,7 @@ async def test_long_output_is_cut_in_the_middle(
     assert cut == full - 1000
 
 
+@differs_under_gvisor("Ctrl-C does not stop the command, so a hard timeout ends with a fresh shell")
 async def test_hard_timeout_interrupts_and_shell_survives(
     fresh_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
@@ -220,6 +222,7 @@ async def test_there_is_no_network(
     assert dns.content.startswith("blocked")
 
 
+@differs_under_gvisor("/proc/self/status has no NoNewPrivs line")
 async def test_cannot_write_outside_workspace_and_tmp(
     shared_sandbox: Sandbox, runtime_settings: RuntimeSettings
 ) -> None:
@@ -256,16 +259,18 @@ async def test_container_is_hardened(
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in host["SecurityOpt"]
-    assert host["PidsLimit"] == 128
+    # gVisor: room for the ptrace platform's host stubs; the guest's count is RLIMIT_NPROC.
+    assert host["PidsLimit"] == (128 * 16 if GVISOR else 128)
     # 256 MiB for the processes, plus the tmpfs workspace's quota (make_settings: 64 MiB).
     assert host["Memory"] == (256 + 64) * 1024 * 1024
     [workspace] = [m for m in host["Mounts"] if m["Target"] == "/workspace"]
     assert "size=67108864,nr_inodes=4096," in str(workspace["VolumeOptions"]["DriverConfig"])
     assert host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
-    assert host["Init"] is True
+    assert host["Init"] is (not GVISOR)  # under gVisor tini is PID 1 (containers.py says why)
     limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in host["Ulimits"]}
-    assert limits == {"nofile": (4096, 4096), "fsize": (8 << 20, 8 << 20)}
+    expected = {"nofile": (4096, 4096), "fsize": (8 << 20, 8 << 20)}
+    assert limits == ({**expected, "nproc": (128, 128)} if GVISOR else expected)
     assert host["LogConfig"]["Config"]["max-size"] == "1m"
     assert not host.get("Binds")
     # Root starts holder.py, which needs these two to leave root for uids 999 and 1000; the

@@ -16,9 +16,11 @@ import pytest
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
 from runtime_helpers import (  # type: ignore[import-not-found]
+    GVISOR,
     Controller,
     Runtime,
     cmd,
+    differs_under_gvisor,
     eventually,
 )
 
@@ -100,6 +102,7 @@ async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
     assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
 
 
+@differs_under_gvisor("/proc/self/cgroup is empty")
 async def test_tasks_get_different_sandboxes_and_cannot_see_each_other(
     runtime: Runtime, js: JetStreamContext
 ) -> None:
@@ -210,6 +213,9 @@ async def test_warm_pool_hands_out_ready_sandboxes_and_refills(runtime: Runtime)
     await pool.discard(sandbox.container_id, "test")
 
 
+@differs_under_gvisor(
+    "runsc needs --network=none here (its root-netns check misfires on Linux 6.x): no egress"
+)
 async def test_network_egress_is_opt_in_per_task(
     runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient
 ) -> None:
@@ -423,6 +429,11 @@ async def test_file_actions_on_a_fifo_or_device_are_refused_and_the_workspace_st
     await ctl.release()
 
 
+@pytest.mark.skipif(
+    GVISOR,
+    reason="gVisor (Debian's runsc 0.0~20221219): after the 50 MB flood through docker exec the "
+    "task's next sandbox was lost once and the test hung once (passed once): not yet explained",
+)
 async def test_a_foreign_writer_on_the_channel_ends_only_that_sandbox(
     runtime: Runtime, js: JetStreamContext, docker_client: docker.DockerClient
 ) -> None:
