@@ -26,9 +26,14 @@ from k8s_manifests import (
     workloads,
 )
 
-from shared.broker import DELETIONS, EVENTS, WORK
+from shared.broker import DELETIONS, EVENTS, ROUTED, WORK
 
-STREAMS = {"WORK": WORK.name, "EVENTS": EVENTS.name, "DELETIONS": DELETIONS.name}
+STREAMS = {
+    "WORK": WORK.name,
+    "EVENTS": EVENTS.name,
+    "DELETIONS": DELETIONS.name,
+    "ROUTED": ROUTED.name,
+}
 # Scaling them would break them; the reasons are in the manifests.
 NEVER_SCALED = {"runtime", "storage"}
 SERVICES = sorted(p.parent.name for p in (ROOT / "services").glob("*/main.py"))
