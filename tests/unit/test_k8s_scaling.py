@@ -41,7 +41,7 @@ SERVICES = sorted(p.parent.name for p in (ROOT / "services").glob("*/main.py"))
 
 def declared_consumers() -> dict[str, tuple[str, str | None]]:
     """service -> (stream, durable name), None when the name is computed (one per replica)."""
-    consumers = {}
+    consumers: dict[str, tuple[str, str | None]] = {}
     for main in sorted((ROOT / "services").glob("*/main.py")):
         for node in ast.walk(ast.parse(main.read_text())):
             if (
@@ -50,10 +50,14 @@ def declared_consumers() -> dict[str, tuple[str, str | None]]:
             ):
                 stream = STREAMS[getattr(node.args[1], "id", "")]
                 durable = node.args[2]
-                shared = isinstance(durable, ast.Constant) and isinstance(durable.value, str)
+                shared = (
+                    durable.value
+                    if isinstance(durable, ast.Constant) and isinstance(durable.value, str)
+                    else None
+                )
                 # A service's first consumer is its work, what it scales on (storage also
                 # reads the deletions, beside the log).
-                consumers.setdefault(main.parent.name, (stream, durable.value if shared else None))
+                consumers.setdefault(main.parent.name, (stream, shared))
     return consumers
 
 

@@ -10,7 +10,7 @@ dead node's sandbox.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import docker
 import pytest
@@ -38,7 +38,7 @@ TTL_S = 3
 
 
 @pytest.fixture(scope="module")
-def pool(docker_client: docker.DockerClient) -> AsyncIterator[str]:
+def pool(docker_client: docker.DockerClient) -> Iterator[str]:
     name = f"test-replicas-{uuid.uuid4().hex[:6]}"
     yield name
     remove_pool_containers(docker_client, name)
