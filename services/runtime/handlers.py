@@ -436,7 +436,7 @@ class RuntimeService:
             return  # not the reviewed action its task awaits: answered, never run
         known = await self._known_here(action.id, progress)
         if known is not None:  # ran, or runs, here: Redis may have lost its ledger since
-            await self.publish(self._answer(EventAdapter.validate_json(known)))
+            await self.publish(EventAdapter.validate_json(known))
             return
         holder = await self.tasks.held_elsewhere(command.task_id)
         if holder is not None:
@@ -448,7 +448,7 @@ class RuntimeService:
             self.recent.begin(action.id)
             try:
                 async with self._keepalive(action.id, progress):
-                    observation = await self._run(command, last_try)
+                    observation = self._answer(await self._run(command, last_try))
             except BaseException:
                 self.recent.abandon(action.id)
                 await self.ledger.finish(action.id, self.replica_id)
@@ -462,15 +462,13 @@ class RuntimeService:
                 self.recent.done(action.id, recorded)  # the ledger's copy wins, as before
         elif recorded is None:
             recorded = await self._result_of_duplicate(command, progress)
-        await self.publish(self._answer(EventAdapter.validate_json(recorded)))
+        await self.publish(EventAdapter.validate_json(recorded))
 
-    def _answer(self, event: EventBase) -> EventBase:
-        """The observation as published: naming this replica when it holds the task's sandbox,
-        so that the controller routes the task's next order here; else no replica."""
-        if "runtime_replica" not in type(event).model_fields:
-            return event
-        holds = self.tasks.local(event.task_id) is not None
-        return event.model_copy(update={"runtime_replica": self.replica if holds else None})
+    def _answer(self, observation: RuntimeObservation) -> RuntimeObservation:
+        """The observation as recorded and published: naming this replica when it holds the
+        task's sandbox, so that the controller routes the task's next order here; else none."""
+        holds = self.tasks.local(observation.task_id) is not None
+        return observation.model_copy(update={"runtime_replica": self.replica if holds else None})
 
     async def _known_here(self, action_id: str, progress: Progress | None) -> str | None:
         """The observation of an action this replica ran, or of its run under way here (waited
@@ -654,7 +652,7 @@ class RuntimeService:
                 if await self.ledger.claim(action_id, self.replica_id, _CLAIM_TTL_S):
                     try:
                         # Its runner is gone. Run it only if it never reached the sandbox.
-                        observation = await self._run(command, last_try=True)
+                        observation = self._answer(await self._run(command, last_try=True))
                         return await self.ledger.record(action_id, observation.model_dump_json())
                     finally:
                         await self.ledger.finish(action_id, self.replica_id)
