@@ -9,10 +9,13 @@ dead node's sandbox.
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import docker
+import nats
 import pytest
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
@@ -31,6 +34,14 @@ from shared.commands import ExecuteAction
 from shared.events import CmdOutputObservation, ErrorObservation
 from shared.settings import CommonSettings
 from shared.subjects import Service, routed_subject
+from shared.workspace import (
+    WORKSPACE_SUBJECT,
+    WorkspaceOp,
+    WorkspaceReply,
+    WorkspaceRequest,
+    WorkspaceStatus,
+    WorkspaceTransfers,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -155,4 +166,47 @@ async def test_the_queue_of_a_gone_replica_is_handed_to_the_others(
     assert await ctl.nothing_within(1.0)
     info = await js.stream_info("DECKHANDS_ROUTED", subjects_filter=">")
     assert not info.state.subjects  # nothing left queued for anyone
+    await ctl.release()
+
+
+async def test_a_workspace_request_is_answered_by_the_replica_holding_the_sandbox(
+    js: JetStreamContext, node_a: Runtime, node_b: Runtime, isolated_settings: CommonSettings
+) -> None:
+    task_id = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, task_id, isolated_settings.redis_url)
+    first = await ctl.run(cmd(task_id, "echo kept > /workspace/note.txt"))
+    holding, other = (node_a, node_b) if first.runtime_replica == "node-a" else (node_b, node_a)
+    handled: dict[str, int] = {"node-a": 0, "node-b": 0}
+    originals = {}
+    for rt in (node_a, node_b):
+        originals[rt.service.replica] = original = rt.service.workspace.handle
+
+        async def counted(
+            request: WorkspaceRequest, _rt: Runtime = rt, _orig: Any = original
+        ) -> Any:
+            handled[_rt.service.replica] += 1
+            return await _orig(request)
+
+        rt.service.workspace.handle = counted  # type: ignore[method-assign]
+    transfers = WorkspaceTransfers(lambda: js)
+    nc = await nats.connect(isolated_settings.nats_url)
+    try:
+        request = WorkspaceRequest(
+            op=WorkspaceOp.GET_FILE, task_id=task_id, path="note.txt", max_bytes=4096
+        )
+        for _ in range(6):  # the queue group gives some to each replica
+            msg = await nc.request(WORKSPACE_SUBJECT, request.model_dump_json().encode(), 30)
+            reply = WorkspaceReply.model_validate_json(msg.data)
+            assert reply.status is WorkspaceStatus.OK, reply
+            assert reply.object is not None
+            out = io.BytesIO()
+            await transfers.get(reply.object, out)
+            await transfers.delete(reply.object)
+            assert out.getvalue() == b"kept\n"
+    finally:
+        await nc.close()
+        for rt in (node_a, node_b):
+            rt.service.workspace.handle = originals[rt.service.replica]  # type: ignore[method-assign]
+    # Every request was served from the holder's engine: the other replica passed its share on.
+    assert handled == {holding.service.replica: 6, other.service.replica: 0}
     await ctl.release()
