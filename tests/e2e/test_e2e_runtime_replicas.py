@@ -39,8 +39,9 @@ def _script() -> dict[str, Any]:
         {
             "tool": "execute_bash",
             "arguments": {
-                "command": f"echo step {i} >> /workspace/steps && echo sandbox $(hostname) "
-                "&& cat /workspace/steps"
+                # The sleep: a replica killed at a random moment may be killed mid-action.
+                "command": f"echo step {i} >> /workspace/steps && sleep 1 && echo sandbox "
+                "$(hostname) && cat /workspace/steps"
             },
             "delay_s": LLM_S,
         }
@@ -157,3 +158,8 @@ def test_tasks_follow_their_sandbox_and_survive_a_replica_killed(tmp_path: Path)
             assert steps == sorted(steps, key=lambda line: int(line.split()[1])), steps
             ran = {o["command"].split(" >>")[0].removeprefix("echo ") for o in outputs}
             assert ran <= set(steps), (ran, steps)
+
+        # The victim's tasks went on because the survivor took the orders queued for the victim
+        # (the controller kept routing there until a survivor's answer named the survivor).
+        survivor_log = stack.logs / ("runtime.log" if survivor == "ra" else "runtime-b.log")
+        assert f"runtime replica {victim} is gone" in survivor_log.read_text()
