@@ -42,6 +42,7 @@ from shared.subjects import (
 )
 
 from .bindings import TaskBindings
+from .metrics import ORDERS_RELAYED
 
 __all__ = ["QUEUE_INACTIVE_S", "ReplicaQueues", "consumer_name", "relay_id"]
 
@@ -93,6 +94,7 @@ class ReplicaQueues:
             msg_id,
             ROUTED_STREAM,
         )
+        ORDERS_RELAYED.labels("passed_on").inc()
 
     async def queued_replicas(self) -> set[str]:
         """The replicas whose queue holds orders (delivered or not)."""
@@ -167,3 +169,4 @@ class ReplicaQueues:
             relay_id(order_id, ROUTED_STREAM, stream_seq),
             WORK_STREAM,
         )
+        ORDERS_RELAYED.labels("handed_back").inc()
