@@ -258,3 +258,16 @@ def test_memory_requests_cover_the_measured_peak(target: str) -> None:
     for service, peak in MEASURED_PEAK_RSS_MIB.items():
         requested = _mebibytes(_requests(render(target), service)["memory"])
         assert requested >= 1.2 * peak, f"{target}: {service} requests {requested} MiB"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_runtime_replica_is_named_for_its_engine(target: str) -> None:
+    """Orders go to the replica holding a task's sandbox, by the replica's name: the node's
+    when the runtime drives its node's engine (the DaemonSet, the host's socket), the pod's
+    when it has its own (the DinD sidecar)."""
+    [runtime] = [w for w in workloads(render(target)) if w["metadata"]["name"] == "runtime"]
+    [container] = [c for c in runtime["spec"]["template"]["spec"]["containers"]]
+    env = {e["name"]: e for e in container.get("env", [])}
+    field = env["DECKHANDS_RUNTIME_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"]
+    own_engine = env["DOCKER_HOST"].get("value") == "unix:///var/run/dind/docker.sock"
+    assert field == ("metadata.name" if own_engine else "spec.nodeName")
