@@ -19,13 +19,21 @@ from .delivery import DeliveryGuard
 from .health import PROCESS_HEALTH, ProgressMiddleware
 from .nats_fetch import install as install_nats_fetch_fix
 from .settings import CommonSettings
-from .subjects import DELETIONS_STREAM, EVENTS_STREAM, NOTICES_STREAM, WORK_STREAM, Service
+from .subjects import (
+    DELETIONS_STREAM,
+    EVENTS_STREAM,
+    NOTICES_STREAM,
+    ROUTED_STREAM,
+    WORK_STREAM,
+    Service,
+)
 
 __all__ = [
     "DELETIONS",
     "EVENTS",
     "EXIT_BROKER_LOST",
     "NOTICES",
+    "ROUTED",
     "WORK",
     "IdleFetchFilter",
     "ServiceBroker",
@@ -43,6 +51,7 @@ EVENTS = JStream(EVENTS_STREAM, declare=False)
 WORK = JStream(WORK_STREAM, declare=False)
 DELETIONS = JStream(DELETIONS_STREAM, declare=False)
 NOTICES = JStream(NOTICES_STREAM, declare=False)
+ROUTED = JStream(ROUTED_STREAM, declare=False)
 
 _FETCH_BATCH = 32
 _MAX_ACK_PENDING = 20_000

@@ -15,6 +15,13 @@ The one exception to "orders come from the controller" is the runtime's own queu
 waited for a sandbox seat has its ExecuteAction re-sent by the runtime to itself once a seat
 frees (services/runtime/main.py, `resend`). The runtime may therefore publish to
 `deckhands.work.runtime.*`, which only it consumes; it can run any order it holds anyway.
+For the same reason it may publish to `deckhands.routed.runtime.*.*`: an order that reached a
+replica whose engine does not hold the task's sandbox is passed on to the replica that does, and
+the orders queued for a replica that is gone are passed back to the shared subject.
+
+Orders routed to one runtime replica live in their own stream (ROUTED), with one durable
+consumer per replica (`runtime_<replica>`): the runtime may use any consumer of that stream (a
+replica that is gone has its queue drained by another), and no consumer of WORK but its own.
 
 `nats_authorization` renders this as a nats-server `authorization` block, used by `make up`
 (passwords written in) and by the Kubernetes ConfigMap (passwords as `$NATS_PASSWORD_<USER>`
@@ -32,11 +39,15 @@ from .subjects import (
     DLQ_STREAM,
     EVENTS_STREAM,
     NOTICES_STREAM,
+    ROUTED_STREAM,
     SECRETS_BUCKET,
     TENANTS_BUCKET,
     WORK_STREAM,
     Service,
 )
+
+# shared.workspace imports more than this module may (Redis, NATS): the subject is repeated.
+_WORKSPACE = "deckhands.runtime.workspace"
 
 __all__ = [
     "ADMIN_USER",
@@ -62,6 +73,7 @@ _SECRETS = f"KV_{SECRETS_BUCKET}"
 _DECLARED = (
     EVENTS_STREAM,
     WORK_STREAM,
+    ROUTED_STREAM,
     DLQ_STREAM,
     DELETIONS_STREAM,
     NOTICES_STREAM,
@@ -168,6 +180,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             "deckhands.work.reasoner.*",
             "deckhands.work.security.*",
             "deckhands.work.runtime.*",
+            "deckhands.routed.runtime.*.*",  # to the replica holding the task's sandbox
         ],
         [],
     ),
@@ -189,11 +202,17 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
         "runtime",
         [
             *_consumer(WORK_STREAM, "runtime"),
+            # Its own replica's queue, and that of a replica that is gone (drained).
+            *_consumer(ROUTED_STREAM, "*"),
             _CONTROLLER_INBOX,
             "deckhands.work.runtime.*",  # a queued order re-sent to itself (module docstring)
+            "deckhands.routed.runtime.*.*",  # passed on to the replica holding the sandbox
+            # ... and a workspace request likewise.
+            f"{_WORKSPACE}.*",
             *_blob_writer(),
         ],
-        ["deckhands.runtime.workspace"],  # a task's workspace in and out (request/reply)
+        # A task's workspace in and out (request/reply), sent to any replica or to this one.
+        [_WORKSPACE, f"{_WORKSPACE}.*"],
     ),
     Service.STORAGE.value: lambda: _service(
         "storage",
@@ -208,7 +227,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             _CONTROLLER_INBOX,
             "deckhands.storage.history",
             "deckhands.storage.forget",
-            "deckhands.runtime.workspace",
+            _WORKSPACE,
             # DELETE /v1/tasks/{id} purges the task's subject from the log.
             f"$JS.API.STREAM.PURGE.{EVENTS_STREAM}",
             "deckhands.deletions.*",  # ... and tells every storage replica, down ones included

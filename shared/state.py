@@ -159,6 +159,11 @@ class TaskState(BaseModel):
     approval: Approval | None = Field(
         default=None, description="How the action sent to the runtime was approved."
     )
+    runtime_replica: str | None = Field(
+        default=None,
+        description="The runtime replica holding the task's sandbox, as its last observation "
+        "said: the task's orders go to that replica's queue (None: to any replica's).",
+    )
     result: TaskResult | None = None
     usage: TaskUsage = Field(default_factory=TaskUsage)
 

@@ -3,6 +3,10 @@
 Layout:
   deckhands.events.<task>            the task's event log (stream EVENTS, source of truth)
   deckhands.work.<service>.<task>    work orders to one service (stream WORK, work queue)
+  deckhands.routed.<service>.<replica>.<task>
+                                     work orders to one replica of a service: the runtime
+                                     replica whose engine holds the task's sandbox (stream
+                                     ROUTED, work queue; a consumer per replica)
   deckhands.dlq.<service>            messages a service gave up on (stream DLQ)
   deckhands.storage.history          request/reply, core NATS
   deckhands.storage.forget           request/reply, core NATS, every storage replica
@@ -16,6 +20,7 @@ Layout:
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 __all__ = [
@@ -26,6 +31,7 @@ __all__ = [
     "FORGET_SUBJECT",
     "HISTORY_SUBJECT",
     "NOTICES_STREAM",
+    "ROUTED_STREAM",
     "SECRETS_BUCKET",
     "TENANTS_BUCKET",
     "WORK_STREAM",
@@ -34,6 +40,9 @@ __all__ = [
     "dlq_subject",
     "event_subject",
     "notice_subject",
+    "replica_of_routed",
+    "replica_token",
+    "routed_subject",
     "work_subject",
 ]
 
@@ -42,6 +51,7 @@ WORK_STREAM = "DECKHANDS_WORK"
 DLQ_STREAM = "DECKHANDS_DLQ"
 DELETIONS_STREAM = "DECKHANDS_DELETIONS"
 NOTICES_STREAM = "DECKHANDS_NOTICES"
+ROUTED_STREAM = "DECKHANDS_ROUTED"
 BLOBS_BUCKET = "deckhands-blobs"
 TENANTS_BUCKET = "deckhands-tenants"
 SECRETS_BUCKET = "deckhands-secrets"
@@ -73,6 +83,32 @@ def event_subject(task_id: str = "*") -> str:
 def work_subject(service: Service, task_id: str = "*") -> str:
     tok = task_id if task_id in ("*", ">") else _token(task_id)
     return f"deckhands.work.{service.value}.{tok}"
+
+
+def replica_token(name: str) -> str:
+    """A replica's name as one subject token and a consumer name: what Kubernetes names a node
+    or a pod (DNS names, with dots) is kept, every other character becoming `_`."""
+    token = re.sub(r"[^A-Za-z0-9_-]", "_", name.strip())[:64]
+    if not token:
+        raise ValueError(f"replica name {name!r} is empty")
+    return token
+
+
+def routed_subject(service: Service, replica: str = "*", task_id: str = "*") -> str:
+    """Orders for one replica of a service (the runtime: the one holding the task's sandbox)."""
+    rep = replica if replica == "*" else replica_token(replica)
+    if rep != replica:
+        raise ValueError(f"replica name {replica!r} is not a subject token")
+    tok = task_id if task_id in ("*", ">") else _token(task_id)
+    return f"deckhands.routed.{service.value}.{rep}.{tok}"
+
+
+def replica_of_routed(subject: str) -> str:
+    """The replica a routed subject names (`deckhands.routed.<service>.<replica>.<task>`)."""
+    parts = subject.split(".")
+    if len(parts) != 5 or parts[:2] != ["deckhands", "routed"]:
+        raise ValueError(f"{subject!r} is not a routed subject")
+    return parts[3]
 
 
 def dlq_subject(service: Service | str) -> str:

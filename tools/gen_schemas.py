@@ -167,13 +167,17 @@ def _broker_of(service: str) -> Any:
 
 @contextmanager
 def _clean_environment() -> Iterator[None]:
-    """Without DECKHANDS_* variables, every broker URL in the document is the default one."""
+    """Without DECKHANDS_* variables, every broker URL in the document is the default one.
+    The runtime's own queue is named for its replica (the host's name by default): the
+    document names it `REPLICA`, the same on every machine."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("DECKHANDS_")}
     for key in saved:
         del os.environ[key]
+    os.environ["DECKHANDS_RUNTIME_REPLICA"] = "REPLICA"
     try:
         yield
     finally:
+        os.environ.pop("DECKHANDS_RUNTIME_REPLICA", None)
         os.environ.update(saved)
 
 

@@ -269,12 +269,20 @@ class Stack:
     def _record(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         (self.pids / f"{name}.pid").write_text(str(proc.pid))
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self,
+        name: str,
+        args: list[str],
+        service: str | None = None,
+        env_overrides: dict[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         env = self._env()
-        if name in SERVICES:
-            env.update(self.credentials.service_env(name))
+        service = service or name
+        if service in SERVICES:
+            env.update(self.credentials.service_env(service))
         if name in self.config.metrics_ports:
             env["DECKHANDS_METRICS_PORT"] = str(self.config.metrics_ports[name])
+        env.update(env_overrides or {})
         proc = subprocess.Popen(
             args,
             cwd=ROOT,
@@ -347,6 +355,14 @@ class Stack:
             self._start_redis()
         else:
             self._spawn(name, [sys.executable, "-m", f"services.{name}"])
+
+    def start_replica(self, name: str, service: str, env: dict[str, str]) -> None:
+        """Start one more process of `service` under `name` (its log, its pid file; `down`
+        stops it too), with `env` on top of the stack's: e.g. a second runtime replica with
+        its own DECKHANDS_RUNTIME_REPLICA and DECKHANDS_METRICS_PORT."""
+        if service not in SERVICES or name in SERVICES:
+            raise ValueError(f"{name!r} cannot be a replica of {service!r}")
+        self._spawn(name, [sys.executable, "-m", f"services.{service}"], service, env)
 
     def kill_service(self, name: str) -> None:
         """SIGKILL, as a crash would: no clean-up, no acks."""

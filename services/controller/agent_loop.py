@@ -541,6 +541,10 @@ def _from_security(turn: Turn, event: EventBase) -> None:
 
 
 def _observed(turn: Turn, event: EventBase) -> None:
+    if turn.state.awaiting is Awaiting.RUNTIME:
+        # The runtime's answer names the replica whose engine holds the task's sandbox (or
+        # none): the task's next orders go to that replica (Turn.outbox).
+        turn.update(runtime_replica=getattr(event, "runtime_replica", None))
     _remember(turn, turn.log(event))
     if isinstance(event, AgentDelegateObservation):
         _count_sub_task_spend(turn, event)

@@ -29,10 +29,12 @@ from shared.state import Outgoing, TaskState
 from shared.subjects import (
     EVENTS_STREAM,
     NOTICES_STREAM,
+    ROUTED_STREAM,
     WORK_STREAM,
     Service,
     event_subject,
     notice_subject,
+    routed_subject,
     work_subject,
 )
 
@@ -185,11 +187,22 @@ class Turn:
         ]
         out += [
             Outgoing(
-                subject=work_subject(service, m.task_id),
-                stream=WORK_STREAM,
+                subject=subject,
+                stream=stream,
                 payload=m.model_dump_json(),
                 msg_id=m.id,
             )
             for service, m in self.sent
+            for subject, stream in (self._destination(service, m.task_id),)
         ]
         return out
+
+    def _destination(self, service: Service, task_id: str) -> tuple[str, str]:
+        """Where an order goes: a runtime order of a task whose sandbox a known replica holds
+        goes to that replica's queue (its sandbox lives on that replica's engine), any other
+        to the service's shared queue. A replica that is gone has its queue passed back to the
+        shared one by the others (services/runtime/routing.py)."""
+        replica = self.state.runtime_replica
+        if service is Service.RUNTIME and replica and task_id == self.state.task_id:
+            return routed_subject(service, replica, task_id), ROUTED_STREAM
+        return work_subject(service, task_id), WORK_STREAM

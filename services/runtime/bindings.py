@@ -1,7 +1,9 @@
 """What the runtime remembers in Redis, so any replica (or a restarted one) can carry on.
 
-- task bindings: task id -> container id, claimed with SET NX so one task never gets two
-  sandboxes and a sandbox is never bound twice;
+- task bindings: task id -> container id and the replica whose engine holds it
+  (`<container>@<replica>`; a binding written before replicas were named has no `@`), claimed
+  with SET NX so one task never gets two sandboxes and a sandbox is never bound twice;
+- replica names alive: a replica's orders and sandboxes are only taken over once it is gone;
 - replica heartbeats: which replicas are alive, so a replica's warm sandboxes are only
   reaped once it is gone;
 - the action ledger: executed action id -> the observation published for it, so a redelivered
@@ -21,6 +23,22 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# A binding names `<container>` or `<container>@<replica>`: these compare the container only.
+_UNBIND_IF = """
+local v = redis.call('GET', KEYS[1])
+if v and (v == ARGV[1] or string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '@') then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+_REHOLD_IF = """
+local v = redis.call('GET', KEYS[1])
+if v and (v == ARGV[1] or string.sub(v, 1, string.len(ARGV[1]) + 1) == ARGV[1] .. '@') then
+  redis.call('SET', KEYS[1], ARGV[1] .. '@' .. ARGV[2], 'KEEPTTL')
+  return 1
+end
+return 0
+"""
 _REFRESH_IF = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -35,43 +53,88 @@ def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _split(value: str | None) -> tuple[str, str | None] | None:
+    """A binding's value as (container id, holding replica or None)."""
+    if value is None:
+        return None
+    container_id, _, replica = value.partition("@")
+    return container_id, (replica or None)
+
+
 class TaskBindings:
-    def __init__(self, redis: Redis, pool_name: str, ttl_s: int) -> None:
+    def __init__(self, redis: Redis, pool_name: str, ttl_s: int, replica: str = "") -> None:
         self.redis = redis
         self.prefix = f"deckhands:runtime:{pool_name}"
         self.ttl_s = ttl_s
+        self.replica = replica  # this replica's name: what it binds is held by its engine
         self._delete_if = redis.register_script(_DELETE_IF)
+        self._unbind_if = redis.register_script(_UNBIND_IF)
+        self._rehold_if = redis.register_script(_REHOLD_IF)
 
     def _task_key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
 
+    def _value(self, container_id: str) -> str:
+        return f"{container_id}@{self.replica}" if self.replica else container_id
+
     async def get(self, task_id: str) -> str | None:
-        return _text(await self.redis.get(self._task_key(task_id)))
+        """The container the task is bound to."""
+        held = await self.held(task_id)
+        return held[0] if held is not None else None
+
+    async def held(self, task_id: str) -> tuple[str, str | None] | None:
+        """(container id, the replica whose engine holds it, None if not recorded)."""
+        return _split(_text(await self.redis.get(self._task_key(task_id))))
+
+    async def holder(self, task_id: str) -> str | None:
+        """The replica holding the task's sandbox (None: unbound, or not recorded)."""
+        held = await self.held(task_id)
+        return held[1] if held is not None else None
 
     async def bind(self, task_id: str, container_id: str) -> str:
         """Bind unless the task is bound already; return the container the task is bound to."""
+        held = await self.bind_held(task_id, container_id)
+        return held[0]
+
+    async def bind_held(self, task_id: str, container_id: str) -> tuple[str, str | None]:
+        """Bind unless the task is bound already; return what the task is bound to (container,
+        holding replica)."""
         key = self._task_key(task_id)
-        if await self.redis.set(key, container_id, nx=True, ex=self.ttl_s):
-            return container_id
-        bound = _text(await self.redis.get(key))
+        if await self.redis.set(key, self._value(container_id), nx=True, ex=self.ttl_s):
+            return container_id, (self.replica or None)
+        bound = _split(_text(await self.redis.get(key)))
         if bound is None:  # expired between the two calls: try once more
-            return await self.bind(task_id, container_id)
+            return await self.bind_held(task_id, container_id)
         return bound
+
+    async def rehold(self, task_id: str, container_id: str) -> bool:
+        """Record this replica as the holder of the task's sandbox (it adopted the container,
+        on the engine it shares with the replica that is gone); False if the task is bound to
+        another container now."""
+        if not self.replica:
+            return False
+        return bool(
+            await self._rehold_if(keys=[self._task_key(task_id)], args=[container_id, self.replica])
+        )
 
     async def touch(self, task_id: str) -> None:
         await self.redis.expire(self._task_key(task_id), self.ttl_s)
 
     async def unbind(self, task_id: str, container_id: str) -> None:
         """Remove the binding only if it still names this container."""
-        await self._delete_if(keys=[self._task_key(task_id)], args=[container_id])
+        await self._unbind_if(keys=[self._task_key(task_id)], args=[container_id])
 
     async def all(self) -> dict[str, str]:
         """Every binding of this pool: task id -> container id."""
-        found: dict[str, str] = {}
+        return {task: cid for task, (cid, _) in (await self.all_held()).items()}
+
+    async def all_held(self) -> dict[str, tuple[str, str | None]]:
+        """Every binding of this pool: task id -> (container id, holding replica)."""
+        found: dict[str, tuple[str, str | None]] = {}
         start = len(self._task_key(""))
         async for raw in self.redis.scan_iter(match=self._task_key("*"), count=500):
             key = _text(raw) or ""
-            value = _text(await self.redis.get(key))
+            value = _split(_text(await self.redis.get(key)))
             if value is not None:
                 found[key[start:]] = value
         return found
@@ -115,6 +178,18 @@ class TaskBindings:
         await self.redis.delete(
             f"{self.prefix}:replica:{replica_id}", f"{self.prefix}:intact:{replica_id}"
         )
+
+    # -- replica names (several processes may share one, on one engine)
+
+    async def name_heartbeat(self, ttl_s: int) -> None:
+        if self.replica:
+            await self.redis.set(f"{self.prefix}:name:{self.replica}", "1", ex=ttl_s)
+
+    async def name_alive(self, replica: str) -> bool:
+        """Whether some process of the replica `replica` sent a heartbeat lately."""
+        if replica == self.replica:
+            return True
+        return bool(await self.redis.exists(f"{self.prefix}:name:{replica}"))
 
 
 # One round trip per step of an action: begin (recorded result, or claim), complete (record the

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -60,7 +58,7 @@ from .pool import PoolExhausted, WarmPool
 from .recent_actions import RecentActions
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
-from .task_sandboxes import TaskSandboxes, WorkspaceLost
+from .task_sandboxes import HeldElsewhere, TaskSandboxes, WorkspaceLost
 from .task_secrets import TaskSecrets
 from .workspace_ops import RuntimeWorkspace
 
@@ -74,7 +72,6 @@ Progress = Callable[[], Awaitable[None]]
 
 _CLAIM_TTL_S = 15
 _CLAIM_REFRESH_S = 5.0
-_HEARTBEAT_TTL_S = 30
 _WAITING_FOR_USER = frozenset(
     {
         AgentState.AWAITING_USER_INPUT,
@@ -85,9 +82,10 @@ _WAITING_FOR_USER = frozenset(
 )
 
 
-def _replica_id() -> str:
-    configured = os.environ.get("DECKHANDS_RUNTIME_REPLICA_ID")
-    return configured or f"{socket.gethostname()}-{secrets.token_hex(4)}"
+def _process_id(replica: str) -> str:
+    """This process among those of its replica name (they may share one engine): the creator
+    label of its warm sandboxes, the owner of its claims."""
+    return f"{replica}-{secrets.token_hex(4)}"
 
 
 def _with_notice(sandbox: Sandbox, observation: RuntimeObservation) -> RuntimeObservation:
@@ -119,7 +117,9 @@ class RuntimeService:
         self.publish = publish
         self.resend = resend  # sends a queued task's order again once it has a seat
         self.blobs = blobs  # whole outputs, large writes (None: cut outputs only)
-        self.replica_id = _replica_id()
+        # The name orders are routed by (one per engine), and this process's own id.
+        self.replica = settings.replica()
+        self.replica_id = _process_id(self.replica)
         self.docker = DockerSandboxes(settings, self.replica_id)
         self.pool = WarmPool(settings, self.docker)
         self._redis: Redis | None = None
@@ -171,7 +171,7 @@ class RuntimeService:
         self._redis = connect_redis(self.settings.redis_url, self.settings)
         await self._redis.ping()
         self._bindings = TaskBindings(
-            self._redis, self.settings.pool_name, self.settings.binding_ttl_s
+            self._redis, self.settings.pool_name, self.settings.binding_ttl_s, self.replica
         )
         self._ledger = ActionLedger(self._redis, self.settings.dedup_ttl_s)
         self._states = TaskStateStore(self._redis)
@@ -183,7 +183,7 @@ class RuntimeService:
         self._seats = SandboxSeats(
             self._redis, self.settings.pool_name, self.settings.max_sandboxes
         )
-        await self._bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
+        await self._send_heartbeats()
         self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
         await self.reconcile()
         await self._hold_bound_seats()
@@ -221,11 +221,16 @@ class RuntimeService:
             await self._redis.aclose()
         self.docker.close()
 
+    async def _send_heartbeats(self) -> None:
+        ttl_s = self.settings.replica_ttl_s
+        await self.bindings.heartbeat(self.replica_id, ttl_s)
+        await self.bindings.name_heartbeat(ttl_s)
+
     async def _beat(self) -> None:
         while True:
-            await asyncio.sleep(_HEARTBEAT_TTL_S / 3)
+            await asyncio.sleep(self.settings.replica_ttl_s / 3)
             try:
-                await self.bindings.heartbeat(self.replica_id, _HEARTBEAT_TTL_S)
+                await self._send_heartbeats()
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
 
@@ -280,7 +285,10 @@ class RuntimeService:
         freed = 0
         for task_id in await self.seats.seated():
             if await self._task_is_over(task_id) or await self._task_is_gone(task_id):
-                await self.release(ReleaseSandbox(task_id=task_id, reason="ended; seat freed"))
+                try:
+                    await self.release(ReleaseSandbox(task_id=task_id, reason="ended; seat freed"))
+                except HeldElsewhere:
+                    continue  # its holder, alive, frees it
                 freed += 1
         if freed:
             log.info("released %d seats of tasks that ended", freed)
@@ -304,6 +312,9 @@ class RuntimeService:
         controller sends their order again when it rebuilds their State."""
         if await self.bindings.intact(self.replica_id):
             return 0
+        # Alive again first: another replica must not take the sandboxes bound again below for
+        # a gone replica's.
+        await self._send_heartbeats()
         readopted = 0
         for task_id, sandbox in self.tasks.tasks().items():
             if sandbox.lost:
@@ -427,6 +438,9 @@ class RuntimeService:
         if known is not None:  # ran, or runs, here: Redis may have lost its ledger since
             await self.publish(EventAdapter.validate_json(known))
             return
+        holder = await self.tasks.held_elsewhere(command.task_id)
+        if holder is not None:
+            raise HeldElsewhere(command.task_id, holder)  # the order is passed on to it
         if not await self._seated(command):
             return  # it waits in Redis for a seat, holding nothing here
         state, recorded = await self.ledger.begin(action.id, self.replica_id, _CLAIM_TTL_S)
@@ -434,7 +448,7 @@ class RuntimeService:
             self.recent.begin(action.id)
             try:
                 async with self._keepalive(action.id, progress):
-                    observation = await self._run(command, last_try)
+                    observation = self._answer(await self._run(command, last_try))
             except BaseException:
                 self.recent.abandon(action.id)
                 await self.ledger.finish(action.id, self.replica_id)
@@ -449,6 +463,12 @@ class RuntimeService:
         elif recorded is None:
             recorded = await self._result_of_duplicate(command, progress)
         await self.publish(EventAdapter.validate_json(recorded))
+
+    def _answer(self, observation: RuntimeObservation) -> RuntimeObservation:
+        """The observation as recorded and published: naming this replica when it holds the
+        task's sandbox, so that the controller routes the task's next order here; else none."""
+        holds = self.tasks.local(observation.task_id) is not None
+        return observation.model_copy(update={"runtime_replica": self.replica if holds else None})
 
     async def _known_here(self, action_id: str, progress: Progress | None) -> str | None:
         """The observation of an action this replica ran, or of its run under way here (waited
@@ -489,7 +509,7 @@ class RuntimeService:
             await self.workspace.ensure_checkout(task_id, sandbox)
         except CheckoutFailed as exc:
             log.info("task %s: repository not checked out ahead: %s", task_id, exc)
-        except (SandboxStartError, PoolExhausted, WorkspaceLost) as exc:
+        except (SandboxStartError, PoolExhausted, WorkspaceLost, HeldElsewhere) as exc:
             log.info(
                 "task %s: sandbox not prepared ahead (%s); its first action will try", task_id, exc
             )
@@ -499,6 +519,11 @@ class RuntimeService:
             await self.release(ReleaseSandbox(task_id=task_id, reason="ended while preparing"))
 
     async def release(self, command: ReleaseSandbox) -> None:
+        """Remove (or keep, stopped) the ended task's sandbox and free its seat. HeldElsewhere:
+        another replica, alive, holds it (its engine has it): the order is theirs."""
+        holder = await self.tasks.held_elsewhere(command.task_id)
+        if holder is not None:
+            raise HeldElsewhere(command.task_id, holder)
         if await self._task_is_over(command.task_id) and await self.workspace.retain(
             command.task_id
         ):
@@ -627,7 +652,7 @@ class RuntimeService:
                 if await self.ledger.claim(action_id, self.replica_id, _CLAIM_TTL_S):
                     try:
                         # Its runner is gone. Run it only if it never reached the sandbox.
-                        observation = await self._run(command, last_try=True)
+                        observation = self._answer(await self._run(command, last_try=True))
                         return await self.ledger.record(action_id, observation.model_dump_json())
                     finally:
                         await self.ledger.finish(action_id, self.replica_id)

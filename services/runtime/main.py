@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated
 
 from faststream import FastStream
 from pydantic import Field
 
 from shared.blobs import BlobStore
-from shared.broker import WORK, build_broker, durable_subscription, handled_message
+from shared.broker import ROUTED, WORK, build_broker, durable_subscription, handled_message
+from shared.broker_permissions import inbox_prefix
 from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
 from shared.events import (
     CmdOutputObservation,
@@ -21,9 +23,10 @@ from shared.events import (
     SandboxQueuedObservation,
     new_id,
 )
+from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
 from shared.streams import ensure_streams
-from shared.subjects import WORK_STREAM, Service, work_subject
+from shared.subjects import WORK_STREAM, Service, routed_subject, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 from shared.workspace import (
     WORKSPACE_SUBJECT,
@@ -33,9 +36,13 @@ from shared.workspace import (
 )
 
 from .handlers import RuntimeService
+from .routing import QUEUE_INACTIVE_S, ReplicaQueues, consumer_name, relay_id
 from .settings import RuntimeSettings
+from .task_sandboxes import HeldElsewhere
 
 __all__ = ["RuntimeWork", "build_app", "build_runtime", "main"]
+
+log = logging.getLogger("deckhands.runtime")
 
 RuntimeWork = Annotated[
     ExecuteAction | PrepareSandbox | ReleaseSandbox, Field(discriminator="kind")
@@ -67,6 +74,38 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
     blobs = BlobStore(lambda: broker.connection.jetstream())
     service = RuntimeService(settings, publish, resend, blobs)
     service.workspace.transfers = WorkspaceTransfers(lambda: broker.connection.jetstream())
+    replica = service.replica
+    queues = ReplicaQueues(
+        broker,
+        lambda: broker.connection.jetstream(),
+        replica,
+        settings.replica_ttl_s,
+        settings.ack_wait_s,
+        f"{inbox_prefix(settings.nats_user)}.".encode() if settings.nats_user else None,
+    )
+
+    async def pass_on(order: RuntimeWork, to: str) -> None:
+        """The task's sandbox is on the engine of replica `to`, alive: the order is its."""
+        meta = handled_message(broker).raw_message.metadata
+        msg_id = relay_id(order.id, meta.stream, meta.sequence.stream)
+        await queues.forward(order.task_id, order.model_dump_json(), to, msg_id)
+        log.info("task %s: %s passed on to runtime replica %s", order.task_id, order.kind, to)
+
+    async def handle(body: RuntimeWork) -> None:
+        try:
+            if isinstance(body, ReleaseSandbox):
+                await service.release(body)
+                return
+            if isinstance(body, PrepareSandbox):
+                await service.prepare(body)
+                return
+            msg = handled_message(broker)
+            delivered = msg.raw_message.metadata.num_delivered
+            await service.execute(
+                body, progress=msg.in_progress, last_try=delivered >= settings.max_deliveries
+            )
+        except HeldElsewhere as elsewhere:
+            await pass_on(body, elsewhere.replica)
 
     @broker.subscriber(
         WORKSPACE_SUBJECT,
@@ -77,6 +116,30 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         "an upload); the bytes travel as transfer objects in the blob store.",
     )
     async def on_workspace(body: WorkspaceRequest) -> WorkspaceReply:
+        holder = await service.tasks.held_elsewhere(body.task_id)
+        if holder is None:
+            try:
+                return await service.workspace.handle(body)
+            except HeldElsewhere as elsewhere:
+                holder = elsewhere.replica
+        # The sandbox is on that replica's engine: it answers (the gateway's request is bounded
+        # by the gateway's own timeout).
+        reply = await broker.request(
+            body.model_dump_json().encode(),
+            f"{WORKSPACE_SUBJECT}.{holder}",
+            timeout=settings.workspace_forward_timeout_s,
+        )
+        return WorkspaceReply.model_validate_json(reply.body)
+
+    @broker.subscriber(
+        f"{WORKSPACE_SUBJECT}.{replica}",
+        queue="runtime",
+        max_workers=16,
+        title="runtime.workspace.replica",
+        description="Request/reply: a workspace request passed on by another replica to the "
+        "replica holding the task's sandbox (this one: the subject names the replica).",
+    )
+    async def on_own_workspace(body: WorkspaceRequest) -> WorkspaceReply:
         return await service.workspace.handle(body)
 
     @broker.subscriber(
@@ -88,17 +151,24 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         **durable_subscription(settings, WORK, "runtime", workers=settings.workers),
     )
     async def on_work(body: RuntimeWork) -> None:
-        if isinstance(body, ReleaseSandbox):
-            await service.release(body)
-            return
-        if isinstance(body, PrepareSandbox):
-            await service.prepare(body)
-            return
-        msg = handled_message(broker)
-        delivered = msg.raw_message.metadata.num_delivered
-        await service.execute(
-            body, progress=msg.in_progress, last_try=delivered >= settings.max_deliveries
-        )
+        await handle(body)
+
+    @broker.subscriber(
+        routed_subject(Service.RUNTIME, replica),
+        title="runtime.work.replica",
+        description="The orders of tasks whose sandbox this replica's engine holds (the "
+        "subject names the replica): the same orders as runtime.work. A replica gone for "
+        "good has its queue handed back to runtime.work by the others.",
+        **durable_subscription(
+            settings,
+            ROUTED,
+            consumer_name(replica),
+            workers=settings.workers,
+            inactive_s=QUEUE_INACTIVE_S,
+        ),
+    )
+    async def on_routed(body: RuntimeWork) -> None:
+        await handle(body)
 
     # Declared for the AsyncAPI document; publishing goes through shared.publishing.
     broker.publisher(
@@ -117,17 +187,46 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         work_subject(Service.RUNTIME, "*"),
         stream=WORK,
         title="runtime.admitted",
-        description="A queued task's ExecuteAction, sent again once a seat freed for it.",
+        description="A queued task's ExecuteAction, sent again once a seat freed for it; and "
+        "the orders queued for a replica that is gone, handed back to every replica.",
         schema=ExecuteAction,
+    )
+    broker.publisher(
+        routed_subject(Service.RUNTIME, "*"),
+        stream=ROUTED,
+        title="runtime.passed_on",
+        description="An order passed on to the replica whose engine holds the task's sandbox.",
+        schema=RuntimeWork,
     )
 
     app = FastStream(broker)
+    background: list[asyncio.Task[None]] = []
 
     @app.on_startup
     async def _start() -> None:
         setup_metrics(settings)
         await ensure_streams(settings)
         await service.start()
+
+    @app.after_startup
+    async def _watch_replicas() -> None:
+        background.append(
+            asyncio.create_task(
+                every(
+                    settings.replica_ttl_s / 3,
+                    lambda: queues.drain_gone(service.bindings),
+                    "handing back the orders of gone replicas",
+                    log,
+                ),
+                name="runtime-gone-replicas",
+            )
+        )
+
+    @app.on_shutdown
+    async def _unwatch() -> None:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
 
     @app.after_shutdown
     async def _stop() -> None:

@@ -10,6 +10,7 @@ __all__ = [
     "ACTIONS",
     "ACTION_SECONDS",
     "COLD_START_SECONDS",
+    "ORDERS_RELAYED",
     "POOL_HITS",
     "POOL_MISSES",
     "POOL_TARGET_IDLE",
@@ -77,4 +78,10 @@ SEATS = Gauge(
 PREPARED = Counter(
     "deckhands_runtime_sandboxes_prepared_total",
     "Task sandboxes bound ahead of the task's first action (while the agent thinks)",
+)
+ORDERS_RELAYED = Counter(
+    "deckhands_runtime_orders_relayed_total",
+    "Orders a replica did not run itself: passed on to the replica holding the task's sandbox, "
+    "or handed back to every replica from the queue of a replica that is gone",
+    ["how"],
 )

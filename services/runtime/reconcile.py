@@ -4,7 +4,8 @@ Run at start-up and periodically. For each container labelled as this pool's san
 - tracked by this replica (idle, busy, or being created): keep;
 - bound to a task in Redis: removed if its task is over, or if it stopped without being
   stopped on purpose while its task waited (the task's next action then reports the lost
-  workspace); adopted if its creator is gone, else left to its owner;
+  workspace); adopted if its creator is gone and its holding replica is this one or gone too
+  (the binding then names this replica), else left to its owner;
 - named for a task but not bound (Redis lost the binding): bound again if the task is live;
 - otherwise a warm sandbox. Removed if its creator is this replica (a leak), a replica that
   no longer sends heartbeats, or if it has not been running long after its creation; left
@@ -62,8 +63,10 @@ async def reconcile(
     report = ReconcileReport()
     stuck_after_s = docker.settings.start_timeout_s * 2
     containers = await docker.list(everything=True)
-    bound = await bindings.all()
+    held = await bindings.all_held()
+    bound = {task: cid for task, (cid, _) in held.items()}
     task_of = {cid: task for task, cid in bound.items()}
+    holder_of = {cid: holder for cid, holder in held.values()}
     alive_cache: dict[str, bool] = {}
 
     async def creator_alive(replica: str) -> bool:
@@ -95,7 +98,11 @@ async def reconcile(
                 report.kept += 1  # stopped while its task waits; its next action starts it
             elif not info.running:
                 await remove(info.id, "dead")  # the binding stays: the task hears it was lost
-            elif tasks.local(task_id) is None and not await creator_alive(creator):
+            elif (
+                tasks.local(task_id) is None
+                and not await creator_alive(creator)
+                and await _ours_to_take(bindings, holder_of.get(info.id))
+            ):
                 try:
                     sandbox = await docker.attach(info.id, info.name)
                 except SandboxStartError as exc:
@@ -104,6 +111,7 @@ async def reconcile(
                 else:
                     sandbox.task_id = task_id
                     tasks.adopt(task_id, sandbox)
+                    await bindings.rehold(task_id, info.id)
                     report.adopted += 1
             else:
                 report.kept += 1
@@ -137,6 +145,12 @@ async def reconcile(
     ):
         log.info("reconciled: %s", report)
     return report
+
+
+async def _ours_to_take(bindings: TaskBindings, holder: str | None) -> bool:
+    """A task sandbox whose creator is gone is adopted by a replica of its holder's name (a
+    restarted one), or by any once that name is gone too (an engine shared by replicas)."""
+    return holder is None or holder == bindings.replica or not await bindings.name_alive(holder)
 
 
 async def _rebind(

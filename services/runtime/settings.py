@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import socket
 
 from pydantic import Field, field_validator, model_validator
 
 from shared.settings import CommonSettings
+from shared.subjects import replica_token
 
 __all__ = ["RuntimeSettings", "size_bytes"]
 
@@ -24,6 +26,35 @@ def size_bytes(value: str) -> int:
 class RuntimeSettings(CommonSettings):
     """Sandbox pool, hardening and execution limits (env: DECKHANDS_<NAME>, e.g.
     DECKHANDS_SANDBOX_IMAGE, DECKHANDS_POOL_MIN_IDLE)."""
+
+    # -- which replica this is
+    runtime_replica: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="This replica's name, which its Docker engine's sandboxes are reached by: "
+        "a task's orders are routed to the replica holding its sandbox (one queue per name). "
+        "Processes sharing one engine may share a name. Kubernetes: the node's name "
+        "(DaemonSet on the node's engine) or the pod's (its own Docker-in-Docker). Unset: the "
+        "host's name. Characters other than letters, digits, '_' and '-' become '_'.",
+    )
+    replica_ttl_s: int = Field(
+        default=30,
+        ge=3,
+        le=3600,
+        description="A replica sends a heartbeat every third of this; one silent for this "
+        "long is gone: an order for a task whose sandbox it held is taken by another replica "
+        "(which adopts the sandbox when it shares the engine, else reports the workspace lost), "
+        "and after as long again the orders queued for it are handed to the others.",
+    )
+
+    workspace_forward_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a replica waits for the replica holding a task's sandbox to "
+        "answer a workspace request it passed on (the gateway waits "
+        "DECKHANDS_WORKSPACE_TIMEOUT_S in all).",
+    )
 
     # -- image and pool
     sandbox_image: str = Field(
@@ -315,6 +346,11 @@ class RuntimeSettings(CommonSettings):
     @classmethod
     def _runtime(cls, value: str | None) -> str | None:
         return value or None
+
+    def replica(self) -> str:
+        """This replica's name as a subject token and consumer name (runtime_replica, or the
+        host's name)."""
+        return replica_token(self.runtime_replica or socket.gethostname())
 
     @model_validator(mode="after")
     def _consistent(self) -> RuntimeSettings:

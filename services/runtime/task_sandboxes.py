@@ -32,7 +32,7 @@ from .containers import (
 from .metrics import SANDBOXES_IDLE_STOPPED, SANDBOXES_LOST, SANDBOXES_RESTARTED
 from .pool import WarmPool
 
-__all__ = ["TaskSandboxes", "WorkspaceLost", "describe_loss"]
+__all__ = ["HeldElsewhere", "TaskSandboxes", "WorkspaceLost", "describe_loss"]
 
 log = logging.getLogger("deckhands.runtime.tasks")
 
@@ -41,6 +41,15 @@ _TOUCH_EVERY_S = 3600.0
 
 class WorkspaceLost(Exception):
     """The task's sandbox died or vanished; its files and sessions are gone."""
+
+
+class HeldElsewhere(Exception):
+    """The task's sandbox is held by another replica, which is alive: its orders go there."""
+
+    def __init__(self, task_id: str, replica: str) -> None:
+        super().__init__(f"task {task_id}: its sandbox is held by runtime replica {replica}")
+        self.task_id = task_id
+        self.replica = replica
 
 
 class TaskSandboxes:
@@ -85,17 +94,38 @@ class TaskSandboxes:
                 await self._drop(task_id, sandbox.container_id, "lost")
                 why = await self._why(sandbox.container_id, sandbox.client.lost_reason)
                 raise WorkspaceLost(why)
-            bound = await self.bindings.get(task_id)
-            if bound is not None:
-                return await self._attach_bound(task_id, bound)
+            held = await self.bindings.held(task_id)
+            if held is not None:
+                await self._check_holder(task_id, held[1])
+                return await self._attach_bound(task_id, held[0])
             return await self._bind_fresh(task_id, network)
+
+    async def held_elsewhere(self, task_id: str) -> str | None:
+        """The other replica, alive, that holds the task's sandbox; None if this one may use
+        it (it holds it, nobody does, or its holder is gone)."""
+        if self._local.get(task_id) is not None:
+            return None
+        holder = await self.bindings.holder(task_id)
+        if holder is None or holder == self.bindings.replica:
+            return None
+        return holder if await self.bindings.name_alive(holder) else None
+
+    async def _check_holder(self, task_id: str, holder: str | None) -> None:
+        """A sandbox held by another live replica is on its engine: not ours to attach to (on
+        another engine it would look lost). One whose holder is gone is ours to take."""
+        if holder is None or holder == self.bindings.replica:
+            return
+        if await self.bindings.name_alive(holder):
+            raise HeldElsewhere(task_id, holder)
+        log.warning("task %s: runtime replica %s, which held its sandbox, is gone", task_id, holder)
 
     async def _bind_fresh(self, task_id: str, network: str | None) -> Sandbox:
         sandbox = await self.pool.acquire(network)
-        winner = await self.bindings.bind(task_id, sandbox.container_id)
+        winner, holder = await self.bindings.bind_held(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.
             self.pool.put_back(sandbox)
+            await self._check_holder(task_id, holder)
             return await self._attach_bound(task_id, winner)
         sandbox.task_id = task_id
         self._local[task_id] = sandbox
@@ -138,6 +168,8 @@ class TaskSandboxes:
                 sandbox.network = info.labels.get(LABEL_NETWORK, NO_NETWORK)
                 self._local[task_id] = sandbox
                 self.pool.adopt(sandbox)
+                # Its orders come here from now on (the engine is shared with its old holder).
+                await self.bindings.rehold(task_id, container_id)
                 await self._touch(task_id, force=True)
                 if stopped_at is not None:
                     await self.bindings.clear_stopped(container_id)

@@ -539,6 +539,8 @@ class RuntimeWorkspace:
         for task_id in await self.retention.all():
             if task_id not in due and not await is_gone(task_id):
                 continue
+            if await self.service.tasks.held_elsewhere(task_id) is not None:
+                continue  # on another live replica's engine: that replica removes it
             if await is_over(task_id) or await is_gone(task_id):
                 await self.service.tasks.release(task_id)
                 removed += 1

@@ -33,7 +33,19 @@ __all__ = [
 ]
 
 
-class CmdOutputObservation(EventBase):
+class _RuntimeAnswer(EventBase):
+    """An observation the runtime may answer with: it names the runtime replica holding the
+    task's sandbox, so that the controller sends the task's next order there."""
+
+    runtime_replica: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="The runtime replica whose engine holds the task's sandbox after this "
+        "action; None: none holds it, or not known (the next order goes to any replica).",
+    )
+
+
+class CmdOutputObservation(_RuntimeAnswer):
     kind: Literal["run_output"] = "run_output"
     command: str
     content: str
@@ -46,7 +58,7 @@ class CmdOutputObservation(EventBase):
     )
 
 
-class PythonOutputObservation(EventBase):
+class PythonOutputObservation(_RuntimeAnswer):
     kind: Literal["python_output"] = "python_output"
     content: str
     exit_code: int = 0
@@ -56,7 +68,7 @@ class PythonOutputObservation(EventBase):
     )
 
 
-class FileReadObservation(EventBase):
+class FileReadObservation(_RuntimeAnswer):
     kind: Literal["read_output"] = "read_output"
     path: str
     content: str
@@ -66,20 +78,20 @@ class FileReadObservation(EventBase):
     )
 
 
-class FileWriteObservation(EventBase):
+class FileWriteObservation(_RuntimeAnswer):
     kind: Literal["write_output"] = "write_output"
     path: str
     content: str = ""
 
 
-class FileEditObservation(EventBase):
+class FileEditObservation(_RuntimeAnswer):
     kind: Literal["edit_output"] = "edit_output"
     path: str
     content: str = Field(description="What was done, or the viewed text with line numbers.")
     diff: str = Field(default="", description="Unified diff of the edit; empty for view.")
 
 
-class MCPCallObservation(EventBase):
+class MCPCallObservation(_RuntimeAnswer):
     """What an MCP tool answered (its text content), or the error it reported."""
 
     kind: Literal["mcp_output"] = "mcp_output"
@@ -89,7 +101,7 @@ class MCPCallObservation(EventBase):
     is_error: bool = Field(default=False, description="The tool reported an error.")
 
 
-class ErrorObservation(EventBase):
+class ErrorObservation(_RuntimeAnswer):
     """Something went wrong that the agent should see and can react to."""
 
     kind: Literal["error"] = "error"

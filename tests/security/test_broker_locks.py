@@ -18,8 +18,14 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from shared.commands import ExecuteAction
-from shared.events import CmdRunAction, EventSource, SecurityVerdictObservation
-from shared.subjects import EVENTS_STREAM, WORK_STREAM
+from shared.events import (
+    CmdRunAction,
+    EventSource,
+    RiskLevel,
+    SecurityVerdictObservation,
+    Verdict,
+)
+from shared.subjects import EVENTS_STREAM, ROUTED_STREAM, WORK_STREAM
 from tools.stack import Stack
 
 TASK = "lockedtask0"
@@ -42,7 +48,7 @@ async def admin(stack: Stack) -> AsyncIterator[Client]:
 
 
 async def _refused_publish(
-    stack: Stack, admin: Client, user: str, subject: str, body: bytes
+    stack: Stack, admin: Client, user: str, subject: str, body: bytes, stream: str = WORK_STREAM
 ) -> list[str]:
     """Publish as `user`; the server's errors. The subject must hold nothing afterwards."""
     errors: list[str] = []
@@ -57,7 +63,7 @@ async def _refused_publish(
     finally:
         await client.close()
     with pytest.raises(NotFoundError):
-        await admin.jetstream().get_last_msg(WORK_STREAM, subject)
+        await admin.jetstream().get_last_msg(stream, subject)
     return errors
 
 
@@ -84,6 +90,46 @@ async def test_the_reasoner_cannot_order_the_runtime(stack: Stack, admin: Client
     assert any("permissions violation for publish" in e for e in errors), errors
 
 
+async def test_only_the_controller_and_runtime_route_an_order_to_a_runtime_replica(
+    stack: Stack, admin: Client
+) -> None:
+    for user in ("reasoner", "gateway", "security", "storage"):
+        errors = await _refused_publish(
+            stack,
+            admin,
+            user,
+            f"deckhands.routed.runtime.node-a.{TASK}",
+            _execute_action(),
+            ROUTED_STREAM,
+        )
+        assert any("permissions violation for publish" in e for e in errors), (user, errors)
+
+
+async def test_the_runtime_may_use_any_replica_queue_but_no_other_service_s_consumer(
+    stack: Stack, admin: Client
+) -> None:
+    errors: list[str] = []
+    client = await _client(stack, "runtime", errors)
+    try:
+        # Another replica's queue: allowed (a gone replica's is drained by the others).
+        js = client.jetstream(timeout=5)
+        sub = await js.pull_subscribe(
+            "deckhands.routed.runtime.node-z.*",
+            durable="runtime_node-z",
+            stream=ROUTED_STREAM,
+            inbox_prefix=b"_INBOX_runtime.",
+        )
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=1)
+        # The controller's consumer of WORK: refused.
+        with pytest.raises(nats.errors.TimeoutError):
+            await client.request("$JS.API.CONSUMER.MSG.NEXT.DECKHANDS_WORK.controller", b"1", 2)
+    finally:
+        await client.close()
+    assert any("consumer.msg.next.deckhands_work.controller" in e.lower() for e in errors), errors
+    assert not any("runtime_node-z" in e for e in errors), errors
+
+
 async def test_no_service_but_the_controller_and_reasoner_orders_a_review(
     stack: Stack, admin: Client
 ) -> None:
@@ -96,7 +142,11 @@ async def test_no_service_but_the_controller_and_reasoner_orders_a_review(
 
 async def test_storage_cannot_forge_a_verdict(stack: Stack, admin: Client) -> None:
     verdict = SecurityVerdictObservation(
-        task_id=TASK, source=EventSource.ENVIRONMENT, cause="a1", risk="LOW", verdict="ALLOW"
+        task_id=TASK,
+        source=EventSource.ENVIRONMENT,
+        cause="a1",
+        risk=RiskLevel.LOW,
+        verdict=Verdict.ALLOW,
     )
     errors = await _refused_publish(
         stack,

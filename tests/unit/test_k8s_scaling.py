@@ -26,9 +26,14 @@ from k8s_manifests import (
     workloads,
 )
 
-from shared.broker import DELETIONS, EVENTS, WORK
+from shared.broker import DELETIONS, EVENTS, ROUTED, WORK
 
-STREAMS = {"WORK": WORK.name, "EVENTS": EVENTS.name, "DELETIONS": DELETIONS.name}
+STREAMS = {
+    "WORK": WORK.name,
+    "EVENTS": EVENTS.name,
+    "DELETIONS": DELETIONS.name,
+    "ROUTED": ROUTED.name,
+}
 # Scaling them would break them; the reasons are in the manifests.
 NEVER_SCALED = {"runtime", "storage"}
 SERVICES = sorted(p.parent.name for p in (ROOT / "services").glob("*/main.py"))
@@ -36,7 +41,7 @@ SERVICES = sorted(p.parent.name for p in (ROOT / "services").glob("*/main.py"))
 
 def declared_consumers() -> dict[str, tuple[str, str | None]]:
     """service -> (stream, durable name), None when the name is computed (one per replica)."""
-    consumers = {}
+    consumers: dict[str, tuple[str, str | None]] = {}
     for main in sorted((ROOT / "services").glob("*/main.py")):
         for node in ast.walk(ast.parse(main.read_text())):
             if (
@@ -45,10 +50,14 @@ def declared_consumers() -> dict[str, tuple[str, str | None]]:
             ):
                 stream = STREAMS[getattr(node.args[1], "id", "")]
                 durable = node.args[2]
-                shared = isinstance(durable, ast.Constant) and isinstance(durable.value, str)
+                shared = (
+                    durable.value
+                    if isinstance(durable, ast.Constant) and isinstance(durable.value, str)
+                    else None
+                )
                 # A service's first consumer is its work, what it scales on (storage also
                 # reads the deletions, beside the log).
-                consumers.setdefault(main.parent.name, (stream, durable.value if shared else None))
+                consumers.setdefault(main.parent.name, (stream, shared))
     return consumers
 
 
@@ -249,3 +258,16 @@ def test_memory_requests_cover_the_measured_peak(target: str) -> None:
     for service, peak in MEASURED_PEAK_RSS_MIB.items():
         requested = _mebibytes(_requests(render(target), service)["memory"])
         assert requested >= 1.2 * peak, f"{target}: {service} requests {requested} MiB"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_runtime_replica_is_named_for_its_engine(target: str) -> None:
+    """Orders go to the replica holding a task's sandbox, by the replica's name: the node's
+    when the runtime drives its node's engine (the DaemonSet, the host's socket), the pod's
+    when it has its own (the DinD sidecar)."""
+    [runtime] = [w for w in workloads(render(target)) if w["metadata"]["name"] == "runtime"]
+    [container] = [c for c in runtime["spec"]["template"]["spec"]["containers"]]
+    env = {e["name"]: e for e in container.get("env", [])}
+    field = env["DECKHANDS_RUNTIME_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"]
+    own_engine = env["DOCKER_HOST"].get("value") == "unix:///var/run/dind/docker.sock"
+    assert field == ("metadata.name" if own_engine else "spec.nodeName")

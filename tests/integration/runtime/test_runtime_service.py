@@ -87,7 +87,8 @@ async def test_actions_run_in_the_tasks_sandbox_and_release_destroys_it(
     assert container.labels[LABEL_POOL] == runtime.settings.pool_name
     assert container.labels["deckhands.role"] == "sandbox"
     bound = await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}")
-    assert bound == container.id.encode()
+    # The container, and the replica whose engine holds it (where the task's orders go).
+    assert bound == f"{container.id}@{runtime.service.replica}".encode()
 
     await ctl.release()
 

@@ -27,6 +27,7 @@ from shared.events import (
     CmdOutputObservation,
     CmdRunAction,
     EventBase,
+    EventSource,
     LLMUsage,
     MessageAction,
     RiskLevel,
@@ -86,7 +87,7 @@ class Live:
     def run(self, command: str) -> CmdRunAction:
         action = CmdRunAction(
             task_id=self.state.task_id,
-            source="AGENT",
+            source=EventSource.AGENT,
             cause=self.step_id,
             command=command,
             llm_usage=LLMUsage(model="m", prompt_tokens=100, completion_tokens=7, cost_usd=0.01),
@@ -98,7 +99,7 @@ class Live:
         self.feed(
             SecurityVerdictObservation(
                 task_id=self.state.task_id,
-                source="ENVIRONMENT",
+                source=EventSource.ENVIRONMENT,
                 cause=action.id,
                 verdict=Verdict.ALLOW,
                 risk=risk,
@@ -109,12 +110,13 @@ class Live:
         self.feed(
             CmdOutputObservation(
                 task_id=self.state.task_id,
-                source="ENVIRONMENT",
+                source=EventSource.ENVIRONMENT,
                 cause=action.id,
                 command=action.command,
                 content=output,
                 exit_code=0,
                 cwd="/workspace",
+                runtime_replica="node-a",  # where the task's next orders go
             )
         )
 
@@ -131,7 +133,7 @@ def _new(task_id: str = TASK, **fields: Any) -> Live:
         **fields,
     )
     live = Live(state)
-    live.feed(MessageAction(task_id=task_id, source="USER", content=state.task))
+    live.feed(MessageAction(task_id=task_id, source=EventSource.USER, content=state.task))
     return live
 
 
@@ -159,10 +161,16 @@ def test_a_finished_task() -> None:
     live = _new()
     live.command("echo 'print(1)' > squares.py")
     live.command("python squares.py", "1\n")
-    live.agent(AgentThinkAction(task_id=TASK, source="AGENT", cause=live.step_id, thought="ok"))
+    live.agent(
+        AgentThinkAction(task_id=TASK, source=EventSource.AGENT, cause=live.step_id, thought="ok")
+    )
     live.agent(
         AgentFinishAction(
-            task_id=TASK, source="AGENT", cause=live.step_id, final_message="done", outputs={"n": 1}
+            task_id=TASK,
+            source=EventSource.AGENT,
+            cause=live.step_id,
+            final_message="done",
+            outputs={"n": 1},
         )
     )
     assert live.state.agent_state is AgentState.FINISHED and live.state.finished_at is not None
@@ -188,6 +196,7 @@ def test_mid_action_the_runtime_may_run_it_again() -> None:
     assert rebuilt.approval is not None and rebuilt.approval.action_id == action.id
     assert rebuilt.pending_action == live.state.pending_action
     assert rebuilt.pending_action is not None and rebuilt.pending_action.id == action.id
+    assert rebuilt.runtime_replica == "node-a"  # the replica holding the sandbox, from the log
     [order] = [m for _, m in live.turns[-1].sent if isinstance(m, ExecuteAction)]
     from services.runtime.order_check import refusal_of
 
@@ -202,7 +211,11 @@ def test_an_action_waiting_for_a_seat_is_sent_again() -> None:
     assert not waits_for_a_seat(live.log, _rebuilt(live))
     live.feed(
         SandboxQueuedObservation(
-            task_id=TASK, source="ENVIRONMENT", cause=action.id, position=2, max_sandboxes=4
+            task_id=TASK,
+            source=EventSource.ENVIRONMENT,
+            cause=action.id,
+            position=2,
+            max_sandboxes=4,
         )
     )
     rebuilt = _rebuilt(live)
@@ -236,7 +249,10 @@ def test_awaiting_confirmation_then_confirmed() -> None:
 
     live.feed(
         ChangeAgentStateAction(
-            task_id=TASK, source="USER", agent_state=AgentState.USER_CONFIRMED, cause=action.id
+            task_id=TASK,
+            source=EventSource.USER,
+            agent_state=AgentState.USER_CONFIRMED,
+            cause=action.id,
         )
     )
     rebuilt = _rebuilt(live)
@@ -247,7 +263,11 @@ def test_awaiting_confirmation_then_confirmed() -> None:
 def test_a_parent_waiting_for_its_sub_task_and_the_sub_task_itself() -> None:
     parent = _new()
     delegate = AgentDelegateAction(
-        task_id=TASK, source="AGENT", cause=parent.step_id, task="write tests", max_iterations=4
+        task_id=TASK,
+        source=EventSource.AGENT,
+        cause=parent.step_id,
+        task="write tests",
+        max_iterations=4,
     )
     turn = parent.agent(delegate)
     [child_state] = turn.new_tasks
@@ -260,7 +280,11 @@ def test_a_parent_waiting_for_its_sub_task_and_the_sub_task_itself() -> None:
     [(_, first)] = [(s, m) for s, m in turn.sent if isinstance(m, MessageAction)]
     child.feed(first)
     child.command("pytest")
-    child.agent(AgentFinishAction(task_id=child_state.task_id, source="AGENT", cause=child.step_id))
+    child.agent(
+        AgentFinishAction(
+            task_id=child_state.task_id, source=EventSource.AGENT, cause=child.step_id
+        )
+    )
     rebuilt_child = _rebuilt(child)
     assert_same(child, rebuilt_child)
     assert rebuilt_child.parent_task_id == TASK and rebuilt_child.delegation_depth == 1
@@ -282,13 +306,13 @@ def test_mid_step_adopts_the_answer_that_comes() -> None:
     live = _new()
     live.command("ls")
     step = live.step_id
-    answer = CmdRunAction(task_id=TASK, source="AGENT", cause=step, command="cat a")
+    answer = CmdRunAction(task_id=TASK, source=EventSource.AGENT, cause=step, command="cat a")
     rebuilt = _rebuilt(live, answer)
     assert (rebuilt.awaiting, rebuilt.awaiting_id) == (Awaiting.AGENT, step)
     assert_same(live, rebuilt)
     assert _rebuilt(live).awaiting_id is None
     # A user's message is no answer to the step.
-    note = MessageAction(task_id=TASK, source="USER", content="also b")
+    note = MessageAction(task_id=TASK, source=EventSource.USER, content="also b")
     assert _rebuilt(live, note).awaiting_id is None
     # Nor an answer to something the log names (a late second output of the last action).
     late = live.log[-1].model_copy(update={"id": "late", "seq": None})
@@ -303,7 +327,7 @@ def test_an_overdue_answer_that_ended_the_task_follows_the_log() -> None:
         live.feed(
             AnswerMissingObservation(
                 task_id=TASK,
-                source="SYSTEM",
+                source=EventSource.SYSTEM,
                 cause=live.state.awaiting_id,
                 why="overdue",
                 awaiting="security",
@@ -322,7 +346,7 @@ def test_denied_paused_rate_limited_stopped_and_resumed() -> None:
     live.feed(
         SecurityVerdictObservation(
             task_id=TASK,
-            source="ENVIRONMENT",
+            source=EventSource.ENVIRONMENT,
             cause=action.id,
             verdict=Verdict.DENY,
             risk=RiskLevel.HIGH,
@@ -331,19 +355,36 @@ def test_denied_paused_rate_limited_stopped_and_resumed() -> None:
     )
     live.feed(
         ChangeAgentStateAction(
-            task_id=TASK, source="SYSTEM", agent_state=AgentState.RATE_LIMITED, cause=live.step_id
+            task_id=TASK,
+            source=EventSource.SYSTEM,
+            agent_state=AgentState.RATE_LIMITED,
+            cause=live.step_id,
         )
     )
     assert live.state.agent_state is AgentState.RATE_LIMITED
     assert_same(live, _rebuilt(live))
-    live.agent(MessageAction(task_id=TASK, source="AGENT", cause=live.step_id, content="hm"))
-    live.feed(ChangeAgentStateAction(task_id=TASK, source="USER", agent_state=AgentState.PAUSED))
+    live.agent(
+        MessageAction(task_id=TASK, source=EventSource.AGENT, cause=live.step_id, content="hm")
+    )
+    live.feed(
+        ChangeAgentStateAction(task_id=TASK, source=EventSource.USER, agent_state=AgentState.PAUSED)
+    )
     assert_same(live, _rebuilt(live))
-    live.feed(ChangeAgentStateAction(task_id=TASK, source="USER", agent_state=AgentState.RUNNING))
-    live.agent(AgentFinishAction(task_id=TASK, source="AGENT", cause=live.step_id))
-    live.feed(MessageAction(task_id=TASK, source="USER", content="now also tests"))
-    live.feed(ChangeAgentStateAction(task_id=TASK, source="USER", agent_state=AgentState.STOPPED))
-    live.feed(MessageAction(task_id=TASK, source="USER", content="refused: it is stopped"))
+    live.feed(
+        ChangeAgentStateAction(
+            task_id=TASK, source=EventSource.USER, agent_state=AgentState.RUNNING
+        )
+    )
+    live.agent(AgentFinishAction(task_id=TASK, source=EventSource.AGENT, cause=live.step_id))
+    live.feed(MessageAction(task_id=TASK, source=EventSource.USER, content="now also tests"))
+    live.feed(
+        ChangeAgentStateAction(
+            task_id=TASK, source=EventSource.USER, agent_state=AgentState.STOPPED
+        )
+    )
+    live.feed(
+        MessageAction(task_id=TASK, source=EventSource.USER, content="refused: it is stopped")
+    )
     assert live.state.agent_state is AgentState.STOPPED
     assert_same(live, _rebuilt(live))
 
@@ -354,7 +395,7 @@ def test_iteration_limit_reached_and_raised_by_a_message() -> None:
     live.command("b")
     assert live.state.agent_state is AgentState.ERROR
     assert_same(live, _rebuilt(live))
-    live.feed(MessageAction(task_id=TASK, source="USER", content="go on"))
+    live.feed(MessageAction(task_id=TASK, source=EventSource.USER, content="go on"))
     assert live.state.max_iterations == 12
     assert_same(live, _rebuilt(live))
 
@@ -367,4 +408,4 @@ def test_a_log_that_cannot_rebuild_is_refused() -> None:
     with pytest.raises(RebuildError, match="no entry 3"):
         rebuild_state([e for e in live.log if e.seq != 3])
     with pytest.raises(RebuildError, match="creation"):
-        rebuild_state([e.model_copy(update={"seq": e.seq - 1}) for e in live.log[1:]])
+        rebuild_state([e.model_copy(update={"seq": (e.seq or 0) - 1}) for e in live.log[1:]])

@@ -133,9 +133,21 @@ async def test_pool_target_grows_with_acquisition_rate() -> None:
 
 def test_build_app_does_no_io() -> None:
     # Unreachable servers: building must still work (the AsyncAPI generator relies on it).
-    app = build_app(RuntimeSettings(nats_url="nats://127.0.0.1:1", redis_url="redis://127.0.0.1:1"))
+    app = build_app(
+        RuntimeSettings(
+            nats_url="nats://127.0.0.1:1",
+            redis_url="redis://127.0.0.1:1",
+            runtime_replica="node-1.zone.internal",
+        )
+    )
     subjects = [sub.subject.broker_address for sub in app.broker.subscribers]  # type: ignore[union-attr]
-    assert sorted(subjects) == ["deckhands.runtime.workspace", "deckhands.work.runtime.*"]
+    # The shared queue and workspace requests, and this replica's own (its name a token).
+    assert sorted(subjects) == [
+        "deckhands.routed.runtime.node-1_zone_internal.*",
+        "deckhands.runtime.workspace",
+        "deckhands.runtime.workspace.node-1_zone_internal",
+        "deckhands.work.runtime.*",
+    ]
 
 
 async def test_egress_is_refused_when_the_runtime_disallows_it() -> None:
