@@ -97,9 +97,7 @@ _PLACEHOLDERS = {
     "finish": "The task was marked as finished.",
 }
 _NO_RESULT = "(no result was recorded for this call)"
-REPEATED_FAILURE = (
-    "You made this exact call before and it failed then too. Do something different."
-)
+REPEATED_FAILURE = "You made this exact call before and it failed then too. Do something different."
 # What to do next after a failed action, by its error_code. The 1.5B model, shown only that
 # old_str was not found, sent the same edit again (a number from the test's output) until its
 # iterations ran out, never reading the file.
