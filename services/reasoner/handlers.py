@@ -41,6 +41,7 @@ from .replies import (
     ReasonerEvent,
     bounded_event,
     condensation_event,
+    first_look_event,
     keep_large_write,
     llm_error_event,
     rate_limited_event,
@@ -219,6 +220,9 @@ class StepHandler:
                 await self._carry_content(trajectory, events, replayed)
                 REASONER_REPLAYED.inc()
                 return replayed  # type: ignore[no-any-return]
+        first_look = first_look_event(step, events, s.agent_first_look)
+        if first_look is not None:
+            return first_look
         native = self.llm.native
         instructions = await self._instructions(step.task_id)
         try:

@@ -43,6 +43,7 @@ from .tools import (
 )
 
 __all__ = [
+    "FIRST_LOOK_THOUGHT",
     "NO_TOOL_CALL",
     "KeepContent",
     "LLMReply",
@@ -51,6 +52,7 @@ __all__ = [
     "bounded_event",
     "condensation_event",
     "event_for_reply",
+    "first_look_event",
     "keep_large_write",
     "llm_error_event",
     "parse_text_tool_call",
@@ -305,6 +307,21 @@ def _event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> Rea
     return MessageAction(
         content=content, wait_for_response=True, **_fields(step, reply.usage, "", None)
     )
+
+
+FIRST_LOOK_THOUGHT = "First, what the working directory holds."
+
+
+def first_look_event(step: StepRequest, events: list[Any], command: str) -> ReasonerEvent | None:
+    """The agent's first action when DECKHANDS_AGENT_FIRST_LOOK names one and the agent has
+    not acted yet; None otherwise. No LLM call: the model's first prompt then shows the
+    working directory. (The 1.5B model, not shown it, ran the script it was asked to write,
+    wrote over files it had not read, and wrote a result from a JSON file it never opened.)"""
+    if not command.strip() or any(getattr(e, "source", None) == EventSource.AGENT for e in events):
+        return None
+    call_id = f"call_{step_event_id(step)[:24]}"
+    fields = _fields(step, None, FIRST_LOOK_THOUGHT, call_id)
+    return action_for_call(ToolCall("execute_bash", {"command": command}), fields)
 
 
 def llm_error_event(step: StepRequest, problem: str) -> ErrorObservation:

@@ -136,6 +136,12 @@ class ReasonerSettings(CommonSettings):
         '"delegate"]); execute_bash and finish always are. For small models, which run a '
         "snippet when asked for a script and delegate small tasks.",
     )
+    agent_first_look: str = Field(
+        default="",
+        description="A bash command run as the agent's first action, before the LLM is first "
+        "asked (e.g. a listing of /workspace), so the model starts knowing what is there. "
+        "Empty: none.",
+    )
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
     )

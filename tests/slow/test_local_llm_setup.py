@@ -98,9 +98,11 @@ def test_llm_env_points_at_the_server_and_yields_to_set_variables() -> None:
     assert llm_env(1, environ={})["DECKHANDS_LLM_NATIVE_TOOL_CALLING"] == native
 
 
-def test_the_local_model_is_offered_no_python_snippet_tool_and_no_delegation(
+def test_the_local_model_gets_no_python_snippet_tool_no_delegation_and_a_first_look(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for key, value in llm_env(1, environ={}).items():
         monkeypatch.setenv(key, value)
-    assert ReasonerSettings().agent_withheld_tools == ["execute_python", "delegate"]
+    settings = ReasonerSettings()
+    assert settings.agent_withheld_tools == ["execute_python", "delegate"]
+    assert settings.agent_first_look.startswith("find . ")  # it starts knowing its files

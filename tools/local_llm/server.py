@@ -39,6 +39,12 @@ REASONER_SETTINGS: dict[str, str] = {
     # file; given a small task, it delegated it and reported the helper's failure (the eval's
     # squares and fix-calc tasks). Without those two it writes files and runs them itself.
     "DECKHANDS_AGENT_WITHHELD_TOOLS": '["execute_python", "delegate"]',
+    # Its first action lists the working directory (no LLM call): not shown it, the model ran
+    # the script it was asked to write, wrote over files it had not read, and wrote a result
+    # from a JSON file it never opened.
+    "DECKHANDS_AGENT_FIRST_LOOK": (
+        "find . -maxdepth 3 -not -path './.git*' -not -name . | sort | head -100"
+    ),
     # ~8 tokens/s: a reply is a short tool call; cap runaway generations.
     "DECKHANDS_LLM_MAX_OUTPUT_TOKENS": "512",
     # A first turn evaluates the whole prompt at ~20-35 tokens/s on 2 busy cores.

@@ -7,9 +7,11 @@ import json
 import pytest
 
 from services.reasoner.replies import (
+    FIRST_LOOK_THOUGHT,
     NO_TOOL_CALL,
     LLMReply,
     event_for_reply,
+    first_look_event,
     llm_error_event,
     parse_text_tool_call,
     step_event_id,
@@ -155,6 +157,16 @@ def test_prompt_based_text_that_asks_nothing_is_told_to_call_a_tool() -> None:
     assert event.content == NO_TOOL_CALL and "call finish" in event.content
     asked = event_for_reply(STEP, LLMReply(content="Which file do you mean?"), native=False)
     assert isinstance(asked, MessageAction) and asked.wait_for_response
+
+
+def test_the_first_look_is_the_first_action_and_only_the_first() -> None:
+    task = MessageAction(task_id="t1", source=EventSource.USER, content="Fix calc.py")
+    event = first_look_event(STEP, [task], "ls -A")
+    assert isinstance(event, CmdRunAction) and event.command == "ls -A"
+    assert event.thought == FIRST_LOOK_THOUGHT and event.tool_call_id and event.llm_usage is None
+    assert event.id == step_event_id(STEP)  # a redelivered step answers with the same id
+    assert first_look_event(STEP, [task, event], "ls -A") is None  # the agent has acted
+    assert first_look_event(STEP, [task], "") is None  # off by default
 
 
 def test_an_empty_reply_is_an_error() -> None:
