@@ -67,6 +67,12 @@ class ExecuteAction(_Command):
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",
     )
+    workspace_mib: int | None = Field(
+        default=None,
+        ge=1,
+        description="The task's /workspace quota in MiB (chosen at creation, within the "
+        "operator's maximum); None: the runtime's default size.",
+    )
 
 
 # The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:
@@ -83,6 +89,12 @@ class PrepareSandbox(_Command):
     network_egress: bool = Field(
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",
+    )
+    workspace_mib: int | None = Field(
+        default=None,
+        ge=1,
+        description="The task's /workspace quota in MiB (chosen at creation, within the "
+        "operator's maximum); None: the runtime's default size.",
     )
 
 

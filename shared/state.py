@@ -120,6 +120,12 @@ class TaskState(BaseModel):
     network_egress: bool = Field(
         default=False, description="The task's sandbox may reach the network (none by default)."
     )
+    workspace_mib: int | None = Field(
+        default=None,
+        ge=1,
+        description="The task's /workspace quota in MiB (chosen at creation, within the "
+        "operator's maximum); None: the runtime's default size.",
+    )
     recent: list[str] = Field(
         default_factory=list, description="Signatures since the last user message (stuck check)."
     )

@@ -154,6 +154,7 @@ def created_entry(state: TaskState) -> TaskCreatedObservation:
         confirmation_mode=state.confirmation_mode,
         confirmation_threshold=state.confirmation_threshold,
         network_egress=state.network_egress,
+        workspace_mib=state.workspace_mib,
         delegation_depth=state.delegation_depth,
         max_delegation_depth=state.max_delegation_depth,
         max_sub_tasks=state.max_sub_tasks,
@@ -471,6 +472,7 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
             confirmation_mode=parent.confirmation_mode,
             confirmation_threshold=parent.confirmation_threshold,
             network_egress=parent.network_egress,
+            workspace_mib=parent.workspace_mib,
             delegation_depth=parent.delegation_depth + 1,
             max_delegation_depth=parent.max_delegation_depth,
             max_sub_tasks=parent.max_sub_tasks,
@@ -499,7 +501,12 @@ def _needs_confirmation(state: TaskState, risk: RiskLevel) -> bool:
 
 
 def _execute(state: TaskState, action: RunnableAction) -> ExecuteAction:
-    return ExecuteAction(task_id=action.task_id, action=action, network_egress=state.network_egress)
+    return ExecuteAction(
+        task_id=action.task_id,
+        action=action,
+        network_egress=state.network_egress,
+        workspace_mib=state.workspace_mib,
+    )
 
 
 def _from_security(turn: Turn, event: EventBase) -> None:
@@ -645,7 +652,11 @@ def _request_step(turn: Turn) -> None:
         # The sandbox starts while the agent thinks about its first action.
         turn.send(
             Service.RUNTIME,
-            PrepareSandbox(task_id=state.task_id, network_egress=state.network_egress),
+            PrepareSandbox(
+                task_id=state.task_id,
+                network_egress=state.network_egress,
+                workspace_mib=state.workspace_mib,
+            ),
         )
     turn.send(Service.REASONER, step)
     _count(turn, STEPS)

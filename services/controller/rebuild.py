@@ -145,6 +145,7 @@ def _created(first: TaskCreatedObservation, entries: list[EventBase]) -> TaskSta
         confirmation_mode=first.confirmation_mode,
         confirmation_threshold=first.confirmation_threshold,
         network_egress=first.network_egress,
+        workspace_mib=first.workspace_mib,
         delegation_depth=first.delegation_depth,
         max_delegation_depth=first.max_delegation_depth,
         max_sub_tasks=first.max_sub_tasks,

@@ -91,6 +91,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
             confirmation_mode=settings.default_confirmation_mode,
             confirmation_threshold=settings.default_confirmation_threshold,
             network_egress_allowed=settings.allow_network_egress,
+            max_workspace_mib=settings.max_workspace_mib,
         ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
         pool_name=settings.pool_name,

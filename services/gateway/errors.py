@@ -29,6 +29,7 @@ __all__ = [
     "TooManyStreams",
     "TrajectoryForbidden",
     "Unauthorized",
+    "WorkspaceTooLarge",
     "install_error_handlers",
 ]
 
@@ -111,6 +112,12 @@ class EgressForbidden(GatewayError):
 
 
 class IdempotencyConflict(GatewayError):
+    status_code = 422
+
+
+class WorkspaceTooLarge(GatewayError):
+    """A task asked for a /workspace quota above the operator's maximum."""
+
     status_code = 422
 
 

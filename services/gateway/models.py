@@ -99,6 +99,15 @@ class CreateTaskRequest(_Request):
         description="Give the task's sandbox network access (it has none by default). The "
         "server refuses it with 403 when its operator disallows egress.",
     )
+    workspace_mib: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_048_576,
+        description="The task's /workspace quota in MiB: writing past it fails with 'No space "
+        "left on device'. At most the operator's maximum (DECKHANDS_MAX_WORKSPACE_MIB, 422 "
+        "above it); absent, the runtime's default size. A size other than the default starts "
+        "the task's sandbox for it (a cold start rather than a warm one).",
+    )
     trajectory: list[dict[str, Any]] | None = Field(
         default=None,
         description="Replay: the events of an earlier task (GET .../trajectory, its `events` or "
@@ -290,6 +299,9 @@ class TaskView(BaseModel):
     confirmation_mode: bool
     confirmation_threshold: RiskLevel
     network_egress: bool = Field(description="Whether the task's sandbox has network access.")
+    workspace_mib: int | None = Field(
+        default=None, description="The task's /workspace quota in MiB; null: the default."
+    )
     awaiting: Awaiting = Field(description="Which answer the task is waiting for.")
     pending_action: dict[str, Any] | None = Field(
         description="The runnable action under review, running, or awaiting confirmation "
@@ -324,6 +336,7 @@ class TaskView(BaseModel):
             confirmation_mode=state.confirmation_mode,
             confirmation_threshold=state.confirmation_threshold,
             network_egress=state.network_egress,
+            workspace_mib=state.workspace_mib,
             awaiting=state.awaiting,
             pending_action=None if pending is None else pending.model_dump(mode="json"),
             parent_task_id=state.parent_task_id,

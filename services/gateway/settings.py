@@ -35,6 +35,12 @@ class GatewaySettings(CommonSettings):
         "(`network_egress`); false (the default) refuses such tasks with 403. Same variable as "
         "the runtime's.",
     )
+    max_workspace_mib: int = Field(
+        default=8192,
+        ge=1,
+        description="The largest /workspace quota a task may ask for (`workspace_mib`), in MiB; "
+        "keep it within the runtime's DECKHANDS_SANDBOX_WORKSPACE_MAX_SIZE.",
+    )
     # A task's workspace in and out, its repository (workspace_service.py, workspace_router.py).
     workspace_max_upload_bytes: int = Field(
         default=256 << 20,

@@ -113,6 +113,7 @@ async def create_task(
         confirmation_mode=body.confirmation_mode,
         confirmation_threshold=body.confirmation_threshold,
         network_egress=body.network_egress,
+        workspace_mib=body.workspace_mib,
         trajectory=body.trajectory,
         labels=tuple(body.labels),
         repository=body.repository.model_dump() if body.repository is not None else None,

@@ -38,6 +38,7 @@ from .errors import (
     StorageUnavailable,
     TaskNotFound,
     TrajectoryForbidden,
+    WorkspaceTooLarge,
 )
 from .idempotency import IdempotencyKeys, request_fingerprint
 from .quotas import QuotaDefaults, Quotas, TenantQuotas
@@ -94,6 +95,7 @@ class NewTask:
     confirmation_mode: bool | None = None
     confirmation_threshold: RiskLevel | None = None
     network_egress: bool = False
+    workspace_mib: int | None = None  # the /workspace quota; None: the runtime's default
     trajectory: list[dict[str, Any]] | None = None
     labels: tuple[str, ...] = ()
     repository: dict[str, Any] | None = None  # the fields of a RepositorySpec (issue 11)
@@ -110,6 +112,7 @@ class TaskDefaults:
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
     network_egress_allowed: bool = False
+    max_workspace_mib: int = 8192
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,11 @@ class TaskService:
                 "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
                 "create the task without it"
             )
+        if new.workspace_mib is not None and new.workspace_mib > self.defaults.max_workspace_mib:
+            raise WorkspaceTooLarge(
+                f"workspace_mib {new.workspace_mib} is above this server's maximum of "
+                f"{self.defaults.max_workspace_mib} MiB (DECKHANDS_MAX_WORKSPACE_MIB)"
+            )
         quotas = await self.quotas.quotas(tenant_id)
         if new.trajectory is not None and not quotas.allow_trajectory_tasks:
             raise TrajectoryForbidden(
@@ -373,6 +381,7 @@ class TaskService:
             else new.confirmation_mode,
             confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
             network_egress=new.network_egress,
+            workspace_mib=new.workspace_mib,
             max_delegation_depth=quotas.max_delegation_depth,
             max_sub_tasks=quotas.max_sub_tasks,
         )

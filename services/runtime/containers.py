@@ -84,6 +84,8 @@ class Sandbox:
     created_at: float = field(default_factory=time.monotonic)
     task_id: str | None = None
     network: str = NO_NETWORK
+    # A /workspace quota of its task's own (None: the pool's default size).
+    workspace_bytes: int | None = None
     # Told to the agent with its next command's output (e.g. the sandbox was restarted).
     notice: str | None = None
 
@@ -231,20 +233,24 @@ class DockerSandboxes:
             LABEL_NETWORK: network,
         }
 
-    def host_config(self, network: str | None = None) -> dict[str, Any]:
-        """The hardening every sandbox gets; see README's runtime section."""
+    def host_config(
+        self, network: str | None = None, workspace_bytes: int | None = None
+    ) -> dict[str, Any]:
+        """The hardening every sandbox gets; see README's runtime section. `workspace_bytes`:
+        a task's own /workspace quota instead of the default."""
         s = self.settings
         files = f"nr_inodes={s.sandbox_inodes}"
         tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},{files},mode=1777"}
         # Without a quota: a volume on the engine's disk, with no size limit.
         driver = None
-        if s.workspace_bytes is not None:
+        quota = workspace_bytes or s.workspace_bytes
+        if quota is not None:
             # The quota: a local volume of type tmpfs, so the kernel answers ENOSPC past its
             # bytes or files, on any engine and storage driver, with no privilege (Docker's
             # local volumes have no size option, a loop-mounted image needs root on the engine's
             # host, fuse-overlayfs no quotas). Its pages are memory charged to the sandbox (see
             # container_memory_bytes); a keeper holds it mounted across a stop (keepers.py).
-            options = f"size={s.workspace_bytes},{files},uid=1000,gid=1000,mode=0755"
+            options = f"size={quota},{files},uid=1000,gid=1000,mode=0755"
             driver = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options})
         # Anonymous: removed with the container (`remove(v=True)`), pruned by label if a crash
         # left it behind.
@@ -255,7 +261,7 @@ class DockerSandboxes:
             labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
             driver_config=driver,
         )
-        memory = s.container_memory_bytes
+        memory = s.container_memory_bytes_for(workspace_bytes)
         gvisor = (s.docker_runtime or "").startswith("runsc")
         ulimits = [
             Ulimit(name="nofile", soft=s.sandbox_open_files, hard=s.sandbox_open_files),
@@ -299,11 +305,13 @@ class DockerSandboxes:
             "restart_policy": {"Name": "no"},
         }
 
-    async def create(self, network: str | None = None) -> Sandbox:
+    async def create(
+        self, network: str | None = None, workspace_bytes: int | None = None
+    ) -> Sandbox:
         """Create, start and attach a fresh sandbox; it is ready once its executor answers.
 
         `network` is a Docker network for a task that opted in to egress; by default the
-        pool's (none).
+        pool's (none). `workspace_bytes`: a task's own /workspace quota.
         """
         name = IDLE_PREFIX + secrets.token_hex(6)
         network = network or self.pool_network
@@ -322,7 +330,7 @@ class DockerSandboxes:
                 working_dir="/workspace",
                 hostname="sandbox",
                 environment={"DECKHANDS_WORKSPACE": "/workspace"},
-                host_config=api.create_host_config(**self.host_config(network)),
+                host_config=api.create_host_config(**self.host_config(network, workspace_bytes)),
             )
             # docker-py sets StdinOnce with stdin_open, which would close the executor's stdin
             # when the first client detaches; a restarted runtime must be able to re-attach.
@@ -350,6 +358,7 @@ class DockerSandboxes:
             try:
                 sandbox = await self.attach(cid, name, timeout_s=self.settings.start_timeout_s)
                 sandbox.network = network
+                sandbox.workspace_bytes = workspace_bytes
                 return sandbox
             except BaseException:
                 await self.remove(cid)

@@ -503,7 +503,9 @@ class RuntimeService:
             return  # it keeps its place in the queue; its first action waits there
         network = self.settings.sandbox_network_name if command.network_egress else None
         try:
-            sandbox = await self.tasks.get(task_id, network)
+            sandbox = await self.tasks.get(
+                task_id, network, self.settings.task_workspace_bytes(command.workspace_mib)
+            )
             # The repository is fetched while the agent thinks (a failure: the first action
             # tries again, and ends the task with the reason).
             await self.workspace.ensure_checkout(task_id, sandbox)
@@ -563,7 +565,9 @@ class RuntimeService:
                 )
             network = self.settings.sandbox_network_name
         try:
-            sandbox = await self.tasks.get(command.task_id, network)
+            sandbox = await self.tasks.get(
+                command.task_id, network, self.settings.task_workspace_bytes(command.workspace_mib)
+            )
         except WorkspaceLost as exc:
             ACTIONS.labels(kind, "sandbox_lost").inc()
             return error_observation(

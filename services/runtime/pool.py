@@ -156,12 +156,17 @@ class WarmPool:
 
     # -- acquisition
 
-    async def acquire(self, network: str | None = None) -> Sandbox:
+    async def acquire(
+        self, network: str | None = None, workspace_bytes: int | None = None
+    ) -> Sandbox:
         """A ready sandbox, used by nobody before; it now counts as busy.
 
-        With a `network` other than the pool's, the sandbox is started for the caller.
+        With a `network` other than the pool's, or a /workspace quota of the task's own
+        (`workspace_bytes`), the sandbox is started for the caller.
         """
-        dedicated = network is not None and network != self.docker.pool_network
+        dedicated = (
+            network is not None and network != self.docker.pool_network
+        ) or workspace_bytes is not None
         started = time.monotonic()
         deadline = started + self.settings.acquire_timeout_s
         # Demand for warm sandboxes: a dedicated one never comes from the pool.
@@ -179,7 +184,9 @@ class WarmPool:
                 if self.total < self.settings.pool_max_total:
                     if not dedicated:
                         POOL_MISSES.inc()
-                    sandbox = await self._create(for_caller=True, network=network)
+                    sandbox = await self._create(
+                        for_caller=True, network=network, workspace_bytes=workspace_bytes
+                    )
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -210,12 +217,14 @@ class WarmPool:
             self._spawn(self._destroy(sandbox, "unhealthy"))
         return None
 
-    async def _create(self, *, for_caller: bool, network: str | None = None) -> Sandbox:
+    async def _create(
+        self, *, for_caller: bool, network: str | None = None, workspace_bytes: int | None = None
+    ) -> Sandbox:
         self._creating += 1
         self._publish_gauges()
         started = time.monotonic()
         try:
-            sandbox = await self.docker.create(network)
+            sandbox = await self.docker.create(network, workspace_bytes)
         finally:
             self._creating -= 1
         elapsed = time.monotonic() - started
@@ -233,7 +242,8 @@ class WarmPool:
     def put_back(self, sandbox: Sandbox) -> None:
         """Return a sandbox that was acquired but never used (its task went elsewhere)."""
         self._busy.pop(sandbox.container_id, None)
-        if sandbox.network != self.docker.pool_network:  # made for one task's egress
+        if sandbox.network != self.docker.pool_network or sandbox.workspace_bytes is not None:
+            # Made for one task (its egress, its workspace size): of no use to the pool.
             self._spawn(self._destroy(sandbox, "unused"))
         elif self._closed:
             self._spawn(self._destroy(sandbox, "shutdown"))

@@ -154,6 +154,11 @@ class RuntimeSettings(CommonSettings):
         description="Most bytes /workspace holds when sandbox_workspace is 'tmpfs' (its quota; "
         "added to the container's memory limit).",
     )
+    sandbox_workspace_max_size: str = Field(
+        default="8g",
+        description="The largest /workspace quota a task may ask for (`workspace_mib`); a "
+        "larger ask gets this much. Each is memory charged to the sandbox while it lives.",
+    )
     sandbox_network: bool = Field(
         default=False,
         description="Egress for every sandbox: all join sandbox_network_name instead of having "
@@ -298,16 +303,28 @@ class RuntimeSettings(CommonSettings):
             return None
         return size_bytes(self.sandbox_workspace_size)
 
-    @property
-    def container_memory_bytes(self) -> int:
+    def task_workspace_bytes(self, workspace_mib: int | None) -> int | None:
+        """The quota of a task that asked for `workspace_mib` (capped at the maximum), when it
+        is not the default one (then None: a warm sandbox of the pool will do)."""
+        if workspace_mib is None or self.workspace_bytes is None:
+            return None
+        asked = min(workspace_mib << 20, size_bytes(self.sandbox_workspace_max_size))
+        return None if asked == self.workspace_bytes else asked
+
+    def container_memory_bytes_for(self, workspace_bytes: int | None) -> int:
         """The container's memory limit: the processes' memory plus a tmpfs workspace, whose
         pages are charged to the same cgroup (so a full workspace is ENOSPC, not an OOM)."""
-        return size_bytes(self.sandbox_memory) + (self.workspace_bytes or 0)
+        return size_bytes(self.sandbox_memory) + (workspace_bytes or self.workspace_bytes or 0)
+
+    @property
+    def container_memory_bytes(self) -> int:
+        return self.container_memory_bytes_for(None)
 
     @field_validator(
         "sandbox_memory",
         "sandbox_tmp_size",
         "sandbox_workspace_size",
+        "sandbox_workspace_max_size",
         "sandbox_log_max_size",
         "sandbox_max_file_size",
     )

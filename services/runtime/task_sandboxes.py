@@ -75,11 +75,14 @@ class TaskSandboxes:
     def tasks(self) -> dict[str, Sandbox]:
         return dict(self._local)
 
-    async def get(self, task_id: str, network: str | None = None) -> Sandbox:
+    async def get(
+        self, task_id: str, network: str | None = None, workspace_bytes: int | None = None
+    ) -> Sandbox:
         """The task's sandbox, acquiring and binding one on its first action.
 
-        `network` names the network of a task that opted in to egress; the sandbox is chosen
-        on the first action, so it holds for the task's whole life.
+        `network` names the network of a task that opted in to egress, `workspace_bytes` its
+        own /workspace quota; the sandbox is chosen on the first action, so they hold for the
+        task's whole life.
         Raises WorkspaceLost when the task had a sandbox that no longer works.
         """
         async with self._lock(task_id):
@@ -98,7 +101,7 @@ class TaskSandboxes:
             if held is not None:
                 await self._check_holder(task_id, held[1])
                 return await self._attach_bound(task_id, held[0])
-            return await self._bind_fresh(task_id, network)
+            return await self._bind_fresh(task_id, network, workspace_bytes)
 
     async def held_elsewhere(self, task_id: str) -> str | None:
         """The other replica, alive, that holds the task's sandbox; None if this one may use
@@ -119,8 +122,10 @@ class TaskSandboxes:
             raise HeldElsewhere(task_id, holder)
         log.warning("task %s: runtime replica %s, which held its sandbox, is gone", task_id, holder)
 
-    async def _bind_fresh(self, task_id: str, network: str | None) -> Sandbox:
-        sandbox = await self.pool.acquire(network)
+    async def _bind_fresh(
+        self, task_id: str, network: str | None, workspace_bytes: int | None = None
+    ) -> Sandbox:
+        sandbox = await self.pool.acquire(network, workspace_bytes)
         winner, holder = await self.bindings.bind_held(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.

@@ -362,7 +362,10 @@ class RuntimeWorkspace:
         if egress and not self.settings.allow_network_egress:
             raise _NoSandbox("the task asks for network egress, which this runtime refuses")
         network = self.settings.sandbox_network_name if egress else None
-        sandbox = await tasks.get(task_id, network)
+        workspace_mib = state.workspace_mib if state is not None else None
+        sandbox = await tasks.get(
+            task_id, network, self.settings.task_workspace_bytes(workspace_mib)
+        )
         await self.ensure_checkout(task_id, sandbox)
         return str(sandbox.container_id)
 

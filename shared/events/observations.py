@@ -223,6 +223,7 @@ class TaskCreatedObservation(EventBase):
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
     network_egress: bool = False
+    workspace_mib: int | None = Field(default=None, ge=1)
     delegation_depth: int = Field(default=0, ge=0)
     max_delegation_depth: int = Field(default=3, ge=0)
     max_sub_tasks: int = Field(default=10, ge=0)

@@ -136,6 +136,21 @@ async def test_network_egress_is_opt_in_per_task(http: httpx.AsyncClient, redis:
     assert resp.status_code == 422 and "network_egress" in resp.json()["message"]
 
 
+async def test_a_task_chooses_its_workspace_quota_within_the_operators_maximum(
+    http: httpx.AsyncClient, redis: Redis
+) -> None:
+    created = (await http.post("/v1/tasks", json={"task": "x", "workspace_mib": 512})).json()
+    state = await TaskStateStore(redis).load(created["id"])
+    assert state is not None and state.workspace_mib == 512
+    assert (await http.get(f"/v1/tasks/{created['id']}")).json()["workspace_mib"] == 512
+    # Above DECKHANDS_MAX_WORKSPACE_MIB (8192 by default): refused, naming the limit.
+    resp = await http.post("/v1/tasks", json={"task": "x", "workspace_mib": 8193})
+    assert resp.status_code == 422, resp.text
+    assert "8192 MiB (DECKHANDS_MAX_WORKSPACE_MIB)" in resp.json()["detail"]
+    resp = await http.post("/v1/tasks", json={"task": "x", "workspace_mib": 0})
+    assert resp.status_code == 422 and "workspace_mib" in resp.json()["message"]
+
+
 async def test_task_shows_its_pending_action_and_sub_tasks(
     http: httpx.AsyncClient, redis: Redis
 ) -> None:

@@ -100,6 +100,7 @@ def make_settings(base: CommonSettings, image: str, pool: str, **overrides: Any)
         "sandbox_max_file_size": "8m",
         # A small quota: the workspace lives in the sandbox's memory (test_runtime_quota).
         "sandbox_workspace_size": "64m",
+        "sandbox_workspace_max_size": "128m",
         "sandbox_inodes": 4096,
         "action_timeout_s": 30.0,
         "pool_health_interval_s": 2.0,
@@ -144,14 +145,21 @@ class Controller:
         sub: Any,
         redis_url: str,
         network_egress: bool = False,
+        workspace_mib: int | None = None,
     ) -> None:
         self.js, self.task_id, self.sub = js, task_id, sub
         self.redis_url = redis_url
         self.network_egress = network_egress
+        self.workspace_mib = workspace_mib
 
     @classmethod
     async def for_task(
-        cls, js: JetStreamContext, task_id: str, redis_url: str, network_egress: bool = False
+        cls,
+        js: JetStreamContext,
+        task_id: str,
+        redis_url: str,
+        network_egress: bool = False,
+        workspace_mib: int | None = None,
     ) -> Controller:
         """The task exists, as the controller would have made it (the runtime refuses work
         for a task it does not know), and its observations are read here."""
@@ -164,6 +172,7 @@ class Controller:
                     max_iterations=100,
                     agent_state=AgentState.RUNNING,
                     network_egress=network_egress,
+                    workspace_mib=workspace_mib,
                 )
             )
         finally:
@@ -171,14 +180,17 @@ class Controller:
         sub = await js.pull_subscribe(
             work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
         )
-        return cls(js, task_id, sub, redis_url, network_egress)
+        return cls(js, task_id, sub, redis_url, network_egress, workspace_mib)
 
     async def send(self, action: RunnableAction) -> ExecuteAction:
         """Order the action as the controller does: the State first awaits it, approved (the
         runtime runs nothing else)."""
         await await_approved(self.redis_url, self.task_id, action)
         order = ExecuteAction(
-            task_id=self.task_id, action=action, network_egress=self.network_egress
+            task_id=self.task_id,
+            action=action,
+            network_egress=self.network_egress,
+            workspace_mib=self.workspace_mib,
         )
         await self.js.publish(
             work_subject(Service.RUNTIME, self.task_id),

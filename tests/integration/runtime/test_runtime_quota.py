@@ -20,7 +20,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     make_settings,
 )
 
-from services.runtime.containers import DockerSandboxes
+from services.runtime.containers import DockerSandboxes, task_container_name
 from services.runtime.keepers import keeper_name
 from services.runtime.settings import RuntimeSettings
 from shared.events import CmdOutputObservation, ErrorObservation, EventSource, FileWriteAction
@@ -161,3 +161,25 @@ async def test_a_keeper_holds_a_stopped_sandboxes_files_and_goes_when_not_needed
         manager.close()
     assert not docker_client.api.containers(all=True, filters={"name": keeper_name(cid)})
     assert volume not in {v.name for v in docker_client.volumes.list()}
+
+
+async def test_a_task_chooses_its_own_quota_within_the_maximum(
+    runtime: Runtime, js: JetStreamContext
+) -> None:
+    # The default is 64 MiB here; one task asks for 16, another for more than the maximum.
+    small = uuid.uuid4().hex
+    ctl = await Controller.for_task(js, small, runtime.settings.redis_url, workspace_mib=16)
+    big = uuid.uuid4().hex
+    ctl_big = await Controller.for_task(js, big, runtime.settings.redis_url, workspace_mib=1 << 20)
+    seen = await _out(ctl, small, "dd if=/dev/zero of=/workspace/f bs=1M count=32 2>&1 | tail -2")
+    assert "No space left on device" in seen and "16.0 MiB of 16.0 MiB used" in seen, seen
+    # Capped at sandbox_workspace_max_size (128 MiB here): 100 MiB fit, past the default.
+    seen = await _out(ctl_big, big, "dd if=/dev/zero of=/workspace/f bs=1M count=100; echo rc=$?")
+    assert "rc=0" in seen and "No space" not in seen, seen
+    limit = await _out(ctl_big, big, "df -B1M --output=size /workspace | tail -1")
+    assert int(limit) == 128, limit
+    # Its memory limit carries the bigger workspace (the pages are charged to the sandbox).
+    info = docker.from_env().containers.get(task_container_name(big)).attrs
+    assert info["HostConfig"]["Memory"] == runtime.settings.container_memory_bytes_for(128 << 20)
+    for controller in (ctl, ctl_big):
+        await controller.release()
