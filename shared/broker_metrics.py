@@ -1,7 +1,8 @@
 """FastStream's Prometheus middleware with bounded labels.
 
 Its `handler` label is the message's subject, and ours name a task
-(`deckhands.work.controller.<task id>`, `deckhands.events.<task id>`, reply inboxes): one series
+(`deckhands.work.controller.<task id>`, `deckhands.events.<task id>`, `deckhands.notices.<task
+id>`, `deckhands.routed.runtime.<replica>.<task id>`, reply inboxes): one series
 per task, for ever. Here the subject becomes its pattern, so every label stays bounded.
 """
 
@@ -35,6 +36,11 @@ def subject_pattern(subject: str) -> str:
         return ".".join(subject.split(".")[:3]) + ".*"
     if subject.startswith("deckhands.events."):
         return "deckhands.events.*"
+    if subject.startswith("deckhands.notices."):
+        return "deckhands.notices.*"
+    if subject.startswith("deckhands.routed."):
+        # deckhands.routed.runtime.<replica>.<task>: one series per replica, not per task.
+        return ".".join(subject.split(".")[:4]) + ".*"
     if subject.startswith(("_INBOX.", "$JS.")):
         return subject.split(".", 1)[0] + ".*"
     return subject
