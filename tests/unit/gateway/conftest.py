@@ -13,9 +13,13 @@ import nats
 import pytest
 from faststream.nats import NatsBroker
 from gateway_unit_doubles import StorageStandIn
+from nats.js.api import KeyValueConfig
 
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
+from services.gateway.tenant_records import TenantRecords
+from shared.events import new_id
+from shared.settings import CommonSettings
 from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT
 from tools.procs import free_port, start_nats
@@ -63,3 +67,18 @@ async def storage_stand_in(gateway_unit_nats_url: str) -> AsyncIterator[StorageS
     await nc.flush()
     yield stand_in
     await nc.close()
+
+
+@pytest.fixture
+async def kv_records(settings: CommonSettings) -> AsyncIterator[TenantRecords]:
+    """TenantRecords on a key-value bucket of the test's own (the tests share one nats-server),
+    removed after."""
+    nc = await nats.connect(settings.nats_url)
+    js = nc.jetstream()
+    bucket = f"test-kv-{new_id()[:12]}"
+    await js.create_key_value(KeyValueConfig(bucket=bucket, history=1))
+    try:
+        yield TenantRecords(lambda: js, bucket=bucket)
+    finally:
+        await js.delete_key_value(bucket)
+        await nc.close()

@@ -6,11 +6,8 @@ bindings per tenant."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
 
-import nats
 import pytest
-from nats.js.api import KeyValueConfig
 from redis.asyncio import Redis
 
 from services.gateway.api_keys import (
@@ -30,7 +27,6 @@ from services.gateway.quotas import QuotaDefaults, TenantLimits, TenantQuotas
 from services.gateway.tenant_records import TenantRecords
 from services.gateway.tenants import LastKey, TenantDisabled, TenantStore
 from shared.events import new_id
-from shared.settings import CommonSettings
 from shared.state_store import TaskStateStore
 
 
@@ -67,17 +63,8 @@ def test_secrets_compare_whole() -> None:
 
 
 @pytest.fixture
-async def records(settings: CommonSettings) -> AsyncIterator[TenantRecords]:
-    # A bucket of the test's own: the tests share one nats-server.
-    nc = await nats.connect(settings.nats_url)
-    js = nc.jetstream()
-    bucket = f"test-tenants-{new_id()[:12]}"
-    await js.create_key_value(KeyValueConfig(bucket=bucket, history=1))
-    try:
-        yield TenantRecords(lambda: js, bucket=bucket)
-    finally:
-        await js.delete_key_value(bucket)
-        await nc.close()
+def records(kv_records: TenantRecords) -> TenantRecords:
+    return kv_records
 
 
 @pytest.fixture

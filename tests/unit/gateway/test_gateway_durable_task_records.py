@@ -6,12 +6,9 @@ and a tenant's quota counts counted again from its tasks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
-import nats
 import pytest
-from nats.js.api import KeyValueConfig
 from redis.asyncio import Redis
 
 from services.gateway.errors import QuotaExceeded
@@ -20,22 +17,13 @@ from services.gateway.quotas import QuotaDefaults, TenantQuotas
 from services.gateway.task_records import IndexRange, TaskRecord, TaskRecords
 from services.gateway.tenant_records import TenantRecords
 from shared.events import AgentState, new_id, utc_now
-from shared.settings import CommonSettings
 from shared.state import TaskState, TaskUsage
 from shared.state_store import TaskStateStore
 
 
 @pytest.fixture
-async def durable(settings: CommonSettings) -> AsyncIterator[TenantRecords]:
-    nc = await nats.connect(settings.nats_url)
-    js = nc.jetstream()
-    bucket = f"test-tasks-{new_id()[:12]}"
-    await js.create_key_value(KeyValueConfig(bucket=bucket, history=1))
-    try:
-        yield TenantRecords(lambda: js, bucket=bucket)
-    finally:
-        await js.delete_key_value(bucket)
-        await nc.close()
+def durable(kv_records: TenantRecords) -> TenantRecords:
+    return kv_records
 
 
 @pytest.fixture
