@@ -121,8 +121,8 @@ def _blob_writer() -> list[str]:
 
 
 def _tenant_records() -> list[str]:
-    """The gateway's tenants bucket: read a record, write one, list them (a watch of one's
-    own, an ordered consumer removed after)."""
+    """The gateway's tenants bucket: read a record, write one, list them (a pull consumer
+    of one's own, removed after)."""
     return [
         f"$KV.{TENANTS_BUCKET}.>",
         f"$JS.API.STREAM.MSG.GET.{_TENANTS}",
@@ -131,14 +131,14 @@ def _tenant_records() -> list[str]:
         f"$JS.API.CONSUMER.CREATE.{_TENANTS}",
         f"$JS.API.CONSUMER.CREATE.{_TENANTS}.>",
         f"$JS.API.CONSUMER.INFO.{_TENANTS}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{_TENANTS}.>",
         f"$JS.API.CONSUMER.DELETE.{_TENANTS}.>",
-        f"$JS.FC.{_TENANTS}.>",
     ]
 
 
 def _secret_records() -> list[str]:
     """The gateway's secrets bucket: write a record, delete one, list and read them all to
-    fill a Redis that lost its data (an ordered consumer of its own, removed after)."""
+    fill a Redis that lost its data (a pull consumer of its own, removed after)."""
     return [
         f"$KV.{SECRETS_BUCKET}.>",
         f"$JS.API.STREAM.MSG.GET.{_SECRETS}",
@@ -147,8 +147,8 @@ def _secret_records() -> list[str]:
         f"$JS.API.CONSUMER.CREATE.{_SECRETS}",
         f"$JS.API.CONSUMER.CREATE.{_SECRETS}.>",
         f"$JS.API.CONSUMER.INFO.{_SECRETS}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{_SECRETS}.>",
         f"$JS.API.CONSUMER.DELETE.{_SECRETS}.>",
-        f"$JS.FC.{_SECRETS}.>",
     ]
 
 

@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Callable
 
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -30,6 +31,7 @@ from .errors import StorageUnavailable
 __all__ = ["TenantRecords"]
 
 _TIMEOUT_S = 5.0
+_READ_BATCH = 256
 
 
 class TenantRecords:
@@ -123,22 +125,55 @@ class TenantRecords:
 
     async def values(self, pattern: str) -> list[tuple[str, bytes]]:
         """Every live record whose key matches `pattern` (NATS wildcards), in the order they
-        were last written."""
+        were last written.
+
+        Read through a pull consumer of our own rather than nats-py's `KeyValue.watch`: the
+        watcher's "caught up" marker races with its first delivery (it can come before the only
+        record), so a listing could come back empty. A pull consumer's pending count is exact at
+        creation, and each record says how many are left after it."""
         found: list[tuple[str, bytes]] = []
+        prefix, stream = f"$KV.{self.bucket}.", f"KV_{self.bucket}"
         try:
-            kv = await self._bucket()
-            watcher = await asyncio.wait_for(
-                kv.watch(pattern, ignore_deletes=True), self._timeout_s
+            await self._bucket()  # a missing bucket says so here
+            reader = await asyncio.wait_for(
+                self._jetstream().pull_subscribe(
+                    prefix + pattern,
+                    stream=stream,
+                    config=ConsumerConfig(
+                        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+                        ack_policy=AckPolicy.NONE,
+                        inactive_threshold=60.0,  # the server drops it if we cannot
+                        mem_storage=True,
+                    ),
+                ),
+                self._timeout_s,
             )
+            info = None
             try:
-                while True:
-                    entry = await watcher.updates(timeout=self._timeout_s)
-                    if entry is None:
-                        break  # caught up: nothing more was there
-                    if entry.value:
-                        found.append((entry.key, entry.value))
+                info = await asyncio.wait_for(reader.consumer_info(), self._timeout_s)
+                left = info.num_pending or 0
+                while left > 0:
+                    batch = await reader.fetch(min(left, _READ_BATCH), timeout=self._timeout_s)
+                    for msg in batch:
+                        left = msg.metadata.num_pending or 0
+                        if _is_live(msg.headers) and msg.data:
+                            found.append((msg.subject[len(prefix) :], msg.data))
             finally:
-                await watcher.stop()
+                await reader.unsubscribe()
+                if info is not None and info.name:  # else the server drops it when idle
+                    await asyncio.wait_for(
+                        self._jetstream().delete_consumer(stream, info.name), self._timeout_s
+                    )
         except Exception as exc:
             raise self._unavailable(exc) from exc
         return found
+
+
+def _is_live(headers: dict[str, str] | None) -> bool:
+    """False for a delete or purge marker (a client's KV-Operation header, or the server's
+    Nats-Marker-Reason on 2.11+)."""
+    if not headers:
+        return True
+    return headers.get("KV-Operation") not in ("DEL", "PURGE") and not headers.get(
+        "Nats-Marker-Reason"
+    )
