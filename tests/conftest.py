@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,6 +16,12 @@ from shared.streams import ensure_streams
 from tools.procs import free_port, start_nats, start_redis
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# Tests send Ctrl-C (SIGINT) to the CLI and the eval harness and expect exit code 130. A shell
+# starts a background job (`bash .ci/run &`) with SIGINT ignored, every child inherits that, and
+# Python then installs no KeyboardInterrupt handler: Ctrl-C would do nothing. With a handler of
+# our own here, the children exec'd from this process start with the default disposition again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
