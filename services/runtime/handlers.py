@@ -534,6 +534,7 @@ class RuntimeService:
                 await self.admit_queued()
             return
         had = await self.tasks.release(command.task_id)
+        self.secrets.forget(command.task_id)
         if await self.seats.release(command.task_id):
             await self.admit_queued()
         log.info(

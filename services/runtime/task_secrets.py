@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 from shared.secrets_store import SecretsStore, SecretUnreadable
 
+from .task_facts import TaskFacts
+
 __all__ = ["TaskSecrets", "python_exports", "with_exports"]
 
 log = logging.getLogger("deckhands.runtime.secrets")
@@ -40,15 +42,25 @@ def python_exports(env: Mapping[str, str]) -> str:
 class TaskSecrets:
     def __init__(self, store: SecretsStore | None) -> None:
         self.store = store
+        # Which secrets a task may use is set once, at its creation; their values are read
+        # for every action (a secret updated meanwhile: the next command has its new value).
+        self._grants = TaskFacts(store.grant_of) if store is not None else None
 
     async def of(self, task_id: str) -> dict[str, str]:
-        """{name: value} of the secrets the task may use; {} when it has none (one Redis read)
-        or secrets are off here. A value no configured key opens is left out, with an error
-        in the log naming it (never its value)."""
-        if self.store is None:
+        """{name: value} of the secrets the task may use; {} when it has none (no Redis read
+        once its grant is known) or secrets are off here. A value no configured key opens is
+        left out, with an error in the log naming it (never its value)."""
+        if self.store is None or self._grants is None:
             return {}
         try:
-            return await self.store.values_for_task(task_id)
+            grant = await self._grants.get(task_id)
+            if grant is None or not grant.names:
+                return {}
+            return await self.store.read_many(grant.tenant_id, grant.names)
         except SecretUnreadable as exc:
             log.error("task %s: a secret cannot be read: %s", task_id, exc)
             return {}
+
+    def forget(self, task_id: str) -> None:
+        if self._grants is not None:
+            self._grants.forget(task_id)

@@ -33,6 +33,7 @@ from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
 from shared.workspace import (
     RepositoryRecords,
+    RepositorySpec,
     WorkspaceOp,
     WorkspaceReply,
     WorkspaceRequest,
@@ -43,6 +44,7 @@ from shared.workspace import (
 
 from .checkout import START_REF, CheckoutFailed, fetch, tar_git_dir
 from .containers import DockerSandboxes, Sandbox, task_container_name
+from .task_facts import TaskFacts
 from .workspace_archive import (
     STATE_DIR,
     ArchiveRefused,
@@ -167,6 +169,8 @@ class RuntimeWorkspace:
         self.docker: DockerSandboxes = service.docker
         self.transfers: WorkspaceTransfers | None = None
         self._records: RepositoryRecords | None = None
+        # The task's repository is set at its creation: read once per task, not per action.
+        self._repositories: TaskFacts[tuple[RepositorySpec, str]] | None = None
         self._states: TaskStateStore | None = None
         self._secrets: SecretsStore | None = None
         self.retention: Retention | None = None
@@ -179,6 +183,7 @@ class RuntimeWorkspace:
 
     def start(self, redis: Redis) -> None:
         self._records = RepositoryRecords(redis)
+        self._repositories = TaskFacts(self._records.get)
         self._states = TaskStateStore(redis)
         self._secrets = SecretsStore.from_settings(redis, self.settings)
         self.retention = Retention(redis, self.settings.pool_name)
@@ -195,7 +200,8 @@ class RuntimeWorkspace:
         CheckoutFailed says why it could not be."""
         if self._records is None:
             return
-        found = await self.records.get(task_id)
+        assert self._repositories is not None
+        found = await self._repositories.get(task_id)
         if found is None:
             return
         lock = self._checkouts.get(task_id)
