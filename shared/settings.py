@@ -36,6 +36,12 @@ class CommonSettings(BaseSettings):
         "connects to any of them and moves to another when it goes down).",
     )
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_max_connections: int = Field(
+        default=256,
+        ge=1,
+        description="Connections to Redis this process opens at most; a command waits for a "
+        "free one (up to 10 s) rather than failing when all are busy.",
+    )
     # Credentials (Kubernetes: from the Secrets deckhands-nats-users / deckhands-redis-users;
     # `make up`: from .run/credentials). Empty: connect without (an unlocked server).
     nats_user: str = Field(default="", description="This service's NATS user.")

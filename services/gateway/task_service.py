@@ -319,10 +319,12 @@ class TaskService:
             try:
                 await self._publish(first)
             except PublishFailed:
-                if idempotency_key is None:
-                    # No retry can reach this task: do not leave it LOADING forever.
-                    await self._mark_unqueued(state)
-                raise
+                # No retry can reach a task without a key: do not leave it LOADING forever.
+                # Unless the controller has it already: the message was stored and only its
+                # acknowledgement came late (JetStream under load); then it is accepted.
+                if idempotency_key is not None or await self._mark_unqueued(state):
+                    raise
+                log.info("task %s: queued, though JetStream acknowledged it late", task_id)
         if not replayed:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
@@ -396,7 +398,9 @@ class TaskService:
             raise StorageUnavailable(f"task {task_id} vanished while being created")
         return existing
 
-    async def _mark_unqueued(self, state: TaskState) -> None:
+    async def _mark_unqueued(self, state: TaskState) -> bool:
+        """Mark the new task failed; False when the controller changed it first (it took the
+        task's first message, whose publish only looked lost)."""
         try:
             await self.store.save(
                 state.model_copy(
@@ -406,8 +410,11 @@ class TaskService:
                     }
                 )
             )
-        except (RedisError, StateConflict) as exc:
+        except StateConflict:
+            return False
+        except RedisError as exc:
             log.warning("task %s: could not mark unqueued task failed: %s", state.task_id, exc)
+        return True
 
     async def send_message(
         self, task_id: str, content: str, tenant_id: str, idempotency_key: str | None = None

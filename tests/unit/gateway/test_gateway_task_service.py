@@ -21,7 +21,7 @@ from services.gateway.task_service import (
     valid_task_id,
 )
 from services.runtime.settings import RuntimeSettings
-from shared.events import AgentState, new_id
+from shared.events import AgentState, EventBase, new_id
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, work_subject
@@ -95,6 +95,26 @@ async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
         assert made.reason == "the task could not be queued for the controller"
     finally:
         await broker.stop()
+
+
+async def test_a_late_acknowledgement_is_no_failure_when_the_controller_has_the_task(
+    redis: Redis, broker: NatsBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # JetStream stored the first message but its acknowledgement came after the deadline
+    # (seen with 200 tasks posted at once): the controller's turn moved the State on first.
+    tasks = service(redis, broker)
+    store = TaskStateStore(redis)
+
+    async def stored_but_acknowledged_late(event: EventBase) -> None:
+        state = await store.load(event.task_id)
+        assert state is not None
+        await store.save(state.model_copy(update={"agent_state": AgentState.RUNNING}))
+        raise PublishFailed("could not queue the MessageAction (TimeoutError: nats: timeout)")
+
+    monkeypatch.setattr(tasks, "_publish", stored_but_acknowledged_late)
+    created = await tasks.create(NewTask(f"task {new_id()}"), TENANT)
+    kept = await store.load(created.state.task_id)
+    assert kept is not None and kept.agent_state is AgentState.RUNNING  # accepted, not failed
 
 
 async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
