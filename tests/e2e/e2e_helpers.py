@@ -1,5 +1,6 @@
-"""Helpers shared by the e2e tests: a GET that outlasts a killed part of the stack, and a
-webhook receiver on loopback with the signature check the README documents."""
+"""Helpers shared by the e2e tests: a GET that outlasts a killed part of the stack, a wait
+for tasks to end while parts are killed, and a webhook receiver on loopback with the
+signature check the README documents."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Receiver", "get_until_ok", "verify_signature"]
+__all__ = ["Receiver", "get_until_ok", "verify_signature", "wait_until_ended"]
 
 
 def get_until_ok(client: httpx.Client, path: str) -> Any:
@@ -29,6 +30,20 @@ def get_until_ok(client: httpx.Client, path: str) -> Any:
             last = repr(exc)
         time.sleep(0.2)
     raise AssertionError(f"GET {path} kept failing; last: {last}")
+
+
+def wait_until_ended(client: httpx.Client, task_ids: list[str], timeout_s: float) -> dict[str, Any]:
+    """The view of each task that ended (FINISHED, ERROR or STOPPED) within `timeout_s`,
+    polled once a second; a task missing from the result never ended."""
+    views: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(views) < len(task_ids) and time.monotonic() < deadline:
+        for task_id in [t for t in task_ids if t not in views]:
+            view = get_until_ok(client, f"/v1/tasks/{task_id}")
+            if view["state"] in {"FINISHED", "ERROR", "STOPPED"}:
+                views[task_id] = view
+        time.sleep(1)
+    return views
 
 
 class Receiver:

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import get_until_ok  # type: ignore[import-not-found]
+from e2e_helpers import get_until_ok, wait_until_ended  # type: ignore[import-not-found]
 
 from tools.stack import Stack, StackConfig, running
 
@@ -71,14 +71,7 @@ def test_every_task_survives_sigkill_of_every_component(tmp_path: Path) -> None:
 
         monkey = threading.Thread(target=chaos, args=(stack,), daemon=True)
         monkey.start()
-        views: dict[str, Any] = {}
-        deadline = time.monotonic() + 300
-        while len(views) < TASKS and time.monotonic() < deadline:
-            for task_id in [t for t in ids if t not in views]:
-                view = get_until_ok(client, f"/v1/tasks/{task_id}")
-                if view["state"] in {"FINISHED", "ERROR", "STOPPED"}:
-                    views[task_id] = view
-            time.sleep(1)
+        views = wait_until_ended(client, ids, 300)
         stop.set()
         monkey.join(60)
         assert len(kills) >= len(VICTIMS), kills  # every component died at least once

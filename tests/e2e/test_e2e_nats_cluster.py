@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import nats
 import pytest
-from e2e_helpers import get_until_ok  # type: ignore[import-not-found]
+from e2e_helpers import get_until_ok, wait_until_ended  # type: ignore[import-not-found]
 
 from shared.subjects import EVENTS_STREAM, WORK_STREAM
 from tools.stack import Stack, StackConfig, running
@@ -114,14 +114,7 @@ def test_tasks_survive_losing_one_nats_server_then_another(tmp_path: Path) -> No
 
         chaos = threading.Thread(target=kill_leaders, daemon=True)
         chaos.start()
-        views: dict[str, Any] = {}
-        deadline = time.monotonic() + 240
-        while len(views) < TASKS and time.monotonic() < deadline:
-            for task_id in [t for t in ids if t not in views]:
-                view = get_until_ok(client, f"/v1/tasks/{task_id}")
-                if view["state"] in {"FINISHED", "ERROR", "STOPPED"}:
-                    views[task_id] = view
-            time.sleep(1)
+        views = wait_until_ended(client, ids, 240)
         chaos.join(60)
         assert not failures, failures
         assert len(kills) == 2 and len(set(kills)) >= 1, kills

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import get_until_ok  # type: ignore[import-not-found]
+from e2e_helpers import get_until_ok, wait_until_ended  # type: ignore[import-not-found]
 
 from tools.procs import free_port
 from tools.stack import StackConfig, running
@@ -115,14 +115,7 @@ def test_tasks_follow_their_sandbox_and_survive_a_replica_killed(tmp_path: Path)
         moved = {t for t, r in holders.items() if r == victim}
         assert moved, held
 
-        views: dict[str, Any] = {}
-        deadline = time.monotonic() + 240
-        while len(views) < TASKS and time.monotonic() < deadline:
-            for task_id in [t for t in ids if t not in views]:
-                view = get_until_ok(client, f"/v1/tasks/{task_id}")
-                if view["state"] in {"FINISHED", "ERROR", "STOPPED"}:
-                    views[task_id] = view
-            time.sleep(1)
+        views = wait_until_ended(client, ids, 240)
         assert len(views) == TASKS, f"{TASKS - len(views)} tasks never ended"
         assert {v["state"] for v in views.values()} == {"FINISHED"}, [
             (v["state"], v["reason"]) for v in views.values()
