@@ -287,12 +287,7 @@ class RuntimeWorkspace:
             async with asyncio.timeout(deadline):
                 return await self._handle(request)
         except _Gone:
-            return WorkspaceReply(
-                status=WorkspaceStatus.GONE,
-                detail="the task's sandbox is gone (it ended more than "
-                f"{self.settings.workspace_retention_s:g}s ago, or never had one): "
-                "its workspace no longer exists",
-            )
+            return self._gone()
         except _NoSandbox as exc:
             return WorkspaceReply(status=WorkspaceStatus.NO_SANDBOX, detail=str(exc))
         except ArchiveTooLarge as exc:
@@ -307,10 +302,26 @@ class RuntimeWorkspace:
                 detail=f"the task's repository is not checked out: {exc}",
             )
         except (docker.errors.DockerException, HelperTimeout, OSError, TimeoutError) as exc:
+            if isinstance(exc, docker.errors.NotFound) and await self._expired(request.task_id):
+                # Its retention ended while the request read it: Docker, removing the
+                # container, answers that the path is missing.
+                return self._gone()
             log.warning("workspace %s of task %s failed: %s", request.op, request.task_id, exc)
             return WorkspaceReply(
                 status=WorkspaceStatus.UNAVAILABLE, detail=f"{type(exc).__name__}: {exc}"[:500]
             )
+
+    def _gone(self) -> WorkspaceReply:
+        return WorkspaceReply(
+            status=WorkspaceStatus.GONE,
+            detail="the task's sandbox is gone (it ended more than "
+            f"{self.settings.workspace_retention_s:g}s ago, or never had one): "
+            "its workspace no longer exists",
+        )
+
+    async def _expired(self, task_id: str) -> bool:
+        """Ended, and its sandbox no longer kept for its workspace."""
+        return not await self.service.task_is_live(task_id) and not await self.is_retained(task_id)
 
     async def _handle(self, request: WorkspaceRequest) -> WorkspaceReply:
         path = check_path(request.path) if request.path is not None else None
