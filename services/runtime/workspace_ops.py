@@ -295,6 +295,8 @@ class RuntimeWorkspace:
         except ArchiveRefused as exc:
             return WorkspaceReply(status=WorkspaceStatus.BAD_REQUEST, detail=str(exc))
         except FileNotFoundError as exc:
+            if await self._expired(request.task_id):
+                return self._gone()  # its workspace emptied as its sandbox was removed
             return WorkspaceReply(status=WorkspaceStatus.NOT_FOUND, detail=str(exc))
         except CheckoutFailed as exc:
             return WorkspaceReply(
@@ -304,7 +306,7 @@ class RuntimeWorkspace:
         except (docker.errors.DockerException, HelperTimeout, OSError, TimeoutError) as exc:
             if isinstance(exc, docker.errors.NotFound) and await self._expired(request.task_id):
                 # Its retention ended while the request read it: Docker, removing the
-                # container, answers that the path is missing.
+                # container, answers that the path is missing (or the workspace is empty).
                 return self._gone()
             log.warning("workspace %s of task %s failed: %s", request.op, request.task_id, exc)
             return WorkspaceReply(
