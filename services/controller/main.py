@@ -7,6 +7,7 @@ import asyncio
 from faststream import FastStream
 
 from shared.broker import NOTICES, WORK, build_broker, durable_subscription
+from shared.event_loop import run
 from shared.events import AgentStateChangedObservation, AnswerMissingObservation
 from shared.redis_client import connect_redis
 from shared.secrets_store import SecretsStore
@@ -96,7 +97,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
 def main() -> None:
     settings = ControllerSettings()
     setup_logging(settings, "controller")
-    asyncio.run(build_app(settings).run())
+    run(build_app(settings).run())
 
 
 if __name__ == "__main__":

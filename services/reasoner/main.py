@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from shared.blobs import BlobStore
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.commands import HistoryRequest, ReviewAction
+from shared.event_loop import run
 from shared.periodic import every
 from shared.redis_client import connect_redis
 from shared.streams import ensure_streams
@@ -116,7 +117,7 @@ def main() -> None:
     except (ValidationError, RuntimeError) as exc:
         sys.exit(f"reasoner: bad configuration: {exc}")
     setup_logging(settings, "reasoner")
-    asyncio.run(build_app(settings).run())
+    run(build_app(settings).run())
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from shared.blobs import BlobStore
 from shared.broker import ROUTED, WORK, build_broker, durable_subscription, handled_message
 from shared.broker_permissions import inbox_prefix
 from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
+from shared.event_loop import run
 from shared.events import (
     CmdOutputObservation,
     ErrorObservation,
@@ -238,7 +239,7 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
 def main() -> None:
     settings = RuntimeSettings()
     setup_logging(settings, "runtime")
-    asyncio.run(build_app(settings).run())
+    run(build_app(settings).run())
 
 
 if __name__ == "__main__":

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from faststream import FastStream
 
 from shared.broker import WORK, build_broker, durable_subscription
+from shared.event_loop import run
 from shared.events import ReviewedAction
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
@@ -52,7 +51,7 @@ def build_app(settings: SecuritySettings | None = None) -> FastStream:
 def main() -> None:
     settings = SecuritySettings()
     setup_logging(settings, "security")
-    asyncio.run(build_app(settings).run())
+    run(build_app(settings).run())
 
 
 if __name__ == "__main__":

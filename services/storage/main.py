@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from faststream import FastStream
 from faststream.nats.message import NatsBatchMessage
 
 from shared.broker import DELETIONS, EVENTS, build_broker, durable_subscription, handled_message
 from shared.commands import HistoryReply
+from shared.event_loop import run
 from shared.streams import ensure_streams
 from shared.subjects import (
     FORGET_SUBJECT,
@@ -97,7 +96,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
 def main() -> None:
     settings = StorageSettings()
     setup_logging(settings, "storage")
-    asyncio.run(build_app(settings).run())
+    run(build_app(settings).run())
 
 
 if __name__ == "__main__":
