@@ -532,6 +532,9 @@ class RuntimeService:
             # Ended: its sandbox is kept stopped for its workspace, its seat freed now.
             if await self.seats.release(command.task_id):
                 await self.admit_queued()
+            # After the seat went to the queue: the pool's oldest kept sandbox, if it now keeps
+            # one too many.
+            await self.workspace.evict_beyond_cap(self._task_is_over)
             return
         had = await self.tasks.release(command.task_id)
         self.secrets.forget(command.task_id)

@@ -257,6 +257,15 @@ class RuntimeSettings(CommonSettings):
         "workspace can be downloaded, and a message resuming the task finds its files. Then "
         "it is removed and the workspace routes answer 410. 0 removes it at once.",
     )
+    workspace_retained_max: int = Field(
+        default=50,
+        ge=1,
+        description="Most ended tasks whose sandbox the pool keeps (across its replicas): each "
+        "holds a stopped container, a running keeper and, for a tmpfs workspace, its files in "
+        "memory. Beyond it the oldest kept one is removed before its retention ends (its "
+        "workspace answers 410): hundreds of tasks ending in a burst must not leave hundreds "
+        "of containers behind on the engine.",
+    )
     workspace_max_extract_bytes: int = Field(
         default=1 << 30,
         ge=1,

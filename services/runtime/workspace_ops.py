@@ -158,6 +158,12 @@ class Retention:
     async def drop(self, task_id: str) -> None:
         await self.redis.zrem(self.key, task_id)
 
+    async def oldest_beyond(self, keep: int) -> list[str]:
+        """The tasks kept the longest, all but the `keep` newest (the score is the end of the
+        retention, the same length for all: the oldest end first)."""
+        raw = await self.redis.zrange(self.key, 0, -(keep + 1))
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in raw]
+
 
 class RuntimeWorkspace:
     """The runtime's side of workspaces; `service` is the RuntimeService (its tasks, seats,
@@ -550,13 +556,37 @@ class RuntimeWorkspace:
         until = await self.retention.until(task_id)
         return until is not None and until > time.time()
 
+    async def evict_beyond_cap(self, is_over: Callable[[str], Awaitable[bool]]) -> int:
+        """Remove the oldest kept sandboxes while the pool keeps more than
+        `workspace_retained_max` (those on another live replica's engine are that replica's to
+        remove: its own release or sweep does)."""
+        if self.retention is None:
+            return 0
+        cap = self.settings.workspace_retained_max
+        evicted = 0
+        for task_id in await self.retention.oldest_beyond(cap):
+            if await self.service.tasks.held_elsewhere(task_id) is not None:
+                continue
+            if await is_over(task_id):
+                await self.service.tasks.release(task_id)
+                evicted += 1
+                log.info(
+                    "task %s: its kept sandbox is removed before its retention ends: the pool "
+                    "keeps at most %d (DECKHANDS_WORKSPACE_RETAINED_MAX)",
+                    task_id,
+                    cap,
+                )
+            await self.retention.drop(task_id)  # or it runs again: its own life goes on
+        return evicted
+
     async def sweep(
         self, is_over: Callable[[str], Awaitable[bool]], is_gone: Callable[[str], Awaitable[bool]]
     ) -> int:
-        """Remove the kept sandboxes whose time is up or whose task was deleted."""
+        """Remove the kept sandboxes whose time is up or whose task was deleted, and the oldest
+        beyond the pool's cap."""
         if self.retention is None:
             return 0
-        removed = 0
+        removed = await self.evict_beyond_cap(is_over)
         due = set(await self.retention.due(time.time()))
         for task_id in await self.retention.all():
             if task_id not in due and not await is_gone(task_id):

@@ -141,6 +141,66 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
         remove_pool_containers(docker_client, pool)
 
 
+async def test_the_pool_keeps_at_most_its_cap_of_ended_tasks_sandboxes(
+    isolated_settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    """Each kept sandbox is a stopped container and a running keeper: a burst of ended tasks
+    keeps the newest `workspace_retained_max`, the oldest going first (then gone, as after
+    its retention)."""
+    pool = f"test-retain-cap-{uuid.uuid4().hex[:6]}"
+    config = make_settings(
+        isolated_settings,
+        sandbox_image,
+        pool,
+        workspace_retained_max=2,
+        pool_health_interval_s=600.0,  # nothing sweeps but the releases
+    )
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    store = TaskStateStore(redis)
+    tasks = [uuid.uuid4().hex for _ in range(3)]
+    containers: dict[str, str] = {}
+    try:
+        for task_id in tasks:
+            assert await store.create(
+                TaskState(
+                    task_id=task_id, task="t", max_iterations=5, agent_state=AgentState.RUNNING
+                )
+            )
+            observation = await service._run(
+                ExecuteAction(task_id=task_id, action=cmd(task_id, "echo mine > f")),
+                last_try=True,
+            )
+            assert isinstance(observation, CmdOutputObservation), observation
+            sandbox = service.tasks.local(task_id)
+            assert sandbox is not None
+            containers[task_id] = sandbox.container_id
+        for task_id in tasks:  # they end one after another, the first the oldest
+            state = await store.load(task_id)
+            assert state is not None
+            await store.save(state.model_copy(update={"agent_state": AgentState.FINISHED}))
+            await service.release(ReleaseSandbox(task_id=task_id, reason="finished"))
+
+        oldest, *newest = tasks
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.api.inspect_container(containers[oldest])
+        reply = await service.workspace.handle(
+            WorkspaceRequest(op=WorkspaceOp.GET_FILE, task_id=oldest, path="f", max_bytes=64)
+        )
+        assert reply.status is WorkspaceStatus.GONE, reply
+        for task_id in newest:
+            kept = docker_client.api.inspect_container(containers[task_id])
+            assert kept["State"]["Running"] is False
+            assert await service.workspace.is_retained(task_id)
+        assert sorted(await service.workspace.retention.all()) == sorted(newest)  # type: ignore[union-attr]
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
+
+
 async def test_transfer_objects_left_behind_are_removed_and_blobs_kept(
     js: JetStreamContext,
 ) -> None:
