@@ -114,6 +114,11 @@ class ContainerInfo:
         return time.time() - self.created if self.created else 0.0
 
     @property
+    def paused(self) -> bool:
+        """Frozen (`docker pause`): an ended task's kept sandbox; not running, in our terms."""
+        return self.status == "paused"
+
+    @property
     def task_name(self) -> str | None:
         """`deckhands-task-<x>` for a bound sandbox, else None."""
         return self.name if self.name.startswith(TASK_PREFIX) else None
@@ -136,7 +141,10 @@ def _info(raw: dict[str, Any]) -> ContainerInfo:
     return ContainerInfo(
         id=raw["Id"],
         name=str(raw.get("Name", "")).lstrip("/"),
-        running=bool(state_d.get("Running")) and not state_d.get("Restarting"),
+        # Docker calls a paused container running; it runs nothing, and must be unpaused first.
+        running=bool(state_d.get("Running"))
+        and not state_d.get("Restarting")
+        and not state_d.get("Paused"),
         status=str(state_d.get("Status", "")),
         labels=(raw.get("Config") or {}).get("Labels") or {},
         oom_killed=bool(state_d.get("OOMKilled")),
@@ -429,6 +437,14 @@ class DockerSandboxes:
 
     async def start(self, container_id: str) -> None:
         await self._call(lambda: self._api().start(container_id))
+
+    async def pause(self, container_id: str) -> None:
+        """Freeze every process of the container (the cgroup freezer): tens of milliseconds,
+        where a stop and a keeper (keep_workspace) are a container start and a stop."""
+        await self._call(lambda: self._api().pause(container_id))
+
+    async def unpause(self, container_id: str) -> None:
+        await self._call(lambda: self._api().unpause(container_id))
 
     def _remove_sync(self, container_id: str) -> None:
         if self.settings.workspace_bytes is not None:

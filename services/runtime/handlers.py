@@ -521,7 +521,7 @@ class RuntimeService:
             await self.release(ReleaseSandbox(task_id=task_id, reason="ended while preparing"))
 
     async def release(self, command: ReleaseSandbox) -> None:
-        """Remove (or keep, stopped) the ended task's sandbox and free its seat. HeldElsewhere:
+        """Remove (or keep, paused) the ended task's sandbox and free its seat. HeldElsewhere:
         another replica, alive, holds it (its engine has it): the order is theirs."""
         holder = await self.tasks.held_elsewhere(command.task_id)
         if holder is not None:
@@ -529,7 +529,7 @@ class RuntimeService:
         if await self._task_is_over(command.task_id) and await self.workspace.retain(
             command.task_id
         ):
-            # Ended: its sandbox is kept stopped for its workspace, its seat freed now.
+            # Ended: its sandbox is kept paused for its workspace, its seat freed now.
             if await self.seats.release(command.task_id):
                 await self.admit_queued()
             # After the seat went to the queue: the pool's oldest kept sandbox, if it now keeps

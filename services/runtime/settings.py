@@ -252,7 +252,7 @@ class RuntimeSettings(CommonSettings):
     workspace_retention_s: float = Field(
         default=900.0,
         ge=0,
-        description="A task that ended (FINISHED, STOPPED, REJECTED) keeps its sandbox stopped, "
+        description="A task that ended (FINISHED, STOPPED, REJECTED) keeps its sandbox paused, "
         "files in /workspace kept (in memory for a tmpfs workspace), for this long: its "
         "workspace can be downloaded, and a message resuming the task finds its files. Then "
         "it is removed and the workspace routes answer 410. 0 removes it at once.",
@@ -261,8 +261,8 @@ class RuntimeSettings(CommonSettings):
         default=50,
         ge=1,
         description="Most ended tasks whose sandbox the pool keeps (across its replicas): each "
-        "holds a stopped container, a running keeper and, for a tmpfs workspace, its files in "
-        "memory. Beyond it the oldest kept one is removed before its retention ends (its "
+        "is a paused container holding its processes' memory and, for a tmpfs workspace, its "
+        "files. Beyond it the oldest kept one is removed before its retention ends (its "
         "workspace answers 410): hundreds of tasks ending in a burst must not leave hundreds "
         "of containers behind on the engine.",
     )

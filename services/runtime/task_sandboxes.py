@@ -9,6 +9,12 @@ is dropped, and the task's next action gets a fresh sandbox.
 A sandbox whose task waits for the user may be stopped (`stop_idle`): it keeps its binding and
 its /workspace volume, and a marker in Redis says it was stopped on purpose. The task's next
 action starts it again, and the agent is told that its shell and Python session are new.
+
+The sandbox of a task that ended is kept paused instead (`retain`), under the same marker: a
+pause is tens of milliseconds of the engine's time where a stop and a keeper are a container
+start and a stop, and hundreds of tasks end at once in a crowd. Its processes hold their memory
+until the sandbox goes (the pool keeps a bounded number: DECKHANDS_WORKSPACE_RETAINED_MAX); a
+message that resumes the task unpauses it, shell and Python session as they were.
 """
 
 from __future__ import annotations
@@ -157,9 +163,13 @@ class TaskSandboxes:
     async def _attach_bound(self, task_id: str, container_id: str) -> Sandbox:
         info = await self.docker.inspect(container_id)
         stopped_at = None
+        unpaused = False
         if info is not None and not info.running:
             stopped_at = await self.bindings.stopped_at(container_id)
-            if stopped_at is not None:
+            if stopped_at is not None and info.paused:
+                unpaused = True
+                info = await self._unpause(container_id)
+            elif stopped_at is not None:
                 info = await self._restart(container_id)
         if info is not None and info.running:
             try:
@@ -178,6 +188,9 @@ class TaskSandboxes:
                 await self._touch(task_id, force=True)
                 if stopped_at is not None:
                     await self.bindings.clear_stopped(container_id)
+                if unpaused:
+                    log.info("task %s: unpaused its kept sandbox %s", task_id, sandbox.short_id)
+                elif stopped_at is not None:
                     sandbox.notice = _restarted_notice(time.time() - stopped_at)
                     SANDBOXES_RESTARTED.inc()
                     log.info("task %s: started stopped sandbox %s again", task_id, sandbox.short_id)
@@ -197,6 +210,13 @@ class TaskSandboxes:
             log.warning("could not start stopped sandbox %s: %s", container_id[:12], exc)
         else:
             await self.docker.release_workspace(container_id)  # it holds its workspace again
+        return await self.docker.inspect(container_id)
+
+    async def _unpause(self, container_id: str) -> ContainerInfo | None:
+        try:
+            await self.docker.unpause(container_id)
+        except docker.errors.DockerException as exc:
+            log.warning("could not unpause kept sandbox %s: %s", container_id[:12], exc)
         return await self.docker.inspect(container_id)
 
     def idle_since(self, idle_s: float) -> list[str]:
@@ -219,7 +239,7 @@ class TaskSandboxes:
             return True
 
     async def retain(self, task_id: str) -> bool:
-        """The task ended: stop its sandbox, keeping its binding and files (workspace_ops.py
+        """The task ended: pause its sandbox, keeping its binding and files (workspace_ops.py
         removes it once its retention is over). False if there is none here to keep."""
         await self.renamed(task_id)
         async with self._lock(task_id):
@@ -228,7 +248,18 @@ class TaskSandboxes:
                 bound = await self.bindings.get(task_id)
                 # Stopped already (its task waited before it ended): its files are kept.
                 return bound is not None and await self.bindings.stopped_at(bound) is not None
-            return await self._stop_kept(task_id, sandbox)
+            # Marked first, as for a stop: a crash before the pause leaves a running sandbox
+            # that is simply attached again.
+            await self.bindings.mark_stopped(sandbox.container_id, time.time())
+            self._local.pop(task_id, None)
+            self.pool.forget(sandbox.container_id)
+            await sandbox.client.close()
+            try:
+                await self.docker.pause(sandbox.container_id)
+            except docker.errors.DockerException as exc:
+                log.warning("could not pause sandbox %s: %s", sandbox.short_id, exc)
+                return False
+            return True
 
     async def _stop_kept(self, task_id: str, sandbox: Sandbox) -> bool:
         try:

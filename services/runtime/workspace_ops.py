@@ -3,13 +3,14 @@
 `RuntimeWorkspace.handle` answers the gateway's WorkspaceRequest (shared/workspace.py): the
 bytes come and go as transfer objects in the blob store's bucket, through temporary files
 here, never whole in memory nor in a NATS message. Docker's archive API reads and writes the
-sandbox's /workspace whether the sandbox runs or is stopped (a keeper holds a stopped one's
-tmpfs). What runs git (a checkout, an uploaded tree's baseline, a diff) runs in a helper
-container (workspace_helper.py).
+sandbox's /workspace whether the sandbox runs, is paused or is stopped (a keeper holds a
+stopped one's tmpfs). What runs git (a checkout, an uploaded tree's baseline, a diff) runs in a
+helper container (workspace_helper.py).
 
-Retention: when a task ends (FINISHED, STOPPED, REJECTED) its sandbox is stopped instead of
-removed, its files kept, its seat freed, for `workspace_retention_s`; then it is removed and
-the workspace answers 410. A message that resumes the task within that time finds its files.
+Retention: when a task ends (FINISHED, STOPPED, REJECTED) its sandbox is paused instead of
+removed, its files kept, its seat freed, for `workspace_retention_s` (the pool keeps at most
+`workspace_retained_max`, the oldest going first); then it is removed and the workspace
+answers 410. A message that resumes the task within that time finds its files and sessions.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def _parse_instructions(out: bytes) -> tuple[str, str] | None:
 
 
 class Retention:
-    """Ended tasks whose sandbox is kept stopped, and until when (a sorted set in Redis)."""
+    """Ended tasks whose sandbox is kept paused, and until when (a sorted set in Redis)."""
 
     def __init__(self, redis: Redis, pool_name: str) -> None:
         self.redis = redis
@@ -536,7 +537,7 @@ class RuntimeWorkspace:
     # -- retention of ended tasks' sandboxes
 
     async def retain(self, task_id: str) -> bool:
-        """The task ended: keep its sandbox stopped for the retention time. False if it is
+        """The task ended: keep its sandbox paused for the retention time. False if it is
         not kept (no retention, or no sandbox here to keep): the caller removes it."""
         s = self.settings
         if s.workspace_retention_s <= 0 or self.retention is None:
@@ -547,7 +548,7 @@ class RuntimeWorkspace:
         if not await self.service.tasks.retain(task_id):
             await self.retention.drop(task_id)
             return False
-        log.info("task %s: sandbox kept stopped for %.0fs", task_id, s.workspace_retention_s)
+        log.info("task %s: sandbox kept paused for %.0fs", task_id, s.workspace_retention_s)
         return True
 
     async def is_retained(self, task_id: str) -> bool:

@@ -1,6 +1,7 @@
 """An ended task's workspace on the real Docker engine (services/runtime/workspace_ops.py): its
-sandbox is kept stopped with its files, read and written while stopped, found again when a
-message resumes the task, and removed once its retention is over (then: gone)."""
+sandbox is kept paused with its files, read and written while paused, found again (sessions
+and all) when a message resumes the task, and removed once its retention is over (then:
+gone)."""
 
 from __future__ import annotations
 
@@ -90,19 +91,19 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
         assert await store.create(
             TaskState(task_id=task_id, task="t", max_iterations=5, agent_state=AgentState.RUNNING)
         )
-        await run("echo kept > notes.txt")
+        await run("echo kept > notes.txt; export MOOD=happy")
         sandbox = service.tasks.local(task_id)
         assert sandbox is not None
         container_id = sandbox.container_id
 
         await state(AgentState.FINISHED)
         await service.release(ReleaseSandbox(task_id=task_id, reason="finished"))
-        assert docker_client.api.inspect_container(container_id)["State"]["Running"] is False
+        assert docker_client.api.inspect_container(container_id)["State"]["Paused"] is True
         assert await service.bindings.get(task_id) == container_id
         assert task_id not in await service.seats.seated()  # its seat went to others
         assert (await service.reconcile()).removed == 0  # kept, not an ended task's leftover
 
-        # Read and written while stopped.
+        # Read and written while paused.
         assert await read("notes.txt") == (WorkspaceStatus.OK, b"kept\n")
         upload = transfer_name(task_id)
         await transfers.put(upload, io.BytesIO(b"late\n"))
@@ -117,13 +118,16 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
         )
         assert reply.status is WorkspaceStatus.OK and reply.files == 1, reply
         await transfers.delete(upload)
-        assert docker_client.api.inspect_container(container_id)["State"]["Running"] is False
+        assert docker_client.api.inspect_container(container_id)["State"]["Paused"] is True
 
-        # A message resumes the task: its next action finds its files.
+        # A message resumes the task: its next action finds its files, and its shell as it was.
         await state(AgentState.RUNNING)
-        resumed = await run("cat notes.txt late.txt")
+        resumed = await run("cat notes.txt late.txt; echo mood=$MOOD")
         assert "kept" in resumed.content and "late" in resumed.content, resumed.content
-        assert "shell and the Python session are new" in resumed.content
+        assert "mood=happy" in resumed.content, resumed.content
+        assert "session are new" not in resumed.content
+        state_now = docker_client.api.inspect_container(container_id)["State"]
+        assert state_now["Running"] is True and state_now["Paused"] is False
 
         # It ends again; once its retention is over the sweep removes it.
         await state(AgentState.FINISHED)
@@ -193,7 +197,7 @@ async def test_the_pool_keeps_at_most_its_cap_of_ended_tasks_sandboxes(
         assert reply.status is WorkspaceStatus.GONE, reply
         for task_id in newest:
             kept = docker_client.api.inspect_container(containers[task_id])
-            assert kept["State"]["Running"] is False
+            assert kept["State"]["Paused"] is True
             assert await service.workspace.is_retained(task_id)
         assert sorted(await service.workspace.retention.all()) == sorted(newest)  # type: ignore[union-attr]
     finally:
