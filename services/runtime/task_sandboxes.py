@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import docker
 
@@ -248,18 +249,7 @@ class TaskSandboxes:
                 bound = await self.bindings.get(task_id)
                 # Stopped already (its task waited before it ended): its files are kept.
                 return bound is not None and await self.bindings.stopped_at(bound) is not None
-            # Marked first, as for a stop: a crash before the pause leaves a running sandbox
-            # that is simply attached again.
-            await self.bindings.mark_stopped(sandbox.container_id, time.time())
-            self._local.pop(task_id, None)
-            self.pool.forget(sandbox.container_id)
-            await sandbox.client.close()
-            try:
-                await self.docker.pause(sandbox.container_id)
-            except docker.errors.DockerException as exc:
-                log.warning("could not pause sandbox %s: %s", sandbox.short_id, exc)
-                return False
-            return True
+            return await self._set_aside(task_id, sandbox, self.docker.pause, "pause")
 
     async def _stop_kept(self, task_id: str, sandbox: Sandbox) -> bool:
         try:
@@ -268,16 +258,27 @@ class TaskSandboxes:
         except (docker.errors.DockerException, LookupError) as exc:
             log.warning("not stopping %s: cannot keep its files: %s", sandbox.short_id, exc)
             return False
-        # Marked first: a crash before the stop leaves a running sandbox that is simply
-        # attached again; the other order could leave a stopped one that looks dead.
+        return await self._set_aside(task_id, sandbox, self.docker.stop, "stop")
+
+    async def _set_aside(
+        self,
+        task_id: str,
+        sandbox: Sandbox,
+        halt: Callable[[str], Awaitable[None]],
+        verb: str,
+    ) -> bool:
+        """Mark the sandbox stopped on purpose, let go of it here, then `halt` it (a stop or a
+        pause); its binding stays, and the task's next action finds it again."""
+        # Marked first: a crash before the halt leaves a running sandbox that is simply
+        # attached again; the other order could leave a halted one that looks dead.
         await self.bindings.mark_stopped(sandbox.container_id, time.time())
         self._local.pop(task_id, None)
         self.pool.forget(sandbox.container_id)
         await sandbox.client.close()
         try:
-            await self.docker.stop(sandbox.container_id)
+            await halt(sandbox.container_id)
         except docker.errors.DockerException as exc:
-            log.warning("could not stop sandbox %s: %s", sandbox.short_id, exc)
+            log.warning("could not %s sandbox %s: %s", verb, sandbox.short_id, exc)
             return False
         return True
 
