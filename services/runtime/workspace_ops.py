@@ -566,10 +566,7 @@ class RuntimeWorkspace:
         cap = self.settings.workspace_retained_max
         evicted = 0
         for task_id in await self.retention.oldest_beyond(cap):
-            if await self.service.tasks.held_elsewhere(task_id) is not None:
-                continue
-            if await is_over(task_id):
-                await self.service.tasks.release(task_id)
+            if await self._end_retention(task_id, is_over):
                 evicted += 1
                 log.info(
                     "task %s: its kept sandbox is removed before its retention ends: the pool "
@@ -577,8 +574,21 @@ class RuntimeWorkspace:
                     task_id,
                     cap,
                 )
-            await self.retention.drop(task_id)  # or it runs again: its own life goes on
         return evicted
+
+    async def _end_retention(
+        self, task_id: str, ended: Callable[[str], Awaitable[bool]]
+    ) -> bool | None:
+        """The task's sandbox is no longer kept: removed if its task `ended` (True), or left to
+        its own life if it runs again (False). None: it is on another live replica's engine,
+        whose release or sweep does it."""
+        if self.retention is None or await self.service.tasks.held_elsewhere(task_id) is not None:
+            return None
+        removed = await ended(task_id)
+        if removed:
+            await self.service.tasks.release(task_id)
+        await self.retention.drop(task_id)
+        return removed
 
     async def sweep(
         self, is_over: Callable[[str], Awaitable[bool]], is_gone: Callable[[str], Awaitable[bool]]
@@ -589,15 +599,15 @@ class RuntimeWorkspace:
             return 0
         removed = await self.evict_beyond_cap(is_over)
         due = set(await self.retention.due(time.time()))
+
+        async def ended(task_id: str) -> bool:
+            return await is_over(task_id) or await is_gone(task_id)
+
         for task_id in await self.retention.all():
             if task_id not in due and not await is_gone(task_id):
                 continue
-            if await self.service.tasks.held_elsewhere(task_id) is not None:
-                continue  # on another live replica's engine: that replica removes it
-            if await is_over(task_id) or await is_gone(task_id):
-                await self.service.tasks.release(task_id)
+            if await self._end_retention(task_id, ended):
                 removed += 1
-            await self.retention.drop(task_id)  # or it runs again: its own life goes on
         # Helpers a crash left behind (each has a deadline well below this age).
         s = self.settings
         oldest = 2 * max(s.workspace_helper_timeout_s, s.repository_clone_timeout_s) + 60
