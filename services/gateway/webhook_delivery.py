@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,15 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
+from shared.address_policy import (
+    HostRefused,
+    LookupFailed,
+    Resolver,
+    checked_address,
+    default_port,
+    system_resolver,
+    url_host_refused,
+)
 from shared.events import AgentStateChangedObservation, EventAdapter
 from shared.health import CONSUMER_GAUGE_REFRESH_S, CONSUMER_PENDING
 from shared.secrets_store import SecretNotFound, SecretsStore, SecretUnreadable
@@ -59,7 +67,6 @@ from .webhooks import (
     DeliveryAttempt,
     TaskWebhook,
     WebhookStore,
-    address_refused,
     body_bytes,
     event_type,
     sign,
@@ -124,9 +131,11 @@ class WebhookDeliverer:
         records: TaskRecords,
         policy: DeliveryPolicy,
         connected: Callable[[], bool] = lambda: True,
+        resolve: Resolver = system_resolver,
     ) -> None:
         self._jetstream = jetstream
         self._connected = connected
+        self._resolve = resolve
         self.webhooks = webhooks
         self.secrets = secrets
         self.states = states
@@ -281,6 +290,8 @@ class WebhookDeliverer:
             target = await self._target(spec.url)
             if isinstance(target, _Refused):
                 error, final_error = f"target refused: {target.reason}", True
+            elif isinstance(target, _LookupFailed):
+                error = f"not sent: {target.reason}"  # nothing was sent; tried again later
             else:
                 body = body_bytes(await self._payload(notice, delivery_id))
                 status, error = await self._post(target, body, key, delivery_id, notice)
@@ -336,27 +347,28 @@ class WebhookDeliverer:
         except SecretUnreadable as exc:
             raise _Undeliverable(str(exc)) from None
 
-    async def _target(self, url: str) -> WebhookTarget | _Refused:
-        """The POST to make, or why the URL's host may not be reached. Every address the name
-        resolves to is checked, and the request goes to the one checked (its name kept in the
-        Host header and, for https, in the TLS server name and certificate check): a name that
-        resolves elsewhere a moment later (DNS rebinding) cannot redirect it."""
+    async def _target(self, url: str) -> WebhookTarget | _Refused | _LookupFailed:
+        """The POST to make, or why the URL's host may not be reached (now). The name is
+        resolved once, every address it has is checked (shared/address_policy.py), and the
+        request goes to the one checked (its name kept in the Host header and, for https, in
+        the TLS server name and certificate check): a name that resolves elsewhere a moment
+        later (DNS rebinding) cannot redirect it. A lookup that fails is a failed attempt, tried
+        again later: never a request that would let the HTTP client resolve the name itself."""
         if self.policy.allow_private:
             return WebhookTarget(url)
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        why = url_host_refused(url)
+        if why is not None:
+            return _Refused(why)
+        port = parts.port or default_port(parts.scheme)
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
-            )
-        except OSError:
-            return WebhookTarget(url)  # fails the same way, and is tried again
-        for info in infos:
-            reason = address_refused(str(info[4][0]))
-            if reason is not None:
-                return _Refused(f"{host}: {reason}")
-        return pinned_target(url, str(infos[0][4][0])) if infos else WebhookTarget(url)
+            async with asyncio.timeout(self.policy.timeout_s):
+                address = await checked_address(parts.hostname or "", port, self._resolve)
+        except HostRefused as exc:
+            return _Refused(str(exc))
+        except (LookupFailed, TimeoutError) as exc:
+            return _LookupFailed(str(exc) or f"{parts.hostname}: the lookup timed out")
+        return pinned_target(url, address)
 
     async def _payload(
         self, notice: AgentStateChangedObservation, delivery_id: str
@@ -418,6 +430,11 @@ class WebhookDeliverer:
 
 @dataclass(frozen=True)
 class _Refused:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _LookupFailed:
     reason: str
 
 

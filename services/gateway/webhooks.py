@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import time
 from datetime import datetime
@@ -32,6 +31,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from redis.asyncio import Redis
 
+from shared.address_policy import url_host_refused
 from shared.events import AgentState
 from shared.secrets_store import SECRET_NAME_PATTERN, SecretsDurable
 
@@ -45,7 +45,6 @@ __all__ = [
     "TaskWebhook",
     "WebhookSpec",
     "WebhookStore",
-    "address_refused",
     "body_bytes",
     "event_type",
     "sign",
@@ -141,37 +140,13 @@ def sign(key: bytes, body: bytes, timestamp: int) -> str:
     return f"t={timestamp},v1={digest}"
 
 
-def address_refused(address: str) -> str | None:
-    """Why a webhook may not go to this IP address unless the operator allows private
-    targets; None for a public address."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    for what, test in (
-        ("loopback", ip.is_loopback),
-        ("private", ip.is_private),
-        ("link-local", ip.is_link_local),
-        ("multicast", ip.is_multicast),
-        ("reserved", ip.is_reserved),
-        ("unspecified", ip.is_unspecified),
-    ):
-        if test:
-            return f"{address} is a {what} address"
-    return None
-
-
 def url_refused(url: str, allow_private: bool) -> str | None:
-    """Why a webhook URL is refused when it is given (a literal address or localhost);
-    names are checked again, resolved, at each delivery."""
+    """Why a webhook URL is refused when it is given (a literal address the address policy
+    refuses, however written, or a local name); names are resolved and checked again at each
+    delivery (shared/address_policy.py)."""
     if allow_private:
         return None
-    host = (urlsplit(url).hostname or "").rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return f"webhook URL {url!r} points at this machine"
-    try:
-        reason = address_refused(host)
-    except ValueError:
-        return None  # a name: resolved at delivery
+    reason = url_host_refused(url)
     if reason is None:
         return None
     return (

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import socket
+import time
 
 import httpx
 import pytest
@@ -17,7 +19,16 @@ from services.gateway.webhook_delivery import (
     WebhookTarget,
     pinned_target,
 )
-from services.gateway.webhooks import WebhookSpec, address_refused, sign, url_refused
+from services.gateway.webhooks import (
+    DeliveryAttempt,
+    DeliveryRecord,
+    TaskWebhook,
+    WebhookSpec,
+    sign,
+    url_refused,
+)
+from shared.address_policy import Resolver, address_refused
+from shared.events import AgentState, AgentStateChangedObservation, EventSource
 
 
 def test_the_signature_is_hmac_sha256_of_timestamp_dot_body() -> None:
@@ -59,6 +70,20 @@ def test_urls_refused_when_given_unless_allowed() -> None:
     refused = url_refused("https://10.0.0.8/x", allow_private=False)
     assert refused is not None and "DECKHANDS_WEBHOOK_ALLOW_PRIVATE_TARGETS" in refused
     assert url_refused("http://127.0.0.1:9/x", allow_private=True) is None
+    # The special ranges and the odd ways of writing an address (shared/address_policy.py).
+    for url in (
+        "http://100.64.0.1/x",
+        "http://192.88.99.1/x",
+        "http://[fec0::1]/x",
+        "http://[2002:7f00:1::1]/x",
+        "http://[64:ff9b::7f00:1]/x",
+        "http://[fd00:ec2::254]/x",
+        "http://2130706433:9/x",
+        "http://0x7f.1:9/x",
+        "http://0177.0.0.1:9/x",
+        "http://127.1:9/x",
+    ):
+        assert url_refused(url, allow_private=False) is not None, url
     # A name is resolved and checked at each delivery, not when it is given.
     assert url_refused("https://hooks.example.com/x", allow_private=False) is None
 
@@ -173,3 +198,102 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_at_delivery(
     refused = await deliverer._target("http://localhost:9/in")
     assert not isinstance(refused, WebhookTarget)
     assert "loopback" in refused.reason
+
+
+# --- a name whose lookup fails is never sent to (issue 24) ------------------------------------
+
+
+class _Store:
+    """The webhook records deliver() reads and writes, in memory."""
+
+    def __init__(self) -> None:
+        self.attempts: list[DeliveryAttempt] = []
+        self.count = 0
+
+    async def delivery(self, delivery_id: str) -> DeliveryRecord | None:
+        return None
+
+    async def begin_attempt(self, delivery_id: str) -> DeliveryRecord:
+        self.count += 1
+        return DeliveryRecord(first_attempt_at=time.time(), attempts=self.count, done=False)
+
+    async def record(self, task_id: str, attempt: DeliveryAttempt) -> None:
+        self.attempts.append(attempt)
+
+
+class _Secrets:
+    async def read(self, tenant_id: str, name: str) -> str:
+        return "signing-key"
+
+
+def _deliverer(resolve: Resolver, store: _Store | None = None) -> WebhookDeliverer:
+    policy = DeliveryPolicy(
+        timeout_s=5,
+        backoff_s=1,
+        backoff_max_s=1,
+        deadline_s=60,
+        max_attempts=5,
+        allow_private=False,
+        concurrency=1,
+    )
+    return WebhookDeliverer(
+        lambda: None,  # type: ignore[arg-type,return-value]
+        store,  # type: ignore[arg-type]
+        _Secrets(),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        policy,
+        resolve=resolve,
+    )
+
+
+async def _failing_lookup(host: str, port: int) -> list[str]:
+    raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+
+async def test_a_failed_lookup_sends_nothing_and_is_tried_again() -> None:
+    """Before: a first lookup that failed sent the POST unpinned, to whatever the HTTP client's
+    own lookup found a moment later, unchecked. Now nothing is asked of the HTTP client: the
+    attempt is recorded as failed and tried again later."""
+    sent: list[httpx.Request] = []
+
+    async def record(request: httpx.Request) -> None:
+        sent.append(request)
+
+    store = _Store()
+    deliverer = _deliverer(_failing_lookup, store)
+    # What start() makes, without NATS; every request it is asked to send is recorded.
+    deliverer._http = httpx.AsyncClient(follow_redirects=False, event_hooks={"request": [record]})
+    try:
+        url = "http://rebind.example:8080/in"
+        target = await deliverer._target(url)
+        assert not isinstance(target, WebhookTarget) and "did not resolve" in target.reason
+        webhook = TaskWebhook(
+            tenant_id="t", spec=WebhookSpec(url=url, signing_secret="WEBHOOK_KEY")
+        )
+        notice = AgentStateChangedObservation(
+            task_id="task-1", source=EventSource.ENVIRONMENT, agent_state=AgentState.FINISHED
+        )
+        delay = await deliverer.deliver(notice, webhook)
+    finally:
+        await deliverer.stop()
+    assert sent == []
+    assert delay is not None and delay > 0
+    [attempt] = store.attempts
+    assert attempt.outcome == "retrying" and attempt.status_code is None
+    assert "not sent" in attempt.error and "did not resolve" in attempt.error
+
+
+async def test_a_lookup_is_checked_every_time_not_only_the_first() -> None:
+    """A name that resolves to a public address once and to loopback the next time (DNS
+    rebinding across attempts): each attempt's answer is checked and pinned."""
+    answers = [["93.184.216.34"], ["127.0.0.1"]]
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return answers.pop(0)
+
+    deliverer = _deliverer(rebinding)
+    first = await deliverer._target("https://hooks.example/in")
+    assert isinstance(first, WebhookTarget) and first.url == "https://93.184.216.34/in"
+    second = await deliverer._target("https://hooks.example/in")
+    assert not isinstance(second, WebhookTarget) and "loopback" in second.reason
