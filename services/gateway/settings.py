@@ -65,6 +65,11 @@ class GatewaySettings(CommonSettings):
         gt=0,
         description="How long the gateway waits for the runtime's answer to a workspace request.",
     )
+    repository_allowed_hosts: list[str] = Field(
+        default=[],
+        description="Host names (or addresses) a task's repository may name although the "
+        "address policy refuses them (JSON list); same variable as the runtime's.",
+    )
     repository_url_schemes: list[str] = Field(
         default=["https", "http", "git"],
         description="URL schemes a task's repository may use (JSON list); same variable as the "

@@ -183,7 +183,10 @@ def build_workspace(
 ) -> WorkspaceService:
     """The workspace routes' service; also gives task creation its repository check."""
     context.tasks.repositories = RepositoryCheck(
-        redis, settings.repository_url_schemes, context.secrets
+        redis,
+        settings.repository_url_schemes,
+        context.secrets,
+        settings.repository_allowed_hosts,
     )
     return WorkspaceService(
         context.tasks,

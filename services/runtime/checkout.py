@@ -10,6 +10,14 @@ The work is split where the risk is:
    secret named by `token_secret`) is given as an HTTP header through the environment, never in
    the URL, a file, or `.git/config`. The clone is killed past its deadline or its size bound.
    The ref is resolved here (branch, tag or commit) and recorded as `refs/deckhands/start`.
+   The URL's host gets the address policy of shared/address_policy.py (no loopback, private,
+   link-local, metadata or other special address, however written): its name is resolved
+   once, every address checked, and git is pinned to the checked one (http(s): curl's resolve
+   list, `http.curloptResolve`; git:// and ssh://: the address written in the URL, the name
+   put back as `origin` after the clone), with no redirect followed. Hosts the operator names
+   in DECKHANDS_REPOSITORY_ALLOWED_HOSTS are fetched as they resolve, unchecked. A failure's
+   reason says what failed, never what the remote or git said (that would make a port scanner
+   of the task API): the detail is logged here, without the token.
 2. **Checkout** (the repository's tree: file names and contents its author chose), in a helper
    container of the sandbox image that mounts only the task's workspace (workspace_helper.py),
    with no network: `.git` is copied into /workspace, then `git reset --hard` writes the tree.
@@ -23,13 +31,27 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import re
 import signal
 import tarfile
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from shared.address_policy import (
+    HostRefused,
+    LookupFailed,
+    Resolver,
+    allowed_host_names,
+    canonical_host,
+    checked_address,
+    default_port,
+    system_resolver,
+    url_host_refused,
+)
 from shared.workspace import RepositorySpec, bad_ref, bad_repository_url
 
 from .workspace_archive import SANDBOX_UID
@@ -42,9 +64,17 @@ __all__ = [
     "tar_git_dir",
 ]
 
+log = logging.getLogger("deckhands.runtime.checkout")
+
 START_REF = "refs/deckhands/start"
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
 _POLL_S = 0.25
+_LOOKUP_TIMEOUT_S = 30.0
+_NOT_FETCHED = "the repository could not be fetched"
+REFUSED = f"{_NOT_FETCHED}: host refused by the address policy"
+# A name that does not resolve and one that resolves to a refused address get the same
+# answer: a tenant learns nothing of which internal names exist.
+NAME_REFUSED = f"{_NOT_FETCHED}: host not found or refused by the address policy"
 
 
 class CheckoutFailed(Exception):
@@ -120,9 +150,86 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 def _tail(text: str, secret: str | None) -> str:
     if secret:
-        text = text.replace(secret, "<secret>")
+        basic = base64.b64encode(f"x-access-token:{secret}".encode()).decode()
+        text = text.replace(basic, "<secret>").replace(secret, "<secret>")
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return " / ".join(lines[-3:])[:500] or "no message"
+
+
+@dataclass(frozen=True)
+class _Route:
+    """How git reaches the repository: the URL it is given, its settings for this clone, and
+    the URL `origin` is set to after it (the address was written in the one given)."""
+
+    url: str
+    config: list[str] = field(default_factory=list)
+    origin: str | None = None
+
+
+def _netloc(host: str, port: int | None) -> str:
+    literal = f"[{host}]" if ":" in host else host
+    return literal if port is None else f"{literal}:{port}"
+
+
+async def _route(url: str, allowed: frozenset[str], resolve: Resolver) -> _Route:
+    """The address policy applied to `url`'s host, and git pinned to the address checked.
+    CheckoutFailed (generic; the detail is logged) if it is refused or does not resolve."""
+    parts = urlsplit(url)
+    host = canonical_host(parts.hostname or "")
+    port = parts.port
+    no_redirect = ["-c", "http.followRedirects=false"]  # a redirect could lead anywhere
+    why = url_host_refused(url, allowed)
+    if why is not None:
+        log.warning("repository %s refused by the address policy: %s", url, why)
+        raise CheckoutFailed(REFUSED)
+    canonical = parts._replace(netloc=_netloc(host, port), fragment="").geturl()
+    if host in allowed:
+        return _Route(canonical, no_redirect)
+    try:
+        async with asyncio.timeout(_LOOKUP_TIMEOUT_S):
+            address = await checked_address(host, port or default_port(parts.scheme), resolve)
+    except (HostRefused, LookupFailed, TimeoutError) as exc:
+        detail = str(exc) or "the lookup timed out"
+        log.warning("repository %s refused by the address policy: %s", url, detail)
+        raise CheckoutFailed(NAME_REFUSED) from None
+    if parts.scheme in ("http", "https"):
+        pin = f"{host}:{port or default_port(parts.scheme)}:{_netloc(address, None)}"
+        return _Route(canonical, [*no_redirect, "-c", f"http.curloptResolve={pin}"])
+    # git:// and ssh:// resolve the host themselves: they are given the address.
+    pinned = parts._replace(netloc=_netloc(address, port), fragment="").geturl()
+    return _Route(pinned, no_redirect, origin=canonical)
+
+
+def _clone_failure(stderr: str) -> str:
+    """What failed, in our words: git's message quotes the remote (its banner, its error
+    page), which must not reach the tenant."""
+    text = stderr.lower()
+    if "fsck" in text or "invalid object" in text or "object corrupt" in text:
+        return "its objects failed git's integrity checks"
+    if re.search(r"returned error: 30[1278]", text):
+        return "the server redirected elsewhere (redirects are not followed)"
+    if (
+        "returned error: 401" in text
+        or "returned error: 403" in text
+        or "could not read username" in text
+        or "authentication failed" in text
+    ):
+        return "access refused (token_secret missing or not accepted)"
+    if any(
+        words in text
+        for words in (
+            "not found",
+            "not exported",
+            "does not appear to be a git repository",
+            "is this a git repository",
+            "returned error:",
+            "no such repository",
+        )
+    ):
+        return "not a git repository or not found"
+    if "timed out" in text or "timeout" in text:
+        return "timed out"
+    return "connection failed"
 
 
 async def fetch(
@@ -133,12 +240,20 @@ async def fetch(
     schemes: list[str],
     timeout_s: float,
     max_bytes: int,
+    allowed_hosts: Collection[str] | None = None,
+    resolve: Resolver = system_resolver,
 ) -> Fetched:
     """Clone `spec` without a working tree into `workdir/repo`, resolve its ref and point HEAD
-    at it. CheckoutFailed names what went wrong."""
+    at it. CheckoutFailed names what went wrong. `allowed_hosts`: the hosts the address policy
+    lets through unchecked (None: DECKHANDS_REPOSITORY_ALLOWED_HOSTS from the environment)."""
     why = bad_repository_url(spec.url, schemes) or (spec.ref and bad_ref(spec.ref))
     if why:
         raise CheckoutFailed(why)
+    if allowed_hosts is None:
+        from .settings import RuntimeSettings
+
+        allowed_hosts = RuntimeSettings().repository_allowed_hosts
+    route = await _route(spec.url, allowed_host_names(allowed_hosts), resolve)
     env = _git_env(workdir, schemes, token)
     dest = workdir / "repo"
     clone = [
@@ -148,12 +263,13 @@ async def fetch(
         "core.hooksPath=/dev/null",
         "-c",
         "submodule.recurse=false",
+        *route.config,
         "clone",
         "--no-checkout",
         "--template=",
         "--quiet",
         "--",
-        spec.url,
+        route.url,
         str(dest),
     ]
     proc = await asyncio.create_subprocess_exec(
@@ -178,7 +294,10 @@ async def fetch(
             except TimeoutError:
                 pass
             if loop.time() > deadline:
-                raise CheckoutFailed(f"cloning {spec.url} took longer than {timeout_s:g}s")
+                raise CheckoutFailed(
+                    f"{_NOT_FETCHED}: timed out (after {timeout_s:g}s, "
+                    "DECKHANDS_REPOSITORY_CLONE_TIMEOUT_S)"
+                )
             size = await asyncio.to_thread(_dir_bytes, dest) if dest.exists() else 0
             if size > max_bytes:
                 raise CheckoutFailed(
@@ -193,9 +312,12 @@ async def fetch(
         raise
     err = (await errors).decode("utf-8", "replace")
     if proc.returncode != 0:
-        raise CheckoutFailed(f"git could not clone {spec.url}: {_tail(err, token)}")
+        log.warning("repository %s: git clone failed: %s", spec.url, _tail(err, token))
+        raise CheckoutFailed(f"{_NOT_FETCHED}: {_clone_failure(err)}")
     if await asyncio.to_thread(_dir_bytes, dest) > max_bytes:
         raise CheckoutFailed(f"the repository {spec.url} is larger than {max_bytes} bytes")
+    if route.origin is not None:
+        await _run(dest, env, "remote", "set-url", "origin", route.origin)
     return await _point_head(spec, dest, env, timeout_s)
 
 
@@ -207,7 +329,8 @@ async def _rev(dest: Path, env: dict[str, str], name: str) -> str | None:
 async def _run(dest: Path, env: dict[str, str], *args: str) -> None:
     code, _, err = await _git(list(args), env, dest, 60)
     if code != 0:
-        raise CheckoutFailed(f"git {args[0]} failed: {_tail(err, None)}")
+        log.warning("repository in %s: git %s failed: %s", dest, args[0], _tail(err, None))
+        raise CheckoutFailed(f"git {args[0]} failed on the fetched repository")
 
 
 async def _point_head(

@@ -279,6 +279,13 @@ class RuntimeSettings(CommonSettings):
         gt=0,
         description="Deadline of a diff or an uploaded tree's baseline (a helper container).",
     )
+    repository_allowed_hosts: list[str] = Field(
+        default=[],
+        description="Host names (or addresses) a task's repository may name although the "
+        'address policy refuses them (JSON list, e.g. ["git.internal"]): loopback, private '
+        "and other internal addresses are refused otherwise. Same variable as the gateway's. "
+        "Such a host is fetched as its name resolves, unchecked.",
+    )
     repository_url_schemes: list[str] = Field(
         default=["https", "http", "git"],
         description="URL schemes a task's repository may use (JSON list). Same variable as "

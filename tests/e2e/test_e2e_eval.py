@@ -62,7 +62,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ],
     )
     config = StackConfig.isolated(
-        run_dir, llm_script=script, extra_env={"DECKHANDS_POOL_MIN_IDLE": "1"}
+        run_dir,
+        llm_script=script,
+        extra_env={
+            "DECKHANDS_POOL_MIN_IDLE": "1",
+            # The tasks' repositories are served on loopback (tools/eval/repos.py).
+            "DECKHANDS_REPOSITORY_ALLOWED_HOSTS": '["127.0.0.1"]',
+        },
     )
     with running(config) as started:
         yield started

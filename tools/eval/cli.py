@@ -86,6 +86,10 @@ def _gateway(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         yield args.url, key_file.read_text().strip()
         return
     config = StackConfig()
+    if "DECKHANDS_REPOSITORY_ALLOWED_HOSTS" not in os.environ:
+        # The tasks' repositories are served on loopback (repos.py), which the address policy
+        # refuses unless the operator allows it: this stack is the evaluation's own.
+        config.extra_env["DECKHANDS_REPOSITORY_ALLOWED_HOSTS"] = '["127.0.0.1"]'
     if config.llm == "scripted" and "DECKHANDS_STACK_LLM_SCRIPT" not in os.environ:
         # The scripted server answers each task with its reference solution (scripted.py).
         config.llm_script = write_script(

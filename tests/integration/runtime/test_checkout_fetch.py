@@ -1,21 +1,28 @@
 """The runtime's repository fetch (services/runtime/checkout.py) against servers on loopback: a
 branch, tag or commit resolved, the size bound, the token sent as an HTTP header and never
-shown, schemes refused. No Docker: the checkout of the tree is the e2e test's."""
+shown, schemes refused; the address policy (a name resolved once, checked, and git pinned to
+the checked address; no redirect followed) and reasons that never quote the remote. No Docker:
+the checkout of the tree is the e2e test's."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
+import ipaddress
 import os
+import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from services.runtime.checkout import START_REF, CheckoutFailed, fetch
+from services.runtime import checkout
+from services.runtime.checkout import NAME_REFUSED, REFUSED, START_REF, CheckoutFailed, fetch
 from shared.workspace import RepositorySpec
 from tools.stack import free_port
 
@@ -88,7 +95,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
 
 
 async def _fetch(spec: RepositorySpec, tmp: Path, token: str | None = None, **kw: object):  # type: ignore[no-untyped-def]
-    options: dict[str, object] = {"schemes": SCHEMES, "timeout_s": 60.0, "max_bytes": 64 << 20}
+    options: dict[str, object] = {
+        "schemes": SCHEMES,
+        "timeout_s": 60.0,
+        "max_bytes": 64 << 20,
+        "allowed_hosts": ["127.0.0.1"],  # the servers here are on loopback
+    }
     options.update(kw)
     os.makedirs(tmp, exist_ok=True)
     return await fetch(spec, token, tmp, **options)  # type: ignore[arg-type]
@@ -132,7 +144,7 @@ async def test_what_cannot_be_fetched_is_named(
     url, _ = daemon
     with pytest.raises(CheckoutFailed, match="no branch, tag or commit 'nope'"):
         await _fetch(RepositorySpec(url=f"{url}/repo", ref="nope"), tmp_path / "1")
-    with pytest.raises(CheckoutFailed, match="could not clone"):
+    with pytest.raises(CheckoutFailed, match="could not be fetched: not a git repository"):
         await _fetch(RepositorySpec(url=f"{url}/missing"), tmp_path / "2")
     with pytest.raises(CheckoutFailed, match="larger than"):
         await _fetch(RepositorySpec(url=f"{url}/big"), tmp_path / "3", max_bytes=256 << 10)
@@ -177,3 +189,205 @@ async def test_a_token_goes_as_an_authorization_header_and_never_into_errors(
         not (tmp_path / "1" / "repo" / ".git" / "config").exists()
         or token not in (tmp_path / "1" / "repo" / ".git" / "config").read_text()
     )
+
+
+# --- the address policy (issue 24) -------------------------------------------------------------
+
+
+class _Listener:
+    """A TCP server on loopback that counts connections and answers each with `banner`."""
+
+    def __init__(self, banner: bytes = b"") -> None:
+        self.banner = banner
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.sock.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                with contextlib.suppress(OSError):
+                    conn.sendall(self.banner)
+                    conn.settimeout(1)
+                    conn.recv(4096)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[_Listener]:
+    server = _Listener()
+    yield server
+    server.close()
+
+
+def _resolving_to(*addresses: str) -> Any:
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return list(addresses)
+
+    resolve.asked = asked  # type: ignore[attr-defined]
+    return resolve
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "localhost", "[::1]", "2130706433", "0x7f000001", "0177.0.0.1", "127.1"],
+)
+async def test_a_loopback_repository_is_refused_before_any_connection(
+    host: str, listener: _Listener, tmp_path: Path
+) -> None:
+    spec = RepositorySpec(url=f"http://{host}:{listener.port}/x.git")
+    with pytest.raises(CheckoutFailed) as failure:
+        await _fetch(spec, tmp_path, allowed_hosts=[])
+    assert str(failure.value) == REFUSED
+    assert listener.connections == 0
+
+
+@pytest.mark.parametrize("scheme", ["http", "git"])
+async def test_a_name_resolving_to_loopback_is_refused_and_looked_up_once(
+    scheme: str, listener: _Listener, tmp_path: Path
+) -> None:
+    resolve = _resolving_to("127.0.0.1")
+    spec = RepositorySpec(url=f"{scheme}://repo.example.test:{listener.port}/x.git")
+    with pytest.raises(CheckoutFailed) as failure:
+        await _fetch(spec, tmp_path, allowed_hosts=[], resolve=resolve)
+    assert str(failure.value) == NAME_REFUSED
+    assert resolve.asked == ["repo.example.test"]
+    assert listener.connections == 0
+
+
+async def test_a_name_that_does_not_resolve_says_the_same_as_a_refused_one(
+    tmp_path: Path,
+) -> None:
+    async def unknown(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    spec = RepositorySpec(url="https://git.internal.example/x.git")
+    with pytest.raises(CheckoutFailed) as failure:
+        await _fetch(spec, tmp_path, allowed_hosts=[], resolve=unknown)
+    assert str(failure.value) == NAME_REFUSED
+
+
+async def test_the_system_lookup_of_this_hosts_name_is_checked(tmp_path: Path) -> None:
+    name = socket.gethostname()
+    try:
+        addresses = {str(i[4][0]) for i in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
+    except OSError:
+        pytest.skip(f"this host's name {name!r} does not resolve")
+    if not any(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        pytest.skip(f"this host's name {name!r} does not resolve to loopback: {addresses}")
+    with pytest.raises(CheckoutFailed) as failure:
+        await _fetch(RepositorySpec(url=f"git://{name}:1/x"), tmp_path, allowed_hosts=[])
+    assert str(failure.value) == NAME_REFUSED
+
+
+@pytest.mark.parametrize("scheme", ["git", "http"])
+async def test_git_goes_to_the_checked_address_not_a_second_lookup(
+    scheme: str,
+    daemon: tuple[str, dict[str, str]],
+    recorder: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`repo.example.test` resolves nowhere for git itself: the clone reaches the server only
+    through the address pinned for it (the check is let through here, the servers being on
+    loopback)."""
+
+    async def let_through(host: str, port: int, resolve: Any) -> str:
+        return str((await resolve(host, port))[0])
+
+    monkeypatch.setattr(checkout, "checked_address", let_through)
+    resolve = _resolving_to("127.0.0.1")
+    if scheme == "git":
+        port = daemon[0].rsplit(":", 1)[1]
+        url = f"git://repo.example.test:{port}/repo"
+        fetched = await _fetch(RepositorySpec(url=url), tmp_path, allowed_hosts=[], resolve=resolve)
+        assert fetched.commit == daemon[1]["main"]
+        # The address was written in git's URL; origin names the host again.
+        origin = _git(fetched.git_dir.parent, "config", "remote.origin.url")
+        assert origin == url
+    else:
+        port = recorder.rsplit(":", 1)[1]
+        url = f"http://repo.example.test:{port}/private.git"
+        with pytest.raises(CheckoutFailed, match="access refused"):
+            await _fetch(
+                RepositorySpec(url=url), tmp_path, "tok", allowed_hosts=[], resolve=resolve
+            )
+        assert _Recorder.seen  # reached, through the pin
+    assert resolve.asked == ["repo.example.test"]
+
+
+class _Redirect(http.server.BaseHTTPRequestHandler):
+    to = ""
+
+    def do_GET(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", self.to + self.path)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_a_redirect_is_not_followed(listener: _Listener, tmp_path: Path) -> None:
+    _Redirect.to = f"http://127.0.0.1:{listener.port}"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/x.git"
+        with pytest.raises(CheckoutFailed, match="could not be fetched"):
+            await _fetch(RepositorySpec(url=url), tmp_path)
+    finally:
+        server.shutdown()
+    assert listener.connections == 0
+
+
+@pytest.mark.parametrize(
+    ("banner", "scheme"),
+    [
+        (b'INFO {"server_id":"NATS","version":"2.10"}\r\n', "git"),  # NATS' banner
+        (b'INFO {"server_id":"NATS","version":"2.10"}\r\n', "http"),
+        (b"", "http"),  # Redis: an empty reply
+        (b"-ERR wrong number of arguments\r\n", "git"),
+    ],
+)
+async def test_a_failure_says_what_failed_not_what_the_remote_said(
+    banner: bytes, scheme: str, tmp_path: Path
+) -> None:
+    server = _Listener(banner)
+    try:
+        url = f"{scheme}://127.0.0.1:{server.port}/x.git"
+        with pytest.raises(CheckoutFailed) as failure:
+            await _fetch(RepositorySpec(url=url), tmp_path)
+    finally:
+        server.close()
+    reason = str(failure.value)
+    assert reason.startswith("the repository could not be fetched: "), reason
+    for word in ("INFO", "NATS", "ERR", "line length", "Empty reply", "HTTP/0.9", "fatal"):
+        assert word not in reason, reason
+    assert server.connections >= 1  # it was reached (the operator allows 127.0.0.1 here)
+
+
+async def test_a_closed_port_is_a_failed_connection(tmp_path: Path) -> None:
+    port = free_port()
+    for scheme in ("git", "http"):
+        with pytest.raises(CheckoutFailed) as failure:
+            await _fetch(RepositorySpec(url=f"{scheme}://127.0.0.1:{port}/x"), tmp_path / scheme)
+        assert str(failure.value) == "the repository could not be fetched: connection failed"
