@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import DriverConfig, LogConfig, Mount, Ulimit
+from docker.types import DriverConfig, LogConfig, Mount
 
 from .executor_client import ExecutorClient, SandboxLost, open_attach_socket
+from .isolation import confinement
 from .keepers import ROLE_KEEPER, remove_keeper, remove_stray_keepers, start_keeper
 from .settings import RuntimeSettings
 
@@ -56,8 +57,6 @@ LABEL_REPLICA = "deckhands.replica"
 LABEL_IMAGE = "deckhands.image"
 LABEL_NETWORK = "deckhands.network"
 NO_NETWORK = "none"
-# Under gVisor (ptrace platform), host pids allowed per guest process (see host_config).
-GVISOR_HOST_PIDS_PER_PROCESS = 16
 IDLE_PREFIX = "deckhands-idle-"
 TASK_PREFIX = "deckhands-task-"
 _NAME_SAFE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
@@ -269,48 +268,24 @@ class DockerSandboxes:
             labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
             driver_config=driver,
         )
-        memory = s.container_memory_bytes_for(workspace_bytes)
-        gvisor = (s.docker_runtime or "").startswith("runsc")
-        ulimits = [
-            Ulimit(name="nofile", soft=s.sandbox_open_files, hard=s.sandbox_open_files),
-            # RLIMIT_FSIZE is in bytes: a write past it fails (EFBIG, or SIGXFSZ).
-            Ulimit(name="fsize", soft=s.max_file_bytes, hard=s.max_file_bytes),
-        ]
-        pids = s.sandbox_pids
-        if gvisor:
-            # gVisor's ptrace platform (the only one Debian's runsc has here) backs guest
-            # processes with host stub processes and threads, several per guest process and
-            # growing with use: a pids cgroup of sandbox_pids ends the whole sandbox ("failed
-            # to create new OS thread") after a few dozen commands. The guest's processes are
-            # counted by gVisor's own kernel instead (RLIMIT_NPROC, per uid and per sandbox;
-            # under runc that limit would count uid 1000 across every sandbox of the host, so
-            # it is not set there), and the host's cgroup gets room for the stubs.
-            ulimits.append(Ulimit(name="nproc", soft=s.sandbox_pids, hard=s.sandbox_pids))
-            pids = s.sandbox_pids * GVISOR_HOST_PIDS_PER_PROCESS
+        config = confinement(
+            s,
+            memory_bytes=s.container_memory_bytes_for(workspace_bytes),
+            pids=s.sandbox_pids,
+            init=s.docker_init,
+        )
         return {
+            **config,
             "network_mode": network or self.pool_network,
-            "read_only": True,
             "mounts": [workspace],
             "tmpfs": tmpfs,
-            "cap_drop": ["ALL"],
             # Only for the image's holder.py, which starts as root, forks the executor as the
             # sandbox user and then leaves root itself: both setuids clear every capability,
             # so no process the agent can reach has any (no-new-privileges keeps it so).
             "cap_add": ["SETUID", "SETGID"],
-            "security_opt": ["no-new-privileges"],
-            "pids_limit": pids,
-            "mem_limit": memory,
-            "memswap_limit": memory,  # equal to the memory limit: no swap
-            "nano_cpus": int(s.sandbox_cpus * 1e9),
-            "ulimits": ulimits,
-            # Not under gVisor: Docker's init then runs the image's tini as its child, which
-            # needs PR_SET_CHILD_SUBREAPER that gVisor lacks; tini itself is PID 1 there.
-            "init": s.docker_init and not gvisor,
-            "runtime": s.docker_runtime,
             "log_config": LogConfig(
                 type="json-file", config={"max-size": s.sandbox_log_max_size, "max-file": "1"}
             ),
-            "restart_policy": {"Name": "no"},
         }
 
     async def create(

@@ -5,8 +5,9 @@ Docker mounts such a volume when the first container using it starts and unmount
 and all, when the last one stops. A sandbox stopped while its task waits (idle stop, or its
 seat given to the queue) must find its files again when it starts, so before the stop a
 keeper is started: a container that only mounts the volume (read-only) and sleeps, with no
-network, no capabilities and a few MiB of memory. Once the sandbox runs again, its keeper is
-removed; removing the sandbox removes its keeper first, so the volume goes with it.
+network, no capabilities and a few MiB of memory, confined as the sandbox is (isolation.py).
+Once the sandbox runs again, its keeper is removed; removing the sandbox removes its keeper
+first, so the volume goes with it.
 
 Blocking docker-py calls: DockerSandboxes runs them on its threads.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from docker.errors import APIError, NotFound
 from docker.types import LogConfig, Mount
 
+from .isolation import confinement, small_container_memory
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -69,16 +71,15 @@ def start_keeper(
         user="65534:65534",
         labels={**labels, LABEL_KEEPS: container_id},
         host_config=api.create_host_config(
+            **confinement(
+                settings,
+                memory_bytes=small_container_memory(settings, 16 << 20),
+                pids=8,
+                init=False,
+            ),
             mounts=[Mount(WORKSPACE, volume, type="volume", read_only=True)],
             network_mode="none",
-            read_only=True,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            pids_limit=8,
-            mem_limit="16m",
-            memswap_limit="16m",
             log_config=LogConfig(type="none"),
-            restart_policy={"Name": "no"},
         ),
     )
     name = keeper_name(container_id)

@@ -1,13 +1,15 @@
 """One-shot helper containers: git and shell work on a task's workspace, outside its sandbox.
 
 A checkout, the baseline of an uploaded tree and a diff run `git` on files the agent (or the
-repository) controls: a `.git/config` can name commands (`core.fsmonitor`, `diff.external`,
-filters). So they never run in the runtime's process: each runs in a container of the sandbox
-image that mounts only the task's workspace volume (read-only unless it must write), as uid
-1000, with no network, no capability, a read-only root, a /tmp tmpfs, small pid and memory
-limits and a deadline. The worst a hostile repository can do there is what its agent can do
-in the sandbox, with less. It works whether the sandbox runs or is stopped (a keeper holds a
-stopped sandbox's tmpfs workspace, see keepers.py), and it never touches the agent's shell.
+repository) controls. So they never run in the runtime's process: each runs in a container of
+the sandbox image that mounts only the task's workspace volume (read-only unless it must
+write), as uid 1000, with no network, confined exactly as the sandbox is (isolation.py: the
+same OCI runtime, gVisor included, no capability, a read-only root, the sandbox's memory,
+process and CPU limits), a /tmp tmpfs and a deadline; one at a time per sandbox, so a tenant
+has at most as many helpers as it has sandboxes. The git they run never reads a
+configuration the workspace holds (see GIT_PREAMBLE). It works whether the sandbox runs, is
+paused or is stopped (a keeper holds a stopped sandbox's tmpfs workspace, see keepers.py),
+and it never touches the agent's shell.
 
 Output: stdout is bounded by the script itself (`head -c`) and read back from the container's
 log (text: the JSON log driver keeps UTF-8); stderr's tail says what failed.
@@ -17,9 +19,11 @@ Blocking docker-py calls: run on DockerSandboxes' threads.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import time
+import weakref
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -28,6 +32,7 @@ from docker.errors import APIError, NotFound
 from docker.types import LogConfig, Mount
 
 from .containers import LABEL_POOL, LABEL_ROLE, DockerSandboxes
+from .isolation import confinement
 from .keepers import WORKSPACE, workspace_volume
 
 __all__ = [
@@ -44,6 +49,24 @@ log = logging.getLogger("deckhands.runtime.workspace")
 HELPER_PREFIX = "deckhands-ws-"
 ROLE_HELPER = "workspace-helper"
 _ERR_TAIL = 4000
+_HELPER_PIDS = 128
+# No configuration but the helper's own: no system or global file, no attributes file of the
+# image's, nothing asked of a terminal, no pager. The repository's own configuration is kept
+# out by GIT_PREAMBLE.
+_GIT_ENV = {
+    "HOME": "/tmp/home",
+    "XDG_CONFIG_HOME": "/tmp/home/.config",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "GIT_OPTIONAL_LOCKS": "0",
+}
+# One helper at a time per sandbox (by container id): a tenant's helpers are bounded by its
+# sandboxes, however many requests it sends at once.
+_per_sandbox: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
 
 class HelperTimeout(Exception):
@@ -86,24 +109,22 @@ def _run_sync(
         entrypoint=[],
         user="1000:1000",
         working_dir=WORKSPACE,
-        environment={"HOME": "/tmp/home", **env},
+        environment={**env, **_GIT_ENV},
         labels={LABEL_ROLE: ROLE_HELPER, LABEL_POOL: s.pool_name},
         host_config=api.create_host_config(
+            **confinement(
+                s,
+                memory_bytes=s.container_memory_bytes_for(None),
+                pids=min(_HELPER_PIDS, s.sandbox_pids),
+                init=s.docker_init,
+            ),
             mounts=[Mount(WORKSPACE, volume, type="volume", read_only=not writable)],
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},mode=1777"},
             network_mode="none",
-            read_only=True,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            pids_limit=128,
-            mem_limit="512m",
-            memswap_limit="512m",
-            nano_cpus=int(1e9),
             log_config=LogConfig(
                 type="json-file",
                 config={"max-size": str(2 * max_out + 2 * _ERR_TAIL + (1 << 20)), "max-file": "1"},
             ),
-            restart_policy={"Name": "no"},
         ),
     )
     name = HELPER_PREFIX + secrets.token_hex(6)
@@ -147,9 +168,13 @@ async def run_helper(
 ) -> HelperResult:
     """Run the bash `body` in /workspace of the sandbox `container_id` (running or stopped) in a
     helper container; its stdout (at most `max_out` bytes) goes to `out`."""
-    return await docker.call(
-        _run_sync, docker, container_id, body, env or {}, writable, timeout_s, out, max_out
-    )
+    lock = _per_sandbox.get(container_id)
+    if lock is None:
+        lock = _per_sandbox[container_id] = asyncio.Lock()
+    async with lock:
+        return await docker.call(
+            _run_sync, docker, container_id, body, env or {}, writable, timeout_s, out, max_out
+        )
 
 
 def remove_stray_helpers(docker: DockerSandboxes, min_age_s: float) -> int:
