@@ -17,11 +17,16 @@ Blocking (file I/O, compression): called on threads.
 
 from __future__ import annotations
 
+import bz2
+import contextlib
+import gzip
 import io
+import lzma
 import stat
 import tarfile
 import time
 import zipfile
+import zlib
 from collections.abc import Iterator
 from typing import IO, cast
 
@@ -32,6 +37,7 @@ __all__ = [
     "ArchiveTooLarge",
     "ChunkReader",
     "check_path",
+    "check_upload_path",
     "clean_upload",
     "gzip_tree",
     "single_file_tar",
@@ -39,6 +45,10 @@ __all__ = [
 
 SANDBOX_UID = 1000
 STATE_DIR = ".deckhands"  # the runtime's own files in a workspace (an uploaded tree's baseline)
+# Linux's NAME_MAX, and PATH_MAX less "/workspace/"; the depth is far beyond any real tree's.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4096 - len("/workspace/") - 1
+MAX_PATH_DEPTH = 256
 _COPY_CHUNK = 1 << 20
 
 
@@ -67,7 +77,34 @@ def check_path(path: str) -> str:
         raise ArchiveRefused("the path names /workspace itself, not a file in it")
     if ".." in parts:
         raise ArchiveRefused(f"the path {path!r} leaves /workspace ('..' is refused)")
-    return "/".join(parts)
+    # Past these the kernel would refuse it (ENAMETOOLONG) deep in Docker, slowly and in the
+    # engine's words.
+    if len(parts) > MAX_PATH_DEPTH:
+        raise ArchiveRefused(
+            f"the path is {len(parts)} levels deep, more than the limit of {MAX_PATH_DEPTH}"
+        )
+    longest = max(len(p.encode()) for p in parts)
+    if longest > MAX_NAME_BYTES:
+        raise ArchiveRefused(
+            f"a name in the path is {longest} bytes long, more than the limit of {MAX_NAME_BYTES}"
+        )
+    joined = "/".join(parts)
+    if len(joined.encode()) > MAX_PATH_BYTES:
+        raise ArchiveRefused(
+            f"the path is {len(joined.encode())} bytes long, more than the limit of "
+            f"{MAX_PATH_BYTES}"
+        )
+    return joined
+
+
+def check_upload_path(path: str) -> str:
+    """check_path, and not in the runtime's own `.deckhands/` (an uploaded tree's baseline)."""
+    name = check_path(path)
+    if name.split("/", 1)[0] == STATE_DIR:
+        raise ArchiveRefused(
+            f"{path!r} is in {STATE_DIR}/, which is deckhands' own: an upload may not write it"
+        )
+    return name
 
 
 class _Writer:
@@ -145,6 +182,41 @@ class _Writer:
         self.tar.close()
 
 
+# What reading a damaged or truncated archive raises, by format and compression: a decoder's
+# error while an entry's data is read comes from inside tarfile or zipfile, past the checks
+# that opened the archive.
+_DAMAGE = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    OSError,  # bz2's and gzip's "invalid data stream", "Not a gzipped file"
+    NotImplementedError,  # a zip's unsupported compression method
+    RuntimeError,  # an encrypted zip entry
+)
+
+
+class _Damaged(io.RawIOBase):
+    """An entry's data whose decoding errors say the archive is damaged (ArchiveRefused)."""
+
+    def __init__(self, data: IO[bytes], name: str) -> None:
+        self.data = data
+        self.name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.data.read(n)
+        except _DAMAGE as exc:
+            raise ArchiveRefused(
+                f"the archive is damaged: {self.name!r} cannot be read ({type(exc).__name__}: "
+                f"{exc})"[:300]
+            ) from None
+
+
 class _Exactly(io.RawIOBase):
     """Reads exactly `size` bytes of `data` (a zip member's size is only what it claims)."""
 
@@ -176,8 +248,7 @@ def _names_the_root(raw: str) -> bool:
 
 
 def _entry_name(raw: str, base: str | None) -> str:
-    name = check_path(raw)
-    return f"{base}/{name}" if base else name
+    return check_upload_path(f"{base}/{check_path(raw)}" if base else raw)
 
 
 def clean_upload(
@@ -196,7 +267,8 @@ def clean_upload(
     written = 0
     entries = _zip_entries(source) if archive == "zip" else _tar_entries(source)
     try:
-        for kind, raw_name, mode, mtime, size, data, target in entries:
+        for kind, raw_name, mode, mtime, size, raw_data, target in entries:
+            data = None if raw_data is None else cast(IO[bytes], _Damaged(raw_data, raw_name))
             if kind == "dir" and _names_the_root(raw_name):
                 continue  # `tar -C dir .` opens with `./`: the workspace (or base) itself
             name = _entry_name(raw_name, base)
@@ -217,10 +289,25 @@ def clean_upload(
 _Entry = tuple[str, str, int, float, int, IO[bytes] | None, str]
 
 
+def _decompressed(source: IO[bytes]) -> IO[bytes]:
+    """The upload, decompressed by the format's own reader: unlike tarfile's stream mode,
+    gzip's checks its CRC-32 and length, so garbled data is refused rather than written."""
+    head = source.read(6)
+    source.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        return cast(IO[bytes], gzip.GzipFile(fileobj=source, mode="rb"))
+    if head.startswith(b"BZh"):
+        return cast(IO[bytes], bz2.BZ2File(source, mode="rb"))
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return cast(IO[bytes], lzma.LZMAFile(source, mode="rb"))
+    return source
+
+
 def _tar_entries(source: IO[bytes]) -> Iterator[_Entry]:
+    source = _decompressed(source)
     try:
-        tar = tarfile.open(fileobj=source, mode="r|*")
-    except tarfile.TarError as exc:
+        tar = tarfile.open(fileobj=source, mode="r|")
+    except _DAMAGE as exc:
         raise ArchiveRefused(f"not a tar archive: {exc}") from None
     try:
         for member in tar:
@@ -238,16 +325,24 @@ def _tar_entries(source: IO[bytes]) -> Iterator[_Entry]:
                 raise ArchiveRefused(
                     f"{member.name!r} is a device, FIFO or other special file: refused"
                 )
-    except tarfile.TarError as exc:
-        raise ArchiveRefused(f"the tar archive is damaged: {exc}") from None
+        # The end of the compressed stream, where its checksum is (tarfile stops reading at
+        # the archive's end marker). tar pads to its record size (10 KiB); more is not a tar's.
+        trailing = 0
+        while chunk := source.read(_COPY_CHUNK):
+            trailing += len(chunk)
+            if trailing > _COPY_CHUNK:
+                raise ArchiveRefused("the tar archive has data past its end")
+    except _DAMAGE as exc:
+        raise ArchiveRefused(f"the tar archive is damaged: {type(exc).__name__}: {exc}") from None
     finally:
-        tar.close()
+        with contextlib.suppress(*_DAMAGE):
+            tar.close()
 
 
 def _zip_entries(source: IO[bytes]) -> Iterator[_Entry]:
     try:
         archive = zipfile.ZipFile(source)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise ArchiveRefused(f"not a zip archive: {exc}") from None
     with archive:
         for item in archive.infolist():
@@ -256,8 +351,11 @@ def _zip_entries(source: IO[bytes]) -> Iterator[_Entry]:
             if item.is_dir():
                 yield "dir", item.filename, unix_mode or 0o755, mtime, 0, None, ""
             elif stat.S_ISLNK(unix_mode):
-                with archive.open(item) as link:
-                    target = link.read(4096).decode("utf-8", "replace")
+                try:
+                    with archive.open(item) as link:
+                        target = link.read(4096).decode("utf-8", "replace")
+                except _DAMAGE as exc:
+                    raise ArchiveRefused(f"{item.filename!r} cannot be read: {exc}") from None
                 yield "link", item.filename, 0o777, mtime, 0, None, target
             elif stat.S_IFMT(unix_mode) and not stat.S_ISREG(unix_mode):
                 raise ArchiveRefused(f"{item.filename!r} is a special file: refused")
@@ -266,7 +364,7 @@ def _zip_entries(source: IO[bytes]) -> Iterator[_Entry]:
                     with archive.open(item) as data:
                         mode = unix_mode or 0o644
                         yield "file", item.filename, mode, mtime, item.file_size, data, ""
-                except (zipfile.BadZipFile, NotImplementedError, RuntimeError) as exc:
+                except _DAMAGE as exc:
                     raise ArchiveRefused(f"{item.filename!r} cannot be read: {exc}") from None
 
 
@@ -274,7 +372,7 @@ def single_file_tar(name: str, source: IO[bytes], size: int, out: IO[bytes]) -> 
     """A clean tar holding one file at `name` (checked) and its parent directories."""
     writer = _Writer(out, max_bytes=size, max_files=10_000)
     try:
-        writer.file(check_path(name), 0o644, time.time(), size, source)
+        writer.file(check_upload_path(name), 0o644, time.time(), size, source)
     finally:
         writer.close()
 

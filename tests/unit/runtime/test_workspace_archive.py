@@ -171,3 +171,70 @@ def test_a_download_leaves_the_runtime_s_own_files_out_and_is_bounded() -> None:
         assert tar.getnames() == ["workspace/a.txt", "workspace/b.txt"]
     with pytest.raises(ArchiveTooLarge):
         gzip_tree(iter([raw]), io.BytesIO(), max_bytes=50)
+
+
+def _damaged() -> list[tuple[str, str, bytes]]:
+    noise = bytes(range(256)) * 2048
+    whole = _tar(_file("a.bin", noise), _file("b.txt", b"b\n")).getvalue()
+    gz = _tar(_file("a.bin", noise), mode="w:gz").getvalue()
+    xz = _tar(_file("a.bin", noise), mode="w:xz").getvalue()
+    bz = _tar(_file("a.bin", noise), mode="w:bz2").getvalue()
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("a.txt", "zipped " * 1000)
+    bad_crc = bytearray(packed.getvalue())
+    central = bad_crc.index(b"PK\x01\x02")  # zipfile checks the central directory's CRC-32
+    bad_crc[central + 16 : central + 20] = b"\0\0\0\0"
+    garbled = bytearray(packed.getvalue())
+    garbled[40:60] = b"\xff" * 20
+    return [
+        ("tar", "cut in an entry's data", whole[: 512 + 100_000]),
+        ("tar", "gzip cut short", gz[: len(gz) // 2]),
+        ("tar", "gzip garbled", gz[:100] + bytes(b ^ 0x5A for b in gz[100:200]) + gz[200:]),
+        ("tar", "gzip data changed", gz[: len(gz) // 2] + b"\x00" * 8 + gz[len(gz) // 2 + 8 :]),
+        ("tar", "xz cut short", xz[: len(xz) // 2]),
+        ("tar", "data past its end", whole + b"\x01" * (2 << 20)),
+        ("tar", "bz2 cut short", bz[: len(bz) // 2]),
+        ("zip", "bad CRC-32", bytes(bad_crc)),
+        ("zip", "garbled deflate data", bytes(garbled)),
+        ("zip", "cut short", packed.getvalue()[:50]),
+    ]
+
+
+@pytest.mark.parametrize(("archive", "what", "data"), _damaged(), ids=lambda v: str(v)[:20])
+def test_a_damaged_archive_is_refused_as_such(archive: str, what: str, data: bytes) -> None:
+    # Before, a decoder's error raised while an entry's data was copied escaped as
+    # tarfile.ReadError or zipfile.BadZipFile, and the runtime never answered.
+    with pytest.raises(
+        ArchiveRefused, match=r"damaged|cannot be read|not a|ended before|past its end"
+    ):
+        _clean(io.BytesIO(data), archive)
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("a" * 256, "256 bytes long"),
+        ("é" * 128, "256 bytes long"),
+        ("/".join(["a"] * 2100), "2100 levels deep"),
+        ("/".join(["b" * 200] * 21), "bytes long, more than the limit of 4084"),
+    ],
+)
+def test_over_long_and_over_deep_paths_are_refused(path: str, says: str) -> None:
+    with pytest.raises(ArchiveRefused, match=says):
+        check_path(path)
+    assert check_path("a" * 255) == "a" * 255
+    assert check_path("/".join(["a"] * 256)).count("/") == 255
+
+
+def test_an_upload_may_not_write_the_runtime_s_own_directory() -> None:
+    for name in (".deckhands/baseline.git/config", "./.deckhands/x", "/workspace/.deckhands"):
+        with pytest.raises(ArchiveRefused, match=r"\.deckhands/, which is deckhands' own"):
+            _clean(_tar(_file(name, b"[core]\n")))
+    with pytest.raises(ArchiveRefused, match="deckhands' own"):
+        single_file_tar(".deckhands/x", io.BytesIO(b"x"), 1, io.BytesIO())
+    assert [m.name for m in _clean(_tar(_file("a/.deckhands/x", b"x")))] == [
+        "a",
+        "a/.deckhands",
+        "a/.deckhands/x",
+    ]
