@@ -54,6 +54,14 @@ from .procs import (
 __all__ = ["WORKERS", "Stack", "StackConfig", "main", "running"]
 
 SERVICES = ("storage", "controller", "security", "runtime", "reasoner", "gateway")
+# Credentials only the services named beside them get (deploy/k8s gives them the same way): a
+# process that is broken into holds no key it does not use.
+SCOPED_ENV = {
+    "DECKHANDS_ADMIN_API_KEY": ("gateway",),
+    "DECKHANDS_SECRETS_KEY": ("gateway", "controller", "runtime"),
+    "DECKHANDS_SECRETS_PREVIOUS_KEYS": ("gateway", "controller", "runtime"),
+    "DECKHANDS_LLM_API_KEY": ("reasoner",),
+}
 WORKERS = tuple(name for name in SERVICES if name != "gateway")
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SCRIPT = ROOT / "tools" / "scripted_llm" / "scripts" / "seed_squares.json"
@@ -283,6 +291,9 @@ class Stack:
         if name in self.config.metrics_ports:
             env["DECKHANDS_METRICS_PORT"] = str(self.config.metrics_ports[name])
         env.update(env_overrides or {})
+        for name_, services in SCOPED_ENV.items():
+            if service not in services:
+                env.pop(name_, None)
         proc = subprocess.Popen(
             args,
             cwd=ROOT,

@@ -123,7 +123,10 @@ async def delete_tenant(
     "/tenants/{tenant_id}/keys",
     status_code=status.HTTP_201_CREATED,
     response_model=IssuedApiKey,
-    responses=_NO_TENANT,
+    responses={
+        **_NO_TENANT,
+        409: {"model": ErrorResponse, "description": "As many working keys as allowed"},
+    },
     summary="Issue an API key to the tenant (the answer is the only time the key is shown)",
 )
 async def issue_key(

@@ -117,7 +117,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
     )
     # Tenants, keys and limits: durable in NATS key-value, cached in Redis.
     records = TenantRecords(lambda: broker.connection.jetstream())
-    tenants = TenantStore(redis, records)
+    tenants = TenantStore(redis, records, max_keys=settings.max_api_keys_per_tenant)
     tasks.quotas.records = records
     # Task owners and Idempotency-Keys: durable there too (Redis may lose them).
     tasks.records.durable = records

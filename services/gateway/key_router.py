@@ -42,6 +42,7 @@ def _actor(caller: Caller) -> str:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=IssuedApiKey,
+    responses={409: {"model": ErrorResponse, "description": "As many working keys as allowed"}},
     summary="Make another key for the caller's tenant (the answer is the only time it is shown)",
 )
 async def create_key(

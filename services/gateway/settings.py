@@ -100,6 +100,13 @@ class GatewaySettings(CommonSettings):
     max_sub_tasks_per_task: int = Field(
         default=10, ge=0, le=1000, description="Sub-tasks one task may delegate over its life."
     )
+    max_api_keys_per_tenant: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="Working (unrevoked) API keys one tenant may hold; another is refused "
+        "(409) until one is revoked.",
+    )
     max_event_streams_per_tenant: int = Field(
         default=64,
         ge=1,

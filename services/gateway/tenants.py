@@ -46,6 +46,7 @@ __all__ = [
     "Tenant",
     "TenantDisabled",
     "TenantStore",
+    "TooManyKeys",
 ]
 
 TENANT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -62,6 +63,12 @@ class TenantDisabled(GatewayError):
     """The key is right, but its tenant was disabled by the operator: 403, naming why."""
 
     status_code = 403
+
+
+class TooManyKeys(GatewayError):
+    """The tenant holds as many working keys as it may: 409 until one is revoked."""
+
+    status_code = 409
 
 
 class LastKey(GatewayError):
@@ -131,10 +138,18 @@ def _credential_record(key_hash: str) -> str:
 
 
 class TenantStore:
-    def __init__(self, redis: Redis, records: TenantRecords, prefix: str = _PREFIX) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        records: TenantRecords,
+        prefix: str = _PREFIX,
+        *,
+        max_keys: int = 20,
+    ) -> None:
         self.redis = redis
         self.records = records
         self.prefix = prefix
+        self.max_keys = max_keys
         self._used_written: dict[str, float] = {}
 
     def _tenant(self, tenant_id: str) -> str:
@@ -280,6 +295,12 @@ class TenantStore:
         self, tenant_id: str, name: str, created_by: str | None = None
     ) -> NewApiKey:
         await self.get_tenant(tenant_id)
+        working = [r for r in await self._key_records(tenant_id) if r.revoked_at is None]
+        if len(working) >= self.max_keys:
+            raise TooManyKeys(
+                f"tenant {tenant_id!r} holds {len(working)} working API keys, the most it may "
+                f"(DECKHANDS_MAX_API_KEYS_PER_TENANT={self.max_keys}): revoke one first"
+            )
         issued = issue_api_key()
         record = ApiKeyRecord(
             prefix=issued.prefix,

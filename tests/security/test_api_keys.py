@@ -186,3 +186,25 @@ def test_a_tenants_key_cannot_list_or_revoke_another_tenants_keys(
         assert other.get("/v1/quotas").json()["tenant_id"] == "beta"
         assert other.delete(f"/v1/keys/{made.json()['prefix']}").status_code == 200
         assert other.get("/v1/quotas").status_code == 401
+
+
+def test_a_tenant_cannot_make_keys_without_bound(new_tenant: Callable[..., Tenant]) -> None:
+    """Issue 24, finding 6: a tenant could make any number of keys with one of its own (each
+    a record in the key store and a credential to track). It may hold 20 working ones (the
+    default of DECKHANDS_MAX_API_KEYS_PER_TENANT); past that, a 409 naming the limit, until
+    one is revoked."""
+    tenant = new_tenant()
+    made: list[str] = []
+    while True:
+        answer = tenant.http.post("/v1/keys", json={"name": f"k{len(made)}"})
+        if answer.status_code != 201:
+            break
+        made.append(answer.json()["prefix"])
+        assert len(made) < 20, "no bound on a tenant's keys"
+    assert answer.status_code == 409, answer.text
+    assert "DECKHANDS_MAX_API_KEYS_PER_TENANT=20" in answer.json()["detail"], answer.text
+    assert len(made) == 19  # and the key the tenant was made with
+    revoked = tenant.http.delete(f"/v1/keys/{made[0]}")
+    assert revoked.status_code == 200, revoked.text
+    again = tenant.http.post("/v1/keys", json={"name": "after a revocation"})
+    assert again.status_code == 201, again.text
