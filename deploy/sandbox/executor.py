@@ -10,9 +10,9 @@ Every request has an `id` and an `op`; its response carries the same `id` and `o
 go to stderr (the container's capped log), never to stdout.
 
   ping                                  -> {ok, pid, uptime_s, protocol}
-  bash   {command, timeout_s, no_output_timeout_s?, is_input?, limit?}
+  bash   {command, timeout_s, no_output_timeout_s?, is_input?, limit?, env?}
                                         -> {ok, output, exit_code, cwd, timed_out, running, note}
-  python {code, timeout_s, limit?}      -> {ok, output, exit_code, timed_out, note}
+  python {code, timeout_s, limit?, env?} -> {ok, output, exit_code, timed_out, note}
   read   {path, start_line?, end_line?, limit?} -> {ok, path, content, total_lines}
   write  {path, content}                -> {ok, path, size}
   edit   {command, path, ...}           -> {ok, path, content, diff}
@@ -29,6 +29,10 @@ Whole output: `bash`, `python` and `read` take `keep` (bytes). When the output i
 fits in `keep`, is kept in a file under /tmp/.deckhands/kept; the answer names it (`kept`,
 `kept_bytes`). The runtime fetches it with `chunk` (pieces small enough for one protocol line,
 on UTF-8 boundaries) and stores it outside the sandbox. Each part keeps one file at a time.
+
+Environment: `bash` (a command, not input) and `python` take `env`, {name: value}, exported
+into the shell or the Python process before the command or cell runs (a task's secrets). The
+values never appear in any code the shell or Python reads: see `BashSession.ENV_PRELUDE`.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ def _load_modules() -> None:
             namespace[name] = __import__(name)
 
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: `env` on bash and python
 WORKSPACE = os.environ.get("DECKHANDS_WORKSPACE", "/workspace")
 STATE_DIR = os.environ.get("DECKHANDS_STATE_DIR", "/tmp/.deckhands")
 KEPT_DIR = STATE_DIR + "/kept"
@@ -219,8 +223,12 @@ def _whole_characters(data: bytes) -> int:
 
 
 def _unlink_kept(name: str) -> None:
+    _unlink_quietly(os.path.join(KEPT_DIR, name))
+
+
+def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(os.path.join(KEPT_DIR, name))
+        os.unlink(path)
 
 
 def keep_whole(name: str, text: str, limit: int, keep: int) -> dict[str, Any]:
@@ -281,6 +289,20 @@ def _space_note(output: str) -> str:
     except ImportError:  # only where executor.py runs without its directory on the path
         return ""
     return space_note(output)
+
+
+def _request_env(req: dict[str, Any]) -> dict[str, str]:
+    """A request's `env`, checked: names of environment variables, string values without NUL.
+    An error names the variable, never its value."""
+    env = req.get("env") or {}
+    if not isinstance(env, dict):
+        raise Fail("bad_request", "env must be an object of names and values")
+    for name, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", str(name)):
+            raise Fail("bad_request", f"env: {str(name)[:130]!r} is not a variable name")
+        if not isinstance(value, str) or "\0" in value:
+            raise Fail("bad_request", f"env: the value of {name} is not a string without NUL")
+    return env
 
 
 def _user_env() -> dict[str, str]:
@@ -355,7 +377,33 @@ class BashSession:
     need no escaping and `cd` or `export` persist. Bash's PROMPT_COMMAND prints an end marker
     with a per-session nonce, the exit code and the cwd; it runs even after Ctrl-C aborts a
     command. The terminal has echo and CR/LF translation off, so output is what programs wrote.
+
+    A command's `env` (the task's secrets) must reach the shell without bash ever printing a
+    value: the agent's shell may have `set -x` (each command traced, expanded, to stderr or to
+    BASH_XTRACEFD), `set -v` (each line echoed as it is read) or a DEBUG trap (which sees each
+    command's text). So no value is ever part of a line bash reads: the values go, as
+    NUL-separated name/value pairs, into a file of their own (mode 0600 in the executor's 0700
+    state directory), and the command's file starts with ENV_PRELUDE, one fixed line, the same
+    for every task, that `read`s them into `export` and empties the file (a builtin: no `rm`
+    on a PATH the agent may have changed) before the agent's command runs; the executor removes
+    the empty file once the command is answered. The prelude first turns xtrace and verbose
+    off, in a group whose own trace (of those two value-free commands) goes to /dev/null (or
+    to the agent's BASH_XTRACEFD), exports with both off (a DEBUG trap would see only
+    `builtin export "$__dh_n=$__dh_v"`, unexpanded), and restores the flags as its very last
+    command, so that nothing after it on the line is traced. `set -v` echoes the prelude line
+    itself, which holds no value; every command is `builtin`, unaffected by the agent's
+    functions of those names.
     """
+
+    ENV_PRELUDE = (
+        "{ __dh_f=$-; builtin set +xv; } 2>/dev/null; "
+        "while IFS= builtin read -r -d '' __dh_n && IFS= builtin read -r -d '' __dh_v; "
+        'do builtin export "$__dh_n=$__dh_v"; done < %(env)s; '
+        "builtin : >| %(env)s; builtin unset __dh_n __dh_v; "
+        "case $__dh_f in *v*) builtin set -v;; esac; "
+        "case $__dh_f in *x*) builtin unset __dh_f; builtin set -x;; "
+        "*) builtin unset __dh_f;; esac\n"
+    )
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
@@ -376,6 +424,7 @@ class BashSession:
     def start(self) -> None:
         self.close()
         os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
+        _unlink_quietly(self._env_file())  # values a killed command's shell never read
         master, slave = os.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[1] &= ~termios.ONLCR
@@ -494,6 +543,7 @@ class BashSession:
         quiet_s = float(quiet) if quiet else None
         is_input = bool(req.get("is_input"))
         command = str(req.get("command", ""))
+        env = {} if is_input else _request_env(req)
         notes: list[str] = []
         if not self.alive():
             if self.proc is not None:
@@ -545,12 +595,17 @@ class BashSession:
             self.counter += 1
             script = os.path.join(STATE_DIR, "command.sh")
             with open(script, "w", encoding="utf-8") as f:
+                if env:
+                    f.write(self.ENV_PRELUDE % {"env": self._write_env(env)})
                 f.write(command if command.endswith("\n") else command + "\n")
             self.running = True
             os.write(self.master, f" builtin source {script}\n".encode())
 
         before_oom = oom_kills()
         status, code, cwd = self._read(out, deadline, quiet_s)
+        if env:
+            # Emptied by the prelude already; gone too, now.
+            _unlink_quietly(self._env_file())
         timed_out = False
         if status == "quiet":
             notes.append(
@@ -577,6 +632,20 @@ class BashSession:
                 "[a process was killed because the sandbox ran out of memory (memory limit)]"
             )
         return self._answer(out, code, cwd, timed_out, False, notes)
+
+    @staticmethod
+    def _env_file() -> str:
+        return os.path.join(STATE_DIR, "command.env")
+
+    def _write_env(self, env: dict[str, str]) -> str:
+        """Write `env` for the prelude to read; its path (a fixed name of ours: no quoting)."""
+        path = self._env_file()
+        _unlink_quietly(path)  # a file left by a crash, or a link someone put there
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            for name, value in sorted(env.items()):
+                f.write(name.encode() + b"\0" + value.encode("utf-8", "surrogateescape") + b"\0")
+        return path
 
     def _interrupt(self, out: Captured, notes: list[str], timeout_s: float) -> tuple[str, int, str]:
         """Stop the running command: Ctrl-C, then kill its process group, then everything."""
@@ -706,6 +775,7 @@ class PythonSession:
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         limit = int(req.get("limit") or DEFAULT_LIMIT)
         timeout_s = float(req.get("timeout_s") or DEFAULT_TIMEOUT_S)
+        env = _request_env(req)
         notes: list[str] = []
         if self.pid() is None:
             if self.proc is not None:
@@ -714,12 +784,15 @@ class PythonSession:
         assert self.proc is not None
         out = Captured(limit, int(req.get("keep") or 0), "python.out")
         before_oom = oom_kills()
+        # The environment travels beside the cell, not in its code: the kernel keeps each
+        # cell's source for tracebacks (linecache), and the cell's numbering stays the agent's.
+        message = (json.dumps({"code": str(req.get("code", "")), "env": env}) + "\n").encode()
         try:
-            os.write(self.ctrl_w, (json.dumps({"code": str(req.get("code", ""))}) + "\n").encode())
+            os.write(self.ctrl_w, message)
         except OSError:
             self.close()
             self.start()
-            os.write(self.ctrl_w, (json.dumps({"code": str(req.get("code", ""))}) + "\n").encode())
+            os.write(self.ctrl_w, message)
         deadline = time.monotonic() + timeout_s
         status, result = self._collect(out, deadline)
         timed_out = False
@@ -825,7 +898,9 @@ def kernel_main(ctrl_in: int, ctrl_out: int) -> None:
         cell += 1
         rc = 0
         try:
-            code = json.loads(raw)["code"]
+            request = json.loads(raw)
+            code = request["code"]
+            os.environ.update(request.get("env") or {})
             name = f"<cell {cell}>"
             linecache.cache[name] = (len(code), None, code.splitlines(True), name)
             tree = ast.parse(code, name, "exec")

@@ -31,7 +31,7 @@ from shared.secret_redaction import Redactor
 from .containers import Sandbox
 from .executor_client import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
-from .task_secrets import python_exports, with_exports
+from .task_secrets import exported
 
 __all__ = [
     "RuntimeObservation",
@@ -153,26 +153,27 @@ async def run_action(
     With `blobs`, output longer than output_limit is also kept whole (up to output_keep_bytes)
     in the blob store, and the observation carries its claim check (`content_ref`).
     SandboxLost and TimeoutError propagate: the caller decides what a dead sandbox means.
-    With `secrets` ({name: value}, the task's), a command runs with them in its environment
-    and a kept whole output has them redacted (the caller redacts the observation).
+    With `secrets` ({name: value}, the task's), a command or cell runs with them in its
+    environment (the executor's `env`, never in the command: see task_secrets.py) and a kept
+    whole output has them redacted (the caller redacts the observation).
     """
     limit = settings.output_limit
     whole = settings.output_keep_bytes if blobs is not None else 0
     fields = _answer_fields(action)
     redactor = Redactor(secrets or {})
+    env = exported(secrets or {})
     try:
         if isinstance(action, CmdRunAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
             request: dict[str, Any] = {
-                # Input to a running program is sent as it is; a command gets the exports.
-                "command": action.command
-                if action.is_input
-                else with_exports(action.command, secrets or {}),
+                "command": action.command,
                 "timeout_s": timeout_s,
                 "limit": limit,
                 "is_input": action.is_input,
                 "keep": whole,
             }
+            if env and not action.is_input:  # input goes to a running program as it is
+                request["env"] = env
             quiet = action.no_output_timeout_s or settings.no_output_timeout_s
             if quiet:
                 request["no_output_timeout_s"] = quiet
@@ -191,11 +192,7 @@ async def run_action(
             )
         if isinstance(action, RunPythonAction):
             timeout_s = action.timeout_s or settings.action_timeout_s
-            if secrets:
-                # A cell of its own before the agent's, so the agent's line numbers are its own.
-                await sandbox.client.request(
-                    "python", 30.0, code=python_exports(secrets), timeout_s=10.0, limit=1000
-                )
+            cell: dict[str, Any] = {"env": env} if env else {}
             answer = await sandbox.client.request(
                 "python",
                 timeout_s + _GRACE_S,
@@ -203,6 +200,7 @@ async def run_action(
                 timeout_s=timeout_s,
                 limit=limit,
                 keep=whole,
+                **cell,
             )
             ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
             return PythonOutputObservation(

@@ -1,42 +1,44 @@
 """A task's secrets in the runtime: read from the store by task (with the runtime's own Redis
-credentials, so no value ever travels in a NATS message), exported into each of the task's
-commands, and redacted from everything the runtime hands back.
+credentials, so no value ever travels in a NATS message), put into each of the task's commands'
+environment, and redacted from everything the runtime hands back.
 
-The values reach the sandbox through the executor's private channel only: each command of the
-task runs after an `export NAME='value' ...` line the runtime puts in front of it (the command
-shown in events is the agent's own), and each Python cell after a cell of the runtime's that
-sets them in `os.environ`. A shell that restarted, a new sandbox, a secret updated
-meanwhile: the next command has the current values.
+The values reach the sandbox through the executor's private channel only, beside the command,
+never in it: each `bash` and `python` request of the task carries them as its `env`, which the
+executor exports into the shell (through a file of its own that a fixed prelude reads with
+tracing off, so `set -x`, `set -v` or a DEBUG trap in the agent's shell never print a value:
+deploy/sandbox/executor.py, `BashSession`) or puts into the Python process's `os.environ`. A
+shell that restarted, a new sandbox, a secret updated meanwhile: the next command has the
+current values.
+
+A secret whose name is reserved (shared/secrets_store.py, `bad_secret_name`: a variable that
+changes how the shell, Python, git or ssh runs) is never exported, even one stored before its
+name was reserved; its value is still redacted.
 """
 
 from __future__ import annotations
 
 import logging
-import shlex
 from collections.abc import Mapping
 
-from shared.secrets_store import SecretsStore, SecretUnreadable
+from shared.secret_redaction import Redactor
+from shared.secrets_store import SecretsStore, SecretUnreadable, bad_secret_name
 
 from .task_facts import TaskFacts
 
-__all__ = ["TaskSecrets", "python_exports", "with_exports"]
+__all__ = ["TaskSecrets", "exported"]
 
 log = logging.getLogger("deckhands.runtime.secrets")
 
 
-def with_exports(command: str, env: Mapping[str, str]) -> str:
-    """`command` preceded by a line exporting `env` (names are environment variable names,
-    checked when they were stored; values single-quoted, which keeps any character but NUL)."""
-    if not env:
-        return command
-    exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(env.items()))
-    return f"export {exports}\n{command}"
-
-
-def python_exports(env: Mapping[str, str]) -> str:
-    """A Python cell that puts `env` into the Python session's environment (its cells and
-    the processes they start): `repr` of a dict of strings is a literal, nothing in it runs."""
-    return f"import os as _dh_os; _dh_os.environ.update({dict(env)!r}); del _dh_os"
+def exported(env: Mapping[str, str]) -> dict[str, str]:
+    """The secrets a command gets in its environment: all of `env` but reserved names."""
+    allowed = {name: value for name, value in env.items() if bad_secret_name(name) is None}
+    if len(allowed) < len(env):
+        log.warning(
+            "secrets with reserved names are not exported: %s",
+            ", ".join(sorted(set(env) - set(allowed))),
+        )
+    return allowed
 
 
 class TaskSecrets:
@@ -60,6 +62,10 @@ class TaskSecrets:
         except SecretUnreadable as exc:
             log.error("task %s: a secret cannot be read: %s", task_id, exc)
             return {}
+
+    async def redactor(self, task_id: str) -> Redactor:
+        """The Redactor of the task's secrets (one that changes nothing when it has none)."""
+        return Redactor(await self.of(task_id))
 
     def forget(self, task_id: str) -> None:
         if self._grants is not None:
