@@ -89,6 +89,34 @@ def test_names_and_values() -> None:
     assert bad_secret_name("PATH") is not None
     assert bad_secret_name("LD_PRELOAD") is not None
     assert bad_secret_name("DECKHANDS_X") is not None
+    # Whatever changes how the shell, Python, git or ssh run (issue 24): by prefix and by name.
+    for name in (
+        "PYTHONSTARTUP",
+        "pythonpath",
+        "GIT_SSH_COMMAND",
+        "GIT_CONFIG_PARAMETERS",
+        "SSH_ASKPASS",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "BASH_ENV",
+        "ENV",
+        "PS4",
+        "PROMPT_COMMAND",
+        "IFS",
+        "HOME",
+        "LD_AUDIT",
+        "GLIBC_TUNABLES",
+        "XDG_CONFIG_HOME",
+        "OPENSSL_CONF",
+        "PERL5OPT",
+        "NODE_OPTIONS",
+        "LC_ALL",
+    ):
+        reason = bad_secret_name(name)
+        assert reason is not None and "reserved" in reason and repr(name) in reason, name
+    assert "starting with GIT_" in (bad_secret_name("GIT_SSH_COMMAND") or "")
+    for name in ("GITHUB_TOKEN", "NPM_TOKEN", "HISTORY_API_KEY", "ENVIRONMENT", "API_KEY"):
+        assert bad_secret_name(name) is None, name
     assert bad_secret_value("abc") is not None
     assert bad_secret_value("a\x00bcd") is not None
     assert bad_secret_value("abcd") is None
