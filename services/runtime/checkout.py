@@ -49,6 +49,7 @@ from shared.address_policy import (
     canonical_host,
     checked_address,
     default_port,
+    literal_address,
     system_resolver,
     url_host_refused,
 )
@@ -193,6 +194,8 @@ async def _route(url: str, allowed: frozenset[str], resolve: Resolver) -> _Route
         log.warning("repository %s refused by the address policy: %s", url, detail)
         raise CheckoutFailed(NAME_REFUSED) from None
     if parts.scheme in ("http", "https"):
+        if literal_address(host) is not None:
+            return _Route(canonical, no_redirect)  # an address: nothing for curl to resolve
         pin = f"{host}:{port or default_port(parts.scheme)}:{_netloc(address, None)}"
         return _Route(canonical, [*no_redirect, "-c", f"http.curloptResolve={pin}"])
     # git:// and ssh:// resolve the host themselves: they are given the address.

@@ -391,3 +391,19 @@ async def test_a_closed_port_is_a_failed_connection(tmp_path: Path) -> None:
         with pytest.raises(CheckoutFailed) as failure:
             await _fetch(RepositorySpec(url=f"{scheme}://127.0.0.1:{port}/x"), tmp_path / scheme)
         assert str(failure.value) == "the repository could not be fetched: connection failed"
+
+
+async def test_a_public_address_is_given_to_git_as_it_is() -> None:
+    """No resolve entry for an address (curl has nothing to look up; an IPv6 one would not even
+    parse as host:port:address); a name gets one."""
+    literal = await checkout._route("https://[2606:4700::1111]/x.git", frozenset(), _resolving_to())
+    assert literal.url == "https://[2606:4700::1111]/x.git"
+    assert not any("curloptResolve" in c for c in literal.config)
+    named = await checkout._route(
+        "https://Git.Example.COM./x.git#frag", frozenset(), _resolving_to("2606:4700::1111")
+    )
+    assert named.url == "https://git.example.com/x.git"
+    assert "http.curloptResolve=git.example.com:443:[2606:4700::1111]" in named.config
+    assert "http.followRedirects=false" in named.config
+    git = await checkout._route("git://git.example.com/x", frozenset(), _resolving_to("1.1.1.1"))
+    assert (git.url, git.origin) == ("git://1.1.1.1/x", "git://git.example.com/x")
