@@ -458,7 +458,7 @@ class _Recorder(BaseHTTPRequestHandler):
 
 def test_a_token_secret_reaches_the_git_server_and_no_event(http: httpx.Client) -> None:
     token = "glpat-" + "T0k3n" * 6
-    stored = http.put("/v1/secrets/GIT_TOKEN", json={"value": token})
+    stored = http.put("/v1/secrets/REPO_TOKEN", json={"value": token})
     assert stored.status_code in (200, 201), stored.text
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -467,7 +467,7 @@ def test_a_token_secret_reaches_the_git_server_and_no_event(http: httpx.Client) 
         task_id = _create(
             http,
             task="checkout-only: a private repository",
-            repository={"url": url, "token_secret": "GIT_TOKEN"},
+            repository={"url": url, "token_secret": "REPO_TOKEN"},
         )
         view = _wait(http, task_id, "FINISHED", "ERROR")
     finally:
