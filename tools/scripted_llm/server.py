@@ -9,6 +9,10 @@ Endpoints: `POST /v1/chat/completions` (JSON, or Server-Sent Events when `stream
 `GET /v1/models`, `GET /health`, and `GET /stats`: the chat requests received so far (failed
 ones included), in total and per task (the first user message), e.g.
 {"requests": 3, "tasks": {"Write squares": 3}}. Any model name and any API key are accepted.
+`GET /prompts?task=TEXT`: what the model was sent, for tests that check a prompt (what a
+provider would see): {"prompts": [{"task": ..., "requests": [{"messages": [...]}, ...]}]}, one
+entry per task whose first user message contains TEXT (case-sensitive), with its last
+PROMPTS_PER_TASK requests, oldest first; the last PROMPT_TASKS tasks are kept.
 
 Script file (JSON)
 ------------------
@@ -77,15 +81,19 @@ import re
 import sys
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 __all__ = [
     "CONDENSED_MARKER",
     "INVALID_REPLY_MARKER",
+    "PROMPTS_PER_TASK",
+    "PROMPT_TASKS",
     "Script",
     "ScriptError",
     "ScriptedLLMServer",
@@ -101,6 +109,9 @@ INVALID_REPLY_MARKER = "Your previous reply was invalid"
 CONDENSED_MARKER = "[Condensed history]"
 _CONDENSED = re.compile(r"^\[Condensed history\] (\d+) earlier")
 _TEMPLATE_KEYS = ("last_tool_output", "task", "turn")
+# What /prompts keeps: bounded, for load tests with hundreds of agents run on this server too.
+PROMPTS_PER_TASK = 4
+PROMPT_TASKS = 64
 _REPEAT = re.compile(r"\{\{repeat:(\d{1,9}):(.*?)\}\}", re.DOTALL)
 
 
@@ -382,6 +393,7 @@ class _Responder:
         self.script = script
         self._failures: dict[tuple[str, int], int] = {}
         self._requests: dict[str, int] = {}
+        self._prompts: OrderedDict[str, deque[Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def stats(self) -> dict[str, Any]:
@@ -389,14 +401,29 @@ class _Responder:
             tasks = dict(self._requests)
         return {"requests": sum(tasks.values()), "tasks": tasks}
 
+    def prompts(self, containing: str) -> dict[str, Any]:
+        with self._lock:
+            found = [
+                {"task": task, "requests": [{"messages": m} for m in kept]}
+                for task, kept in self._prompts.items()
+                if containing in task
+            ]
+        return {"prompts": found}
+
     def _count(self, body: dict[str, Any]) -> None:
         task = ""
-        for msg in body.get("messages") or []:
+        messages = body.get("messages") or []
+        for msg in messages:
             if isinstance(msg, dict) and msg.get("role") == "user":
                 task = _text(msg.get("content"))
                 break
         with self._lock:
             self._requests[task] = self._requests.get(task, 0) + 1
+            kept = self._prompts.pop(task, None) or deque(maxlen=PROMPTS_PER_TASK)
+            kept.append(messages)
+            self._prompts[task] = kept
+            while len(self._prompts) > PROMPT_TASKS:
+                self._prompts.popitem(last=False)
 
     def reply(self, body: dict[str, Any]) -> _Reply:
         self._count(body)
@@ -502,6 +529,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"status": "ok"})
         elif path in ("/stats", "/v1/stats"):
             self._json(200, self.server.responder.stats())
+        elif path in ("/prompts", "/v1/prompts"):
+            query = parse_qs(self.path.partition("?")[2])
+            self._json(200, self.server.responder.prompts(query.get("task", [""])[0]))
         else:
             self._error(_HttpError(404, f"no route {self.path}", "not_found_error"))
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tools.scripted_llm import ScriptedLLMServer, ScriptError
-from tools.scripted_llm.server import parse_script
+from tools.scripted_llm.server import PROMPT_TASKS, PROMPTS_PER_TASK, parse_script
 
 
 def _chat(server: ScriptedLLMServer, messages: list[dict[str, Any]]) -> httpx.Response:
@@ -54,6 +54,24 @@ def test_requests_are_counted_per_task() -> None:
             _chat(server, _user(text))
         stats = httpx.get(f"{server.base_url}/stats", timeout=5).json()
         assert stats == {"requests": 3, "tasks": {"one": 2, "two": 1}}  # failures count too
+
+
+def test_the_last_prompts_of_each_task_are_reported() -> None:
+    script = parse_script([{"content": "ok"}])
+    with ScriptedLLMServer(script) as server:
+        prompts_url = server.base_url.removesuffix("/v1") + "/prompts"
+        assert httpx.get(prompts_url, params={"task": "one"}, timeout=5).json() == {"prompts": []}
+        for i in range(PROMPTS_PER_TASK + 2):
+            _chat(server, [{"role": "system", "content": f"sys {i}"}, *_user("task one")[1:]])
+        _chat(server, _user("task two"))
+        found = httpx.get(prompts_url, params={"task": "one"}, timeout=5).json()["prompts"]
+        assert [p["task"] for p in found] == ["task one"]
+        systems = [r["messages"][0]["content"] for r in found[0]["requests"]]
+        assert systems == [f"sys {i}" for i in range(2, PROMPTS_PER_TASK + 2)]  # the last ones
+        for i in range(PROMPT_TASKS + 1):
+            _chat(server, _user(f"other {i}"))
+        kept = httpx.get(prompts_url, timeout=5).json()["prompts"]
+        assert len(kept) == PROMPT_TASKS and "task one" not in [p["task"] for p in kept]
 
 
 def test_condensed_history_counts_as_the_replies_it_stands_for() -> None:
