@@ -281,7 +281,11 @@ class RuntimeWorkspace:
         if found is None:
             return
         path, text = found
-        await self.records.put_instructions(task_id, path, text)
+        # They join the prompt: a secret a command wrote into the file is redacted here, at
+        # the source (what the bound on the read cut through at the end, too).
+        redactor = await self.service.secrets.redactor(task_id)
+        cut = len(out.partition(b"\n")[2]) >= self.settings.instructions_max_bytes
+        await self.records.put_instructions(task_id, path, redactor.text(text, cut_end=cut))
 
     # -- requests from the gateway
 
