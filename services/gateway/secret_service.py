@@ -3,14 +3,17 @@ The store itself (encryption, Redis) is shared/secrets_store.py."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from redis.exceptions import RedisError
 
+from shared.secret_redaction import Redactor
 from shared.secrets_store import (
     MAX_SECRETS_PER_TENANT,
     SecretInfo,
     SecretsStore,
+    SecretUnreadable,
     bad_secret_name,
     bad_secret_value,
 )
@@ -25,6 +28,9 @@ __all__ = [
     "TooManySecrets",
     "UnknownSecrets",
 ]
+
+
+log = logging.getLogger("deckhands.gateway.secrets")
 
 
 class SecretsOff(GatewayError):
@@ -91,6 +97,20 @@ class SecretService:
             return await store.put(tenant_id, name, value)
         except RedisError as exc:
             raise StorageUnavailable(f"secret store (Redis) unavailable: {exc}") from exc
+
+    async def redactor(self, tenant_id: str, names: Iterable[str]) -> Redactor:
+        """The Redactor of these secrets of the tenant (none: one that changes nothing)."""
+        wanted = list(names)
+        if not wanted or self.store is None:
+            return Redactor({})
+        try:
+            return Redactor(await self.store.read_many(tenant_id, wanted))
+        except RedisError as exc:
+            raise StorageUnavailable(f"secret store (Redis) unavailable: {exc}") from exc
+        except SecretUnreadable as exc:
+            # The task would not get it either (the runtime leaves it out): nothing to hide.
+            log.error("tenant %s: a secret cannot be read to redact it: %s", tenant_id, exc)
+            return Redactor({})
 
     async def names(self, tenant_id: str) -> list[SecretInfo]:
         try:

@@ -305,7 +305,9 @@ class TaskService:
                 if repository is not None and self.repositories is not None:
                     # Before the first message: the runtime reads it for the first sandbox.
                     await self.repositories.record(task_id, tenant_id, repository)
-                state = await self._create_state(task_id, new, record, budget, quotas)
+                state = await self._create_state(
+                    task_id, await self._redacted(new, tenant_id), record, budget, quotas
+                )
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
@@ -328,6 +330,15 @@ class TaskService:
         if not replayed:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
+
+    async def _redacted(self, new: NewTask, tenant_id: str) -> NewTask:
+        """`new` with a value of a secret it names, typed into its text, as `<secret:NAME>`:
+        the State keeps the text, the task's view and its trajectory export show it (the
+        controller redacts the first message it makes of it as any other input)."""
+        if not new.secrets or self.attachments is None:
+            return new
+        redactor = await self.attachments.secrets.redactor(tenant_id, new.secrets)
+        return dataclasses.replace(new, task=redactor.text(new.task))
 
     async def _check_attachments(self, new: NewTask, tenant_id: str) -> WebhookSpec | None:
         """The webhook the task will notify, once its secrets and webhook are acceptable."""

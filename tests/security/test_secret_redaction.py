@@ -164,6 +164,33 @@ def test_a_quoted_secret_under_set_x_is_in_no_output_event_stream_or_prompt(
         assert unique not in text, f"the secret is in the {what}"
 
 
+def test_a_secret_typed_into_the_task_text_is_in_no_view_trajectory_or_prompt(
+    stack: Stack, new_tenant: Callable[..., Tenant]
+) -> None:
+    """The task text is a user's message too: kept in the State, shown in the task's view
+    and its trajectory export, and the first message of the prompt."""
+    tenant = new_tenant()
+    unique = uuid.uuid4().hex
+    value = f"typed-{unique}"
+    _put_secret(tenant, "TYPED_TOKEN", value)
+    marker = new_id()
+    task_id = tenant.create(task=f"finish {marker} using {value}", secrets=["TYPED_TOKEN"])
+    view = tenant.wait(task_id, "FINISHED", timeout_s=60)
+    assert view["task"] == f"finish {marker} using <secret:TYPED_TOKEN>", view
+    trajectory = tenant.http.get(f"/v1/tasks/{task_id}/trajectory")
+    assert trajectory.status_code == 200
+    prompts = _prompts(stack, marker)
+    assert prompts[0][1] == {"role": "user", "content": view["task"]}, prompts[0]
+    listed = tenant.http.get("/v1/tasks").text
+    for what, text in (
+        ("task view", json.dumps(view)),
+        ("trajectory", trajectory.text),
+        ("prompt", json.dumps(prompts)),
+        ("task list", listed),
+    ):
+        assert unique not in text, f"the secret is in the {what}"
+
+
 @pytest.mark.parametrize(
     "name",
     ["PYTHONSTARTUP", "GIT_SSH_COMMAND", "SHELLOPTS", "BASH_ENV", "pythonpath", "Ld_Preload"],
