@@ -43,11 +43,10 @@ from shared.workspace import (
     transfer_name,
 )
 
-from .checkout import START_REF, CheckoutFailed, fetch, tar_git_dir
+from .checkout import CheckoutFailed, fetch, tar_git_dir
 from .containers import DockerSandboxes, Sandbox, task_container_name
 from .task_facts import TaskFacts
 from .workspace_archive import (
-    STATE_DIR,
     ArchiveRefused,
     ArchiveTooLarge,
     ChunkReader,
@@ -56,66 +55,21 @@ from .workspace_archive import (
     gzip_tree,
     single_file_tar,
 )
+from .workspace_git import (
+    checkout_script,
+    diff_script,
+    parse_instructions,
+    upload_script,
+)
 from .workspace_helper import HelperTimeout, remove_stray_helpers, run_helper
 
-__all__ = ["INSTRUCTION_FILES", "Retention", "RuntimeWorkspace"]
+__all__ = ["Retention", "RuntimeWorkspace"]
 
 log = logging.getLogger("deckhands.runtime.workspace")
 
-INSTRUCTION_FILES = ("AGENTS.md", ".openhands/microagents/repo.md")
-_MARK = "@@deckhands-instructions "
-_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-_GIT = (
-    "git -c core.fsmonitor=false -c core.hooksPath=/dev/null -c safe.directory='*' "
-    "-c user.name=deckhands -c user.email=deckhands@localhost"
-)
-_DIFF = "diff --no-ext-diff --no-textconv --no-color --binary"
 _S_IFDIR = 1 << 31  # Go's os.ModeDir, as Docker's path stat gives it
 _S_IFLNK = 1 << 27  # os.ModeSymlink
 _TRANSFER_SWEEP_S = 600.0  # how often transfer objects left by a crash are looked for
-
-
-def _instructions_script(max_bytes: int) -> str:
-    files = " ".join(INSTRUCTION_FILES)
-    return (
-        f'for f in {files}; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
-        f'printf \'{_MARK}%s\\n\' "$f"; head -c {max_bytes} "$f"; break; fi; done'
-    )
-
-
-def _checkout_script(max_bytes: int) -> str:
-    return f"{_GIT} reset -q --hard HEAD || exit 1\n{_instructions_script(max_bytes)}"
-
-
-def _upload_script(max_bytes: int) -> str:
-    # A workspace without a repository: the uploaded tree becomes the baseline that
-    # GET .../workspace/diff compares with, in a git directory of its own (.deckhands/).
-    base = f"{STATE_DIR}/baseline.git"
-    g = f"{_GIT} --git-dir={base} --work-tree=/workspace"
-    return (
-        "if [ ! -e .git ]; then\n"
-        f"  if [ ! -d {base} ]; then mkdir -p {STATE_DIR} && git init -q --bare {base} "
-        f"&& echo '/{STATE_DIR}/' > {base}/info/exclude || exit 1; fi\n"
-        f"  {g} add -A . && {g} commit -q --allow-empty -m 'uploaded tree' || exit 1\n"
-        "fi\n" + _instructions_script(max_bytes)
-    )
-
-
-def _diff_script() -> str:
-    base = f"{STATE_DIR}/baseline.git"
-    return (
-        "export GIT_OPTIONAL_LOCKS=0\n"
-        'if [ -e .git ]; then G="' + _GIT + '"\n'
-        f"  b=$($G rev-parse -q --verify '{START_REF}^{{commit}}' || "
-        f"$G rev-parse -q --verify 'HEAD^{{commit}}' || echo {_EMPTY_TREE})\n"
-        f'elif [ -d {base} ]; then G="{_GIT} --git-dir={base} --work-tree=/workspace"; b=HEAD\n'
-        "else echo 'the workspace holds no repository and no uploaded tree to compare with' >&2;"
-        " exit 3; fi\n"
-        f'$G {_DIFF} "$b" -- || exit 1\n'
-        "$G ls-files -z --others --exclude-standard | while IFS= read -r -d '' f; do\n"
-        f'  $G {_DIFF} --no-index -- /dev/null "$f"; [ $? -le 1 ] || exit 1\n'
-        "done\n"
-    )
 
 
 class _Gone(Exception):
@@ -124,14 +78,6 @@ class _Gone(Exception):
 
 class _NoSandbox(Exception):
     pass
-
-
-def _parse_instructions(out: bytes) -> tuple[str, str] | None:
-    text = out.decode("utf-8", "replace")
-    if not text.startswith(_MARK):
-        return None
-    head, _, body = text.partition("\n")
-    return head[len(_MARK) :].strip(), body
 
 
 class Retention:
@@ -230,6 +176,7 @@ class RuntimeWorkspace:
                     schemes=s.repository_url_schemes,
                     timeout_s=s.repository_clone_timeout_s,
                     max_bytes=s.repository_max_bytes,
+                    allowed_hosts=s.repository_allowed_hosts,
                 )
                 archive = Path(tmp) / "git.tar"
                 await asyncio.to_thread(tar_git_dir, fetched.git_dir, archive)
@@ -239,7 +186,7 @@ class RuntimeWorkspace:
                     result = await run_helper(
                         self.docker,
                         sandbox.container_id,
-                        _checkout_script(s.instructions_max_bytes),
+                        checkout_script(s.instructions_max_bytes),
                         out=out,
                         max_out=s.instructions_max_bytes + 4096,
                         timeout_s=s.repository_clone_timeout_s,
@@ -248,9 +195,16 @@ class RuntimeWorkspace:
                 except HelperTimeout as exc:
                     raise CheckoutFailed(f"checking the tree out: {exc}") from None
                 if result.exit_code != 0:
+                    # What git said names the repository's files: the log has it, the task's
+                    # reason says what failed.
+                    log.warning(
+                        "task %s: checking the tree out failed (exit %s): %s",
+                        task_id,
+                        result.exit_code,
+                        " ".join(result.stderr.split())[-500:],
+                    )
                     raise CheckoutFailed(
-                        f"checking the tree out failed (exit {result.exit_code}): "
-                        f"{' '.join(result.stderr.split())[-500:]}"
+                        f"checking the repository's tree out failed (exit {result.exit_code})"
                     )
                 out.seek(0)
                 await self._record_instructions(task_id, out.read())
@@ -277,7 +231,7 @@ class RuntimeWorkspace:
             raise CheckoutFailed(f"the tenant has no secret {name!r} (token_secret)") from None
 
     async def _record_instructions(self, task_id: str, out: bytes) -> None:
-        found = _parse_instructions(out)
+        found = parse_instructions(out)
         if found is None:
             return
         path, text = found
@@ -319,9 +273,20 @@ class RuntimeWorkspace:
                 # Its retention ended while the request read it: Docker, removing the
                 # container, answers that the path is missing (or the workspace is empty).
                 return self._gone()
+            # The engine's words name containers, hosts and paths of the node: they stay here.
             log.warning("workspace %s of task %s failed: %s", request.op, request.task_id, exc)
+            what = "timed out" if isinstance(exc, HelperTimeout | TimeoutError) else "failed"
             return WorkspaceReply(
-                status=WorkspaceStatus.UNAVAILABLE, detail=f"{type(exc).__name__}: {exc}"[:500]
+                status=WorkspaceStatus.UNAVAILABLE,
+                detail=f"the workspace's sandbox could not be reached ({what}); try again",
+            )
+        except Exception:
+            # Whatever else: the request gets an answer (the gateway would wait its whole
+            # deadline), the detail stays in the log.
+            log.exception("workspace %s of task %s failed", request.op, request.task_id)
+            return WorkspaceReply(
+                status=WorkspaceStatus.UNAVAILABLE,
+                detail="the workspace request failed in the runtime; try again",
             )
 
     def _gone(self) -> WorkspaceReply:
@@ -462,7 +427,7 @@ class RuntimeWorkspace:
             outcome = await run_helper(
                 self.docker,
                 container_id,
-                _diff_script(),
+                diff_script(),
                 out=out,
                 max_out=max_bytes,
                 timeout_s=self.settings.workspace_helper_timeout_s,
@@ -514,7 +479,7 @@ class RuntimeWorkspace:
             outcome = await run_helper(
                 self.docker,
                 container_id,
-                _upload_script(s.instructions_max_bytes),
+                upload_script(s.instructions_max_bytes),
                 out=out_file,
                 max_out=s.instructions_max_bytes + 4096,
                 timeout_s=s.workspace_helper_timeout_s,
