@@ -22,6 +22,7 @@ from .errors import GatewayError, StorageUnavailable
 
 __all__ = [
     "InvalidSecret",
+    "RefusedSecretName",
     "SecretMissing",
     "SecretService",
     "SecretsOff",
@@ -71,6 +72,13 @@ class UnknownSecrets(GatewayError):
             f"{what} secrets this tenant does not have: {listed} (PUT /v1/secrets/{{name}} first)"
         )
         self.extra = {"unknown_secrets": names}
+
+
+class RefusedSecretName(GatewayError):
+    """A task names a secret whose name may not reach its commands (stored before the name
+    was reserved): it would silently not be set, so the task is refused instead."""
+
+    status_code = 422
 
 
 class SecretService:
@@ -125,6 +133,14 @@ class SecretService:
             raise StorageUnavailable(f"secret store (Redis) unavailable: {exc}") from exc
         if not deleted:
             raise SecretMissing(name)
+
+    def check_grantable(self, names: Iterable[str]) -> None:
+        """RefusedSecretName if a task may not be given one of `names` (checked at once: the
+        store's own check is at the secret's creation)."""
+        for name in names:
+            why = bad_secret_name(name)
+            if why is not None:
+                raise RefusedSecretName(f"the task names a secret it cannot be given: {why}")
 
     async def check_known(
         self, tenant_id: str, names: Iterable[str], what: str = "the task names"

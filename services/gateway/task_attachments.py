@@ -41,6 +41,7 @@ class TaskAttachments:
     ) -> WebhookSpec | None:
         """The webhook the task will notify (its own, else the tenant's default), once the
         secrets and the webhook are found acceptable."""
+        self.secrets.check_grantable(secret_names)
         await self.secrets.check_known(tenant_id, secret_names)
         if webhook is None:
             try:

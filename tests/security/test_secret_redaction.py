@@ -205,3 +205,12 @@ def test_names_that_change_how_the_sandbox_runs_are_refused(alpha: Tenant, name:
     listed = alpha.http.get("/v1/secrets")
     assert listed.status_code == 200
     assert name not in [s["name"] for s in listed.json()["secrets"]]
+
+
+def test_a_task_naming_a_reserved_secret_is_refused(alpha: Tenant) -> None:
+    """A secret stored before its name became reserved is never given to a command: a task
+    that names it is refused with the reason, rather than run without it."""
+    answer = alpha.http.post("/v1/tasks", json={"task": "x", "secrets": ["GIT_SSH_COMMAND"]})
+    assert answer.status_code == 422, answer.text
+    detail = str(answer.json()["detail"])
+    assert "cannot be given" in detail and "'GIT_SSH_COMMAND' is reserved" in detail, detail
