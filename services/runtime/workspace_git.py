@@ -37,8 +37,12 @@ _GIT = "git -c safe.directory='*' -c user.name=deckhands -c user.email=deckhands
 _DIFF = "diff --no-ext-diff --no-textconv --no-color --binary --ignore-submodules=all"
 
 # dh_repo SRC: /tmp/g over SRC's data (a directory, not a link). Files that hold settings
-# (config, config.worktree, hooks/, info/attributes, commondir) are never copied.
+# (config, config.worktree, hooks/, info/attributes, commondir) are never copied. An index is
+# copied with its time: git takes a file written in the index's own second as possibly
+# changed ("racily clean"), and a copy made now would hide an edit of the same size made in the
+# second of the checkout.
 _PREAMBLE = r"""
+CP="cp --preserve=timestamps"
 dh_repo() {
   src=/workspace/$1
   { [ -d "$src" ] && [ ! -L "$src" ] && [ -d "$src/objects" ]; } || return 1
@@ -46,7 +50,7 @@ dh_repo() {
   printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n' > /tmp/g/config
   for f in HEAD packed-refs index info/exclude "$src"/sharedindex.*; do
     f=${f#"$src"/}
-    if [ -f "$src/$f" ] && [ ! -L "$src/$f" ]; then cp "$src/$f" "/tmp/g/$f" || return 1; fi
+    if [ -f "$src/$f" ] && [ ! -L "$src/$f" ]; then $CP "$src/$f" "/tmp/g/$f" || return 1; fi
   done
   [ -f /tmp/g/HEAD ] || echo 'ref: refs/heads/main' > /tmp/g/HEAD
   if [ -d "$src/refs" ] && [ ! -L "$src/refs" ]; then
@@ -72,7 +76,7 @@ def checkout_script(max_bytes: int) -> str:
         _PREAMBLE
         + "dh_repo .git || exit 1\n"
         + f"{_GIT} reset -q --hard HEAD || exit 1\n"
-        + "cp /tmp/g/index /workspace/.git/index || exit 1\n"
+        + "$CP /tmp/g/index /workspace/.git/index || exit 1\n"
         + _instructions_script(max_bytes)
     )
 
@@ -87,7 +91,7 @@ def upload_script(max_bytes: int) -> str:
         + f"  mkdir -p {_BASELINE}/objects && dh_repo {_BASELINE} || exit 1\n"
         + f"  echo '/{STATE_DIR}/' > /tmp/g/info/exclude\n"
         + f"  {_GIT} add -A . && {_GIT} commit -q --allow-empty -m 'uploaded tree' || exit 1\n"
-        + f"  cp /tmp/g/index {_BASELINE}/index && {_GIT} rev-parse HEAD > {_BASELINE}/HEAD"
+        + f"  $CP /tmp/g/index {_BASELINE}/index && {_GIT} rev-parse HEAD > {_BASELINE}/HEAD"
         + " || exit 1\n"
         + "fi\n"
         + _instructions_script(max_bytes)
