@@ -585,8 +585,12 @@ class RuntimeService:
             if not last_try:
                 raise  # transient: redelivered with backoff
             ACTIONS.labels(kind, "no_sandbox").inc()
+            # The engine's words (container ids, its address) stay in the log; the pool's own
+            # message says only how long it waited.
+            log.error("task %s: no sandbox for action %s: %s", command.task_id, action.id, exc)
+            why = f": {exc}" if isinstance(exc, PoolExhausted) else " (the engine refused it)"
             return error_observation(
-                action, f"No sandbox could be started for this action: {exc}", "no_sandbox"
+                action, f"No sandbox could be started for this action{why}", "no_sandbox"
             )
         try:
             await self.workspace.ensure_checkout(command.task_id, sandbox)

@@ -178,7 +178,9 @@ class TaskSandboxes:
                     container_id, info.name, timeout_s=self.docker.settings.start_timeout_s
                 )
             except SandboxStartError as exc:
-                reason = str(exc)
+                # The engine's words name containers and its address: the log keeps them.
+                log.warning("task %s: sandbox %s not reattached: %s", task_id, container_id, exc)
+                reason = "its sandbox could not be reattached"
             else:
                 sandbox.task_id = task_id
                 sandbox.network = info.labels.get(LABEL_NETWORK, NO_NETWORK)
