@@ -5,6 +5,8 @@ made through the admin API."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -129,3 +131,14 @@ def new_tenant(stack: Stack) -> Iterator[Any]:
     yield make
     for tenants in made:
         tenants.close()
+
+
+def tar(files: dict[str, bytes]) -> bytes:
+    """A plain tar of `files` ({name: bytes}), as a client uploads one."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

@@ -10,29 +10,17 @@ and its webhooks as they were.
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 from typing import Any
 
 import pytest
-from conftest import Tenant  # type: ignore[import-not-found]
+from conftest import Tenant, tar  # type: ignore[import-not-found]
 
 from shared.events import new_id
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 _PARAMS = {"sha256": "0" * 64, "prefix": "dh_0000000000", "name": "X"}
-
-
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def _task_routes(tenant: Tenant) -> list[tuple[str, str]]:
@@ -61,7 +49,7 @@ def _request(tenant: Tenant, method: str, path: str, task_id: str) -> tuple[int,
             "url": "https://example.com/hook",
         }
     elif method == "PUT":
-        kwargs["content"] = _tar({"evil.txt": b"evil\n"})
+        kwargs["content"] = tar({"evil.txt": b"evil\n"})
     if path.endswith("/events/stream"):
         with tenant.http.stream(method, url, **kwargs) as answer:
             answer.read()

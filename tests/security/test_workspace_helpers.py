@@ -29,7 +29,7 @@ from typing import Any
 import docker
 import httpx
 import pytest
-from conftest import SCRIPT, Tenant  # type: ignore[import-not-found]
+from conftest import SCRIPT, Tenant, tar  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack, StackConfig, running
@@ -69,19 +69,9 @@ def _git(cwd: Path, *args: str) -> None:
 
 def _tar_of(root: Path) -> bytes:
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path in sorted(root.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
-    return buffer.getvalue()
-
-
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+            archive.add(path, arcname=str(path.relative_to(root)), recursive=False)
     return buffer.getvalue()
 
 
@@ -198,7 +188,7 @@ def test_an_upload_may_not_carry_deckhands_own_directory(alpha: Tenant, tmp_path
     (root / "data.txt").write_text("x\n")
     for params, body in (
         ({}, _tar_of(root)),
-        ({"path": ".deckhands"}, _tar({"baseline.git/config": EVIL_CONFIG.encode()})),
+        ({"path": ".deckhands"}, tar({"baseline.git/config": EVIL_CONFIG.encode()})),
         ({"path": ".deckhands/baseline.git/config"}, EVIL_CONFIG.encode()),
         ({"path": "/workspace/.deckhands/x"}, b"x"),
     ):
@@ -211,9 +201,9 @@ def test_an_upload_may_not_carry_deckhands_own_directory(alpha: Tenant, tmp_path
     assert alpha.http.get(base, params={"path": "data.txt"}).status_code == 404
 
     # Clean uploads write the baseline (anew each time): the diff compares with the last.
-    up = alpha.http.put(base, content=_tar({".gitattributes": b"*.txt filter=evil diff=evil\n"}))
+    up = alpha.http.put(base, content=tar({".gitattributes": b"*.txt filter=evil diff=evil\n"}))
     assert up.status_code == 200, up.text
-    up = alpha.http.put(base, content=_tar({"data.txt": b"one\n"}))
+    up = alpha.http.put(base, content=tar({"data.txt": b"one\n"}))
     assert up.status_code == 200, up.text
     diff = alpha.http.get(f"{base}/diff")
     assert diff.status_code == 200 and diff.text == "", diff.text
@@ -221,12 +211,12 @@ def test_an_upload_may_not_carry_deckhands_own_directory(alpha: Tenant, tmp_path
 
 def _damaged_archives() -> list[tuple[str, bytes, dict[str, str]]]:
     big = bytes(range(256)) * 4096  # 1 MiB that does not compress to nothing
-    whole = _tar({"a.bin": big, "b.txt": b"b\n"})
+    whole = tar({"a.bin": big, "b.txt": b"b\n"})
     gz = io.BytesIO()
-    with tarfile.open(fileobj=gz, mode="w:gz") as tar:
+    with tarfile.open(fileobj=gz, mode="w:gz") as archive:
         info = tarfile.TarInfo("a.bin")
         info.size = len(big)
-        tar.addfile(info, io.BytesIO(big))
+        archive.addfile(info, io.BytesIO(big))
     packed = io.BytesIO()
     with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("a.txt", "zipped " * 1000)
@@ -271,7 +261,7 @@ def test_damaged_archives_are_a_quick_400(alpha: Tenant) -> None:
     # Nothing of them was written, and the runtime still answers.
     assert alpha.http.get(base, params={"path": "a.bin"}).status_code == 404
     assert alpha.http.get(base, params={"path": "a.txt"}).status_code == 404
-    up = alpha.http.put(base, content=_tar({"ok.txt": b"ok\n"}))
+    up = alpha.http.put(base, content=tar({"ok.txt": b"ok\n"}))
     assert up.status_code == 200, up.text
 
 
@@ -286,7 +276,7 @@ def test_over_long_and_over_deep_paths_are_a_quick_400(alpha: Tenant) -> None:
         for method, params, body in (
             ("GET", {"path": path}, None),
             ("PUT", {"path": path}, b"x"),
-            ("PUT", {}, _tar({path: b"x"})),
+            ("PUT", {}, tar({path: b"x"})),
         ):
             started = time.monotonic()
             answer = alpha.http.request(method, base, params=params, content=body)
