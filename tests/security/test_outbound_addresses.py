@@ -17,17 +17,16 @@ tests/unit/gateway/test_gateway_webhook_rules.py."""
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import Tenant
+from net_listener import Listener  # type: ignore[import-not-found]
 
 from tools.stack import Stack, free_port
 
@@ -53,48 +52,17 @@ REMOTE_WORDS = (
 )
 
 
-class _Listener:
-    """A TCP server that counts the connections it is offered."""
-
-    def __init__(self, host: str) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.create_server((host, 0), family=family)
-        self.sock.settimeout(0.2)
-        self.port = int(self.sock.getsockname()[1])
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            with conn, contextlib.suppress(OSError):
-                conn.sendall(b'INFO {"server_id":"listener"}\r\n')
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
-
-
 @pytest.fixture
-def v4() -> Iterator[_Listener]:
-    listener = _Listener("127.0.0.1")
+def v4() -> Iterator[Listener]:
+    listener = Listener("127.0.0.1", banner=b'INFO {"server_id":"listener"}\r\n')
     yield listener
     listener.close()
 
 
 @pytest.fixture
-def v6() -> Iterator[_Listener | None]:
+def v6() -> Iterator[Listener | None]:
     try:
-        listener = _Listener("::1")
+        listener = Listener("::1", banner=b'INFO {"server_id":"listener"}\r\n')
     except OSError:
         yield None  # no IPv6 loopback here
         return
@@ -126,7 +94,7 @@ def _no_remote_words(text: str) -> None:
 
 
 def test_repositories_on_internal_literals_are_refused_when_posted(
-    alpha: Tenant, stack: Stack, v4: _Listener, v6: _Listener | None
+    alpha: Tenant, stack: Stack, v4: Listener, v6: Listener | None
 ) -> None:
     nats, redis, gateway = _nats_port(stack), stack.config.redis_port, stack.config.gateway_port
     closed = free_port()
@@ -177,7 +145,7 @@ def test_repositories_on_internal_literals_are_refused_when_posted(
 
 
 def test_a_name_resolving_to_loopback_is_refused_at_the_fetch_with_one_reason_for_every_port(
-    alpha: Tenant, stack: Stack, v4: _Listener
+    alpha: Tenant, stack: Stack, v4: Listener
 ) -> None:
     name = _loopback_name()
     if name is None:
@@ -225,7 +193,7 @@ def _attempts(tenant: Tenant, task_id: str, timeout_s: float = 60) -> list[dict[
         time.sleep(0.3)
 
 
-def test_webhooks_to_internal_literals_are_refused_when_given(alpha: Tenant, v4: _Listener) -> None:
+def test_webhooks_to_internal_literals_are_refused_when_given(alpha: Tenant, v4: Listener) -> None:
     _signing_secret(alpha)
     port = v4.port
     for url in (
@@ -252,7 +220,7 @@ def test_webhooks_to_internal_literals_are_refused_when_given(alpha: Tenant, v4:
 
 
 def test_a_webhook_name_resolving_to_loopback_is_refused_at_delivery(
-    alpha: Tenant, v4: _Listener
+    alpha: Tenant, v4: Listener
 ) -> None:
     name = _loopback_name()
     if name is None:

@@ -7,7 +7,6 @@ the checkout of the tree is the e2e test's."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.server
 import ipaddress
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from net_listener import Listener  # type: ignore[import-not-found]
 
 from services.runtime import checkout
 from services.runtime.checkout import NAME_REFUSED, REFUSED, START_REF, CheckoutFailed, fetch
@@ -194,43 +194,9 @@ async def test_a_token_goes_as_an_authorization_header_and_never_into_errors(
 # --- the address policy (issue 24) -------------------------------------------------------------
 
 
-class _Listener:
-    """A TCP server on loopback that counts connections and answers each with `banner`."""
-
-    def __init__(self, banner: bytes = b"") -> None:
-        self.banner = banner
-        self.connections = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.sock.settimeout(0.2)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            with conn:
-                with contextlib.suppress(OSError):
-                    conn.sendall(self.banner)
-                    conn.settimeout(1)
-                    conn.recv(4096)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
-
-
 @pytest.fixture
-def listener() -> Iterator[_Listener]:
-    server = _Listener()
+def listener() -> Iterator[Listener]:
+    server = Listener()
     yield server
     server.close()
 
@@ -251,7 +217,7 @@ def _resolving_to(*addresses: str) -> Any:
     ["127.0.0.1", "localhost", "[::1]", "2130706433", "0x7f000001", "0177.0.0.1", "127.1"],
 )
 async def test_a_loopback_repository_is_refused_before_any_connection(
-    host: str, listener: _Listener, tmp_path: Path
+    host: str, listener: Listener, tmp_path: Path
 ) -> None:
     spec = RepositorySpec(url=f"http://{host}:{listener.port}/x.git")
     with pytest.raises(CheckoutFailed) as failure:
@@ -262,7 +228,7 @@ async def test_a_loopback_repository_is_refused_before_any_connection(
 
 @pytest.mark.parametrize("scheme", ["http", "git"])
 async def test_a_name_resolving_to_loopback_is_refused_and_looked_up_once(
-    scheme: str, listener: _Listener, tmp_path: Path
+    scheme: str, listener: Listener, tmp_path: Path
 ) -> None:
     resolve = _resolving_to("127.0.0.1")
     spec = RepositorySpec(url=f"{scheme}://repo.example.test:{listener.port}/x.git")
@@ -346,7 +312,7 @@ class _Redirect(http.server.BaseHTTPRequestHandler):
         pass
 
 
-async def test_a_redirect_is_not_followed(listener: _Listener, tmp_path: Path) -> None:
+async def test_a_redirect_is_not_followed(listener: Listener, tmp_path: Path) -> None:
     _Redirect.to = f"http://127.0.0.1:{listener.port}"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Redirect)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -371,7 +337,7 @@ async def test_a_redirect_is_not_followed(listener: _Listener, tmp_path: Path) -
 async def test_a_failure_says_what_failed_not_what_the_remote_said(
     banner: bytes, scheme: str, tmp_path: Path
 ) -> None:
-    server = _Listener(banner)
+    server = Listener(banner=banner)
     try:
         url = f"{scheme}://127.0.0.1:{server.port}/x.git"
         with pytest.raises(CheckoutFailed) as failure:
