@@ -1,98 +1,260 @@
-"""Sandbox seats: how many tasks hold a sandbox, across every runtime replica and restart.
+"""Sandbox seats: how many tasks hold a sandbox, across every runtime replica and restart, and
+who gets the next free one.
 
 A task needs a seat before its first action gets a sandbox, and keeps it until the task ends
-(its sandbox is released). When every seat is taken, the task's order waits in Redis, in a
-first-come-first-served queue, and holds nothing else: no worker, no connection, no timer. When a
-seat frees, the task at the head of the queue takes it and its order is sent again.
+(its sandbox is released). When every seat is taken, the task's order waits in Redis and holds
+nothing else: no worker, no connection, no timer. When a seat frees, it goes to the tenant
+furthest below its share, weighted fair queuing on seats held:
+
+- each tenant with queued tasks is ranked by (seats it holds + 1) / its weight, the seat it
+  would hold next divided by its share; the lowest takes the seat (ties: whose head task came
+  first). A tenant alone takes every seat; a quiet tenant's share goes to those who wait.
+- within a tenant, interactive tasks go first, then batch ones, each first come first served.
+
+Weights are the operator's (per tenant, `seat_weight` in the tenant's limits, 1 by default),
+kept by the gateway in `deckhands:seat-weights` (HASH tenant -> weight); the scripts only read
+them.
 
 Everything that decides is one Lua script, so two replicas never give away the same seat. The
-keys (per sandbox pool):
+keys (per sandbox pool, under `deckhands:seats:<pool>`):
 
-- `seats`   HASH  task -> unix time it was seated
-- `queue`   ZSET  task -> ticket (a counter: arrival order)
-- `ticket`  STRING the counter
-- `orders`  HASH  task -> the order that waits (JSON), until it is handled after admission
-- `admitted` ZSET task -> unix time admitted while its order still waits to be sent again
+- `seats`     HASH  task -> unix time it was seated (the gateway counts a tenant's from it)
+- `owner`     HASH  task -> tenant, for each task seated or queued
+- `held`      HASH  tenant -> seats its tasks hold
+- `queue`     ZSET  task -> ticket (a counter: arrival order), every queued task
+- `q:<tenant>` ZSET task -> ticket, plus BATCH_OFFSET for a batch task: the tenant's own queue
+- `waiting`   HASH  tenant -> tasks it has queued (only tenants with some)
+- `queued_at` HASH  task -> unix time it joined the queue
+- `ticket`    STRING the counter
+- `orders`    HASH  task -> the order that waits (JSON), until it is handled after admission
+- `admitted`  ZSET  task -> unix time admitted while its order still waits to be sent again
+- `released`  LIST  unix times of the latest releases, newest first: the rate seats free at
 
-The runtime owns these keys; the gateway only reads a task's position.
+The per-tenant queues are named inside the scripts, so these keys need one Redis (not a
+cluster), which is what deckhands deploys. The runtime owns them; the gateway only reads.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-__all__ = ["Admission", "SandboxSeats", "queue_position", "seats_prefix"]
+__all__ = [
+    "NO_TENANT",
+    "WEIGHTS_KEY",
+    "Admission",
+    "QueuePlace",
+    "SandboxSeats",
+    "Seating",
+    "queue_place",
+    "queue_position",
+    "seats_prefix",
+]
 
+# The weights of tenants (HASH tenant -> weight), written by the gateway for every pool.
+WEIGHTS_KEY = "deckhands:seat-weights"
+# The tenant of a task made before tasks named theirs (an order of an older controller).
+NO_TENANT = "-"
+# A batch task's rank is its ticket plus this: after every interactive one of its tenant. A
+# ZSET score is a double, exact up to 2**53: tickets stay far below 2**40.
+BATCH_OFFSET = 2**40
+_RELEASES_KEPT = 100
+_RATE_WINDOW_S = 600.0
 
-def seats_prefix(pool_name: str) -> str:
-    return f"deckhands:seats:{pool_name}"
-
-
-# KEYS: seats, queue, ticket, orders. ARGV: task, now, max, order json ('' when none).
-# Returns {'seated', 0} or {'queued', position (1-based)}.
-_ADMIT = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'seated', 0} end
-local free = tonumber(ARGV[3]) - redis.call('HLEN', KEYS[1])
-local rank = redis.call('ZRANK', KEYS[2], ARGV[1])
-if not rank then rank = redis.call('ZCARD', KEYS[2]) end
-if rank < free then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  return {'seated', 0}
+# The choice of the next seated task, shared by the scripts. prefix: the pool's key prefix.
+# Returns the task seated, or false when nobody waits.
+_SEAT_NEXT = """
+local function seat_next(prefix, weights, now)
+  local waiting = redis.call('HGETALL', prefix .. ':waiting')
+  local best, best_rank, best_ticket = nil, nil, nil
+  for i = 1, #waiting, 2 do
+    local tenant = waiting[i]
+    local weight = tonumber(redis.call('HGET', weights, tenant) or '1') or 1
+    if weight <= 0 then weight = 1 end
+    local held = tonumber(redis.call('HGET', prefix .. ':held', tenant) or '0')
+    local rank = (held + 1) / weight
+    local head = redis.call('ZRANGE', prefix .. ':q:' .. tenant, 0, 0)
+    if #head == 0 then
+      redis.call('HDEL', prefix .. ':waiting', tenant)
+    else
+      local ticket = tonumber(redis.call('ZSCORE', prefix .. ':queue', head[1]))
+      if best == nil or rank < best_rank or (rank == best_rank and ticket < best_ticket) then
+        best, best_rank, best_ticket = tenant, rank, ticket
+      end
+    end
+  end
+  if best == nil then return false end
+  local task = redis.call('ZRANGE', prefix .. ':q:' .. best, 0, 0)[1]
+  redis.call('ZREM', prefix .. ':q:' .. best, task)
+  redis.call('ZREM', prefix .. ':queue', task)
+  if redis.call('HINCRBY', prefix .. ':waiting', best, -1) <= 0 then
+    redis.call('HDEL', prefix .. ':waiting', best)
+  end
+  redis.call('HSET', prefix .. ':seats', task, now)
+  redis.call('HINCRBY', prefix .. ':held', best, 1)
+  return task
 end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) == false then
-  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
+
+local function seated_entry(prefix, task, now)
+  local since = redis.call('HGET', prefix .. ':queued_at', task)
+  redis.call('HDEL', prefix .. ':queued_at', task)
+  local waited = 0
+  if since then waited = tonumber(now) - tonumber(since) end
+  return {task, redis.call('HGET', prefix .. ':owner', task) or '', tostring(waited)}
 end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[4], ARGV[1], ARGV[4]) end
-return {'queued', rank + 1}
 """
 
-# KEYS: seats, queue, orders, admitted. ARGV: now, max, resend_after_s.
-# Seats the head of the queue while seats are free; returns the orders to send again: those of
-# the tasks just seated, and those seated a while ago whose order was never handled (the
-# replica that seated them died before sending them).
-_PUMP = """
-local out = {}
-local free = tonumber(ARGV[2]) - redis.call('HLEN', KEYS[1])
-while free > 0 do
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-  if #head == 0 then break end
-  local task = head[1]
-  redis.call('ZREM', KEYS[2], task)
-  redis.call('HSET', KEYS[1], task, ARGV[1])
-  redis.call('ZADD', KEYS[4], ARGV[1], task)
-  free = free - 1
+# KEYS: none. ARGV: prefix, weights key, task, tenant, now, max, order json ('' when none),
+# batch (0|1). Queues the task (once), then seats the fairest while seats are free.
+# Returns {outcome, seated}: outcome 'seated' or 'queued' for this task; seated: for each task
+# seated now, {task, tenant, seconds waited}. Another task seated here waits in `admitted`
+# (due now) for its order to be sent again.
+_ADMIT = (
+    _SEAT_NEXT
+    + """
+local prefix, weights, task, tenant, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('HEXISTS', prefix .. ':seats', task) == 1 then return {'seated', {}} end
+if redis.call('ZSCORE', prefix .. ':queue', task) == false then
+  local ticket = redis.call('INCR', prefix .. ':ticket')
+  local rank = ticket
+  if ARGV[8] == '1' then rank = ticket + tonumber(ARGV[9]) end
+  redis.call('ZADD', prefix .. ':queue', ticket, task)
+  redis.call('ZADD', prefix .. ':q:' .. tenant, rank, task)
+  redis.call('HINCRBY', prefix .. ':waiting', tenant, 1)
+  redis.call('HSET', prefix .. ':owner', task, tenant)
+  redis.call('HSET', prefix .. ':queued_at', task, now)
 end
-local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[1])
-for _, task in ipairs(due) do
-  local order = redis.call('HGET', KEYS[3], task)
-  if order then
-    table.insert(out, order)
-    redis.call('ZADD', KEYS[4], tonumber(ARGV[1]) + tonumber(ARGV[3]), task)
+if ARGV[7] ~= '' then redis.call('HSET', prefix .. ':orders', task, ARGV[7]) end
+local outcome = 'queued'
+local seated = {}
+local free = tonumber(ARGV[6]) - redis.call('HLEN', prefix .. ':seats')
+while free > 0 do
+  local next_task = seat_next(prefix, weights, now)
+  if not next_task then break end
+  free = free - 1
+  table.insert(seated, seated_entry(prefix, next_task, now))
+  if next_task == task then
+    outcome = 'seated'
   else
-    redis.call('ZREM', KEYS[4], task)
+    redis.call('ZADD', prefix .. ':admitted', now, next_task)
   end
 end
-return out
+return {outcome, seated}
+"""
+)
+
+# KEYS: none. ARGV: prefix, weights key, now, max, resend_after_s.
+# Seats the fairest queued tasks while seats are free; returns {orders, seated}: the orders to
+# send again (of the tasks just seated, and of those seated a while ago whose order was never
+# handled: the replica that seated them died before sending them), and the tasks seated now
+# as in _ADMIT.
+_PUMP = (
+    _SEAT_NEXT
+    + """
+local prefix, weights, now = ARGV[1], ARGV[2], ARGV[3]
+local seated = {}
+local free = tonumber(ARGV[4]) - redis.call('HLEN', prefix .. ':seats')
+while free > 0 do
+  local task = seat_next(prefix, weights, now)
+  if not task then break end
+  free = free - 1
+  table.insert(seated, seated_entry(prefix, task, now))
+  redis.call('ZADD', prefix .. ':admitted', now, task)
+end
+local orders = {}
+local due = redis.call('ZRANGEBYSCORE', prefix .. ':admitted', '-inf', now)
+for _, task in ipairs(due) do
+  local order = redis.call('HGET', prefix .. ':orders', task)
+  if order then
+    table.insert(orders, order)
+    redis.call('ZADD', prefix .. ':admitted', tonumber(now) + tonumber(ARGV[5]), task)
+  else
+    redis.call('ZREM', prefix .. ':admitted', task)
+  end
+end
+return {orders, seated}
+"""
+)
+
+# Leaves the queue, if queued (the task's tenant from `owner`).
+_UNQUEUE = """
+local function unqueue(prefix, task)
+  if redis.call('ZREM', prefix .. ':queue', task) == 0 then return end
+  local tenant = redis.call('HGET', prefix .. ':owner', task)
+  if tenant then
+    redis.call('ZREM', prefix .. ':q:' .. tenant, task)
+    if redis.call('HINCRBY', prefix .. ':waiting', tenant, -1) <= 0 then
+      redis.call('HDEL', prefix .. ':waiting', tenant)
+    end
+  end
+  redis.call('HDEL', prefix .. ':queued_at', task)
+end
 """
 
-# KEYS: seats, queue, orders, admitted. ARGV: task.
-_RELEASE = """
-local held = redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
+# ARGV: prefix, task, tenant, now. Counts a task that holds a sandbox already, max or not.
+_HOLD = (
+    _UNQUEUE
+    + """
+local prefix, task, tenant, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('HEXISTS', prefix .. ':seats', task) == 1 then return 0 end
+unqueue(prefix, task)
+redis.call('HSET', prefix .. ':seats', task, now)
+redis.call('HSET', prefix .. ':owner', task, tenant)
+redis.call('HINCRBY', prefix .. ':held', tenant, 1)
+return 1
+"""
+)
+
+# ARGV: prefix, task, now, releases kept. Returns 1 when the task held a seat.
+_RELEASE = (
+    _UNQUEUE
+    + """
+local prefix, task = ARGV[1], ARGV[2]
+unqueue(prefix, task)
+local held = redis.call('HDEL', prefix .. ':seats', task)
+local tenant = redis.call('HGET', prefix .. ':owner', task)
+if held == 1 then
+  if tenant and redis.call('HINCRBY', prefix .. ':held', tenant, -1) <= 0 then
+    redis.call('HDEL', prefix .. ':held', tenant)
+  end
+  redis.call('LPUSH', prefix .. ':released', ARGV[3])
+  redis.call('LTRIM', prefix .. ':released', 0, tonumber(ARGV[4]) - 1)
+end
+redis.call('HDEL', prefix .. ':owner', task)
+redis.call('HDEL', prefix .. ':orders', task)
+redis.call('ZREM', prefix .. ':admitted', task)
 return held
 """
+)
+
+
+@dataclass(frozen=True)
+class Seating:
+    """A task given a seat from the queue: whose, and how long it waited (for the metrics)."""
+
+    task_id: str
+    tenant_id: str
+    waited_s: float
 
 
 @dataclass(frozen=True)
 class Admission:
     seated: bool
     position: int  # 1-based place in the queue; 0 when seated
+    seatings: tuple[Seating, ...] = ()  # every task seated by this admission, this one too
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a queued task stands: `position` is 1 + the tasks to be seated before it if every
+    tenant kept the seats it holds (a seat its own tenant frees moves it up sooner), and
+    `estimate_s` is that many seats at the rate seats freed lately (None: none freed lately)."""
+
+    position: int
+    estimate_s: float | None
 
 
 class SandboxSeats:
@@ -100,55 +262,76 @@ class SandboxSeats:
         self.redis = redis
         self.pool_name = pool_name
         self.max_seats = max_seats
-        prefix = seats_prefix(pool_name)
-        self.seats_key = f"{prefix}:seats"
-        self.queue_key = f"{prefix}:queue"
-        self.ticket_key = f"{prefix}:ticket"
-        self.orders_key = f"{prefix}:orders"
-        self.admitted_key = f"{prefix}:admitted"
+        self.prefix = seats_prefix(pool_name)
+        self.seats_key = f"{self.prefix}:seats"
+        self.queue_key = f"{self.prefix}:queue"
         self._admit = redis.register_script(_ADMIT)
         self._pump = redis.register_script(_PUMP)
+        self._hold = redis.register_script(_HOLD)
         self._release = redis.register_script(_RELEASE)
 
-    async def admit(self, task_id: str, order_json: str = "") -> Admission:
-        """Seat the task if a seat is free and nobody queued before it; otherwise queue it
-        (keeping `order_json` to send again once it is seated)."""
-        outcome, position = await self._admit(
-            keys=[self.seats_key, self.queue_key, self.ticket_key, self.orders_key],
-            args=[task_id, repr(time.time()), self.max_seats, order_json],
+    async def admit(
+        self,
+        task_id: str,
+        order_json: str = "",
+        *,
+        tenant_id: str | None = None,
+        batch: bool = False,
+    ) -> Admission:
+        """Seat the task if a seat is free and the fair order puts it first; otherwise queue it
+        (keeping `order_json` to send again once it is seated). Seats freed meanwhile go to
+        whoever the fair order names: their orders are sent again by the next `pump`."""
+        outcome, seated = await self._admit(
+            keys=[],
+            args=[
+                self.prefix,
+                WEIGHTS_KEY,
+                task_id,
+                tenant_id or NO_TENANT,
+                repr(time.time()),
+                self.max_seats,
+                order_json,
+                1 if batch else 0,
+                BATCH_OFFSET,
+            ],
         )
-        seated = (outcome.decode() if isinstance(outcome, bytes) else outcome) == "seated"
-        return Admission(seated=seated, position=int(position))
+        seatings = tuple(_seating(entry) for entry in seated)
+        if _text(outcome) == "seated":
+            return Admission(seated=True, position=0, seatings=seatings)
+        place = await queue_place(self.redis, self.pool_name, task_id)
+        return Admission(seated=False, position=place.position if place else 1, seatings=seatings)
 
-    async def pump(self, resend_after_s: float = 10.0) -> list[str]:
-        """Seat queued tasks while seats are free; the orders to send again, oldest first."""
-        orders = await self._pump(
-            keys=[self.seats_key, self.queue_key, self.orders_key, self.admitted_key],
-            args=[repr(time.time()), self.max_seats, resend_after_s],
+    async def pump(self, resend_after_s: float = 10.0) -> tuple[list[str], list[Seating]]:
+        """Seat queued tasks while seats are free: the orders to send again (oldest first) and
+        the tasks seated now."""
+        orders, seated = await self._pump(
+            keys=[],
+            args=[self.prefix, WEIGHTS_KEY, repr(time.time()), self.max_seats, resend_after_s],
         )
-        return [o.decode() if isinstance(o, bytes) else str(o) for o in orders]
+        return [_text(o) for o in orders], [_seating(entry) for entry in seated]
 
     async def handled(self, task_id: str) -> None:
         """The task's waiting order reached a runtime after it was seated: forget it."""
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(self.orders_key, task_id)
-        pipe.zrem(self.admitted_key, task_id)
+        pipe.hdel(f"{self.prefix}:orders", task_id)
+        pipe.zrem(f"{self.prefix}:admitted", task_id)
         await pipe.execute()
 
-    async def hold(self, task_id: str) -> None:
+    async def hold(self, task_id: str, tenant_id: str | None = None) -> None:
         """Count a task that holds a sandbox already (adopted after a restart), max or not."""
-        await self.redis.hsetnx(self.seats_key, task_id, repr(time.time()))
+        await self._hold(
+            keys=[], args=[self.prefix, task_id, tenant_id or NO_TENANT, repr(time.time())]
+        )
 
     async def release(self, task_id: str) -> bool:
         """The task no longer holds a sandbox (or no longer wants one): free its seat."""
         held = await self._release(
-            keys=[self.seats_key, self.queue_key, self.orders_key, self.admitted_key],
-            args=[task_id],
+            keys=[], args=[self.prefix, task_id, repr(time.time()), _RELEASES_KEPT]
         )
         return bool(held)
 
     async def seated(self) -> dict[str, float]:
-        raw = await self.redis.hgetall(self.seats_key)
+        raw = await self.redis.hgetall(self.seats_key)  # type: ignore[misc]
         return {_text(k): float(_text(v)) for k, v in raw.items()}
 
     async def counts(self) -> tuple[int, int]:
@@ -159,16 +342,117 @@ class SandboxSeats:
         taken, queued = await pipe.execute()
         return int(taken), int(queued)
 
+    async def tenants(self) -> dict[str, tuple[int, int]]:
+        """Per tenant: (seats held, tasks queued)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(f"{self.prefix}:held")
+        pipe.hgetall(f"{self.prefix}:waiting")
+        held, waiting = await pipe.execute()
+        out: dict[str, tuple[int, int]] = {}
+        for tenant, count in held.items():
+            out[_text(tenant)] = (int(count), 0)
+        for tenant, count in waiting.items():
+            seats, _ = out.get(_text(tenant), (0, 0))
+            out[_text(tenant)] = (seats, int(count))
+        return out
+
     async def position(self, task_id: str) -> int | None:
-        """The task's 1-based place in the queue, or None when it is not waiting."""
-        rank = await self.redis.zrank(self.queue_key, task_id)
-        return rank + 1 if isinstance(rank, int) else None
+        """The task's 1-based place in the fair order, or None when it is not waiting."""
+        place = await queue_place(self.redis, self.pool_name, task_id)
+        return None if place is None else place.position
+
+
+def seats_prefix(pool_name: str) -> str:
+    return f"deckhands:seats:{pool_name}"
+
+
+async def queue_place(redis: Redis, pool_name: str, task_id: str) -> QueuePlace | None:
+    """Where a queued task stands in its pool's fair order (None when it is not waiting).
+
+    Seats go, one by one, to the tenant whose next seat is lowest in (held + 1) / weight; so
+    the k-th queued task of a tenant holding h seats has key (h + k) / w, and the tasks ahead of
+    one are those with a lower key (or the same key and an earlier head)."""
+    prefix = seats_prefix(pool_name)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hget(f"{prefix}:owner", task_id)
+    pipe.zscore(f"{prefix}:queue", task_id)
+    pipe.hgetall(f"{prefix}:waiting")
+    pipe.hgetall(f"{prefix}:held")
+    pipe.hgetall(WEIGHTS_KEY)
+    pipe.lrange(f"{prefix}:released", 0, -1)
+    owner, ticket, waiting_raw, held_raw, weights_raw, released = await pipe.execute()
+    if owner is None or ticket is None:
+        return None
+    own = _text(owner)
+    rank = await redis.zrank(f"{prefix}:q:{own}", task_id)
+    if not isinstance(rank, int):
+        return None
+    waiting = {_text(t): int(n) for t, n in waiting_raw.items()}
+    held = {_text(t): int(n) for t, n in held_raw.items()}
+    weights = {_text(t): _weight(w) for t, w in weights_raw.items()}
+
+    def key(tenant: str, k: int) -> float:
+        return (held.get(tenant, 0) + k) / weights.get(tenant, 1.0)
+
+    mine = key(own, rank + 1)
+    ahead = rank
+    for tenant, queued in waiting.items():
+        if tenant == own or queued <= 0:
+            continue
+        # Its k-th task comes first when (held + k) / w < mine, i.e. k < x; at k == x (a tie)
+        # the earlier ticket does.
+        x = mine * weights.get(tenant, 1.0) - held.get(tenant, 0)
+        tied = round(x)
+        if abs(x - tied) < 1e-9:
+            ahead += max(0, min(queued, tied - 1))
+            if 1 <= tied <= queued and await _ticket_of(redis, prefix, tenant, tied) < float(
+                ticket
+            ):
+                ahead += 1
+        else:
+            ahead += max(0, min(queued, math.ceil(x) - 1))
+    position = ahead + 1
+    return QueuePlace(position=position, estimate_s=_estimate(position, released))
 
 
 async def queue_position(redis: Redis, pool_name: str, task_id: str) -> int | None:
-    """A task's 1-based place in its pool's queue for a seat, or None when it is not waiting."""
-    rank = await redis.zrank(f"{seats_prefix(pool_name)}:queue", task_id)
-    return rank + 1 if isinstance(rank, int) else None
+    """A task's 1-based place in its pool's fair order for a seat, or None when not waiting."""
+    place = await queue_place(redis, pool_name, task_id)
+    return None if place is None else place.position
+
+
+async def _ticket_of(redis: Redis, prefix: str, tenant: str, k: int) -> float:
+    """The arrival ticket of the tenant's k-th queued task (infinity: gone meanwhile)."""
+    tasks = await redis.zrange(f"{prefix}:q:{tenant}", k - 1, k - 1)
+    head = tasks[0] if tasks else None
+    score = await redis.zscore(f"{prefix}:queue", head) if isinstance(head, bytes | str) else None
+    return math.inf if score is None else float(score)
+
+
+def _estimate(position: int, released: list[bytes | str]) -> float | None:
+    """Seconds until `position` seats have freed, at the rate of the recent releases."""
+    now = time.time()
+    times = [t for t in (float(_text(r)) for r in released) if now - t <= _RATE_WINDOW_S]
+    if len(times) < 2:
+        return None
+    span = max(times) - min(times)
+    if span <= 0:
+        return None
+    rate = (len(times) - 1) / span
+    return round(position / rate, 1)
+
+
+def _seating(entry: list[bytes | str]) -> Seating:
+    task, tenant, waited = (_text(part) for part in entry)
+    return Seating(task_id=task, tenant_id=tenant, waited_s=max(0.0, float(waited)))
+
+
+def _weight(raw: bytes | str) -> float:
+    try:
+        weight = float(_text(raw))
+    except ValueError:
+        return 1.0
+    return weight if weight > 0 else 1.0
 
 
 def _text(value: bytes | str) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import RunnableAction, new_id
+from .events import RunnableAction, TaskPriority, new_id
 
 # Every name here is a command model (a test checks the schema has each); MAX_SEQ and
 # ORDER_REFUSED are imported by name.
@@ -73,6 +73,13 @@ class ExecuteAction(_Command):
         description="The task's /workspace quota in MiB (chosen at creation, within the "
         "operator's maximum); None: the runtime's default size.",
     )
+    tenant_id: str | None = Field(
+        default=None, description="The task's tenant: whose share of the seats it takes."
+    )
+    priority: TaskPriority = Field(
+        default=TaskPriority.INTERACTIVE,
+        description="Its place among its tenant's queued tasks (interactive before batch).",
+    )
 
 
 # The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:
@@ -95,6 +102,13 @@ class PrepareSandbox(_Command):
         ge=1,
         description="The task's /workspace quota in MiB (chosen at creation, within the "
         "operator's maximum); None: the runtime's default size.",
+    )
+    tenant_id: str | None = Field(
+        default=None, description="The task's tenant: whose share of the seats it takes."
+    )
+    priority: TaskPriority = Field(
+        default=TaskPriority.INTERACTIVE,
+        description="Its place among its tenant's queued tasks (interactive before batch).",
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, utc_now
+from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, TaskPriority, utc_now
 
 __all__ = [
     "PROCESSED_KEPT",
@@ -125,6 +125,15 @@ class TaskState(BaseModel):
         ge=1,
         description="The task's /workspace quota in MiB (chosen at creation, within the "
         "operator's maximum); None: the runtime's default size.",
+    )
+    tenant_id: str | None = Field(
+        default=None,
+        description="The tenant the task belongs to (a sub-task: its root's); its seats are "
+        "counted against the tenant's share (shared/admission.py).",
+    )
+    priority: TaskPriority = Field(
+        default=TaskPriority.INTERACTIVE,
+        description="Interactive tasks take their tenant's free seats before its batch ones.",
     )
     recent: list[str] = Field(
         default_factory=list, description="Signatures since the last user message (stuck check)."

@@ -155,6 +155,8 @@ def created_entry(state: TaskState) -> TaskCreatedObservation:
         confirmation_threshold=state.confirmation_threshold,
         network_egress=state.network_egress,
         workspace_mib=state.workspace_mib,
+        tenant_id=state.tenant_id,
+        priority=state.priority,
         delegation_depth=state.delegation_depth,
         max_delegation_depth=state.max_delegation_depth,
         max_sub_tasks=state.max_sub_tasks,
@@ -473,6 +475,8 @@ def _delegate(turn: Turn, action: AgentDelegateAction) -> None:
             confirmation_threshold=parent.confirmation_threshold,
             network_egress=parent.network_egress,
             workspace_mib=parent.workspace_mib,
+            tenant_id=parent.tenant_id,
+            priority=parent.priority,
             delegation_depth=parent.delegation_depth + 1,
             max_delegation_depth=parent.max_delegation_depth,
             max_sub_tasks=parent.max_sub_tasks,
@@ -506,6 +510,8 @@ def _execute(state: TaskState, action: RunnableAction) -> ExecuteAction:
         action=action,
         network_egress=state.network_egress,
         workspace_mib=state.workspace_mib,
+        tenant_id=state.tenant_id,
+        priority=state.priority,
     )
 
 
@@ -656,6 +662,8 @@ def _request_step(turn: Turn) -> None:
                 task_id=state.task_id,
                 network_egress=state.network_egress,
                 workspace_mib=state.workspace_mib,
+                tenant_id=state.tenant_id,
+                priority=state.priority,
             ),
         )
     turn.send(Service.REASONER, step)

@@ -146,6 +146,8 @@ def _created(first: TaskCreatedObservation, entries: list[EventBase]) -> TaskSta
         confirmation_threshold=first.confirmation_threshold,
         network_egress=first.network_egress,
         workspace_mib=first.workspace_mib,
+        tenant_id=first.tenant_id,
+        priority=first.priority,
         delegation_depth=first.delegation_depth,
         max_delegation_depth=first.max_delegation_depth,
         max_sub_tasks=first.max_sub_tasks,

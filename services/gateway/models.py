@@ -14,7 +14,8 @@ from pydantic import (
     field_validator,
 )
 
-from shared.events import AgentState, EventAdapter, RiskLevel
+from shared.admission import QueuePlace
+from shared.events import AgentState, EventAdapter, RiskLevel, TaskPriority
 from shared.secrets_store import MAX_SECRETS_PER_TASK, SECRET_NAME_PATTERN
 from shared.state import Awaiting, TaskState
 from shared.workspace import RepositorySpec
@@ -107,6 +108,13 @@ class CreateTaskRequest(_Request):
         "left on device'. At most the operator's maximum (DECKHANDS_MAX_WORKSPACE_MIB, 422 "
         "above it); absent, the runtime's default size. A size other than the default starts "
         "the task's sandbox for it (a cold start rather than a warm one).",
+    )
+    priority: TaskPriority = Field(
+        default=TaskPriority.INTERACTIVE,
+        description="When every sandbox seat is taken: an `interactive` task (a person waits "
+        "for it) takes its tenant's next free seat before the tenant's `batch` ones (an "
+        "evaluation, a migration). Seats are shared between tenants by their weights, "
+        "whatever the priority. Sub-tasks inherit it.",
     )
     trajectory: list[dict[str, Any]] | None = Field(
         default=None,
@@ -309,10 +317,20 @@ class TaskView(BaseModel):
     )
     parent_task_id: str | None
     sub_tasks: list[SubTaskView] = Field(description="Tasks this one delegated, oldest first.")
+    priority: TaskPriority = Field(
+        default=TaskPriority.INTERACTIVE, description="interactive or batch (see POST)."
+    )
     queue_position: int | None = Field(
         default=None,
-        description="While the task's action waits for a sandbox (every seat of the pool is "
-        "taken): its place in the first-come-first-served queue, 1 being next.",
+        description="While the task waits for a sandbox (every seat of the pool is taken): "
+        "how many tasks take a seat before it, plus one (1 is next), in the fair order: seats "
+        "go to the tenant furthest below its weighted share, interactive before batch within "
+        "a tenant. It counts as if every tenant kept the seats it holds.",
+    )
+    queue_estimate_s: float | None = Field(
+        default=None,
+        description="While queued: the seconds until that many seats free, at the rate seats "
+        "freed in the last 10 minutes; null when too few freed to tell.",
     )
     labels: list[str] = Field(default_factory=list, description="Set at creation.")
 
@@ -321,12 +339,14 @@ class TaskView(BaseModel):
         cls,
         state: TaskState,
         sub_tasks: list[TaskState] | None = None,
-        queue_position: int | None = None,
+        place: QueuePlace | None = None,
         labels: tuple[str, ...] = (),
     ) -> TaskView:
         pending = state.pending_action
         return cls(
-            queue_position=queue_position,
+            priority=state.priority,
+            queue_position=None if place is None else place.position,
+            queue_estimate_s=None if place is None else place.estimate_s,
             labels=list(labels),
             **_summary(state),
             max_budget_usd=state.max_budget_usd,

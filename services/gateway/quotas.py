@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared.admission import seats_prefix
+from shared.admission import WEIGHTS_KEY, seats_prefix
 from shared.events import AgentState, utc_now
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
@@ -103,6 +103,14 @@ class TenantLimits(BaseModel):
         description="Whether the tenant may create a task from a trajectory (replay): its "
         "recorded actions are reviewed like any other, but it steers the agent without an LLM.",
     )
+    seat_weight: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="The tenant's share of the sandbox seats while tenants queue for them: "
+        "seats go to the tenant furthest below weight / (sum of the weights of the tenants "
+        "holding or wanting seats). 1 by default; a tenant alone uses every seat whatever it is.",
+    )
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,7 @@ class QuotaDefaults:
     max_sub_tasks: int = 10
     max_event_streams: int = 64
     allow_trajectory_tasks: bool = False
+    seat_weight: float = 1.0
 
 
 class Quotas(BaseModel):
@@ -132,6 +141,7 @@ class Quotas(BaseModel):
     max_sub_tasks: int
     max_event_streams: int
     allow_trajectory_tasks: bool
+    seat_weight: float
 
     @classmethod
     def of(cls, limits: TenantLimits, defaults: QuotaDefaults) -> Quotas:
@@ -280,9 +290,21 @@ class TenantQuotas:
             if raw is None and self.records is not None:
                 raw = await self.records.get(f"limits.{tenant_id}") or b"{}"
                 await self.redis.set(self._limits_key(tenant_id), raw, ex=_LIMITS_CACHED_S)
+                # Redis may have lost the weights with the cache: the runtime reads them there.
+                await self._publish_weight(tenant_id, TenantLimits.model_validate_json(raw))
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return TenantLimits() if raw is None else TenantLimits.model_validate_json(raw)
+
+    async def _publish_weight(self, tenant_id: str, limits: TenantLimits) -> None:
+        """The tenant's seat weight where the runtime's fair queue reads it (shared.admission);
+        the server default is not written: a tenant missing there weighs 1, and so should
+        every tenant the operator did not weigh, whatever the default."""
+        weight = limits.seat_weight if limits.seat_weight is not None else self.defaults.seat_weight
+        if weight == 1.0:
+            await self.redis.hdel(WEIGHTS_KEY, tenant_id)  # type: ignore[misc]
+        else:
+            await self.redis.hset(WEIGHTS_KEY, tenant_id, repr(weight))  # type: ignore[misc]
 
     async def quotas(self, tenant_id: str) -> Quotas:
         return self.quotas_of(await self.limits(tenant_id))
@@ -296,6 +318,7 @@ class TenantQuotas:
             await self.records.put(f"limits.{tenant_id}", raw.encode())
         try:
             await self.redis.set(self._limits_key(tenant_id), raw)
+            await self._publish_weight(tenant_id, limits)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
 

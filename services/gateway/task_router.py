@@ -119,6 +119,7 @@ async def create_task(
         repository=body.repository.model_dump() if body.repository is not None else None,
         secrets=tuple(body.secrets),
         webhook=body.webhook,
+        priority=body.priority,
     )
     created = await tasks.create(new, caller.tenant_id, idempotency_key)
     response.headers["Location"] = f"/v1/tasks/{created.state.task_id}"
@@ -132,8 +133,8 @@ async def create_task(
 )
 async def get_task(task_id: str, tasks: TaskServiceDep, caller: CallerDep) -> TaskView:
     owned, sub_tasks = await tasks.get_with_sub_tasks(task_id, caller.tenant_id)
-    position = await tasks.queue_position(owned.state)
-    return TaskView.from_state(owned.state, sub_tasks, position, owned.labels)
+    place = await tasks.queue_place(owned.state)
+    return TaskView.from_state(owned.state, sub_tasks, place, owned.labels)
 
 
 @router.get(

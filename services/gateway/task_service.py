@@ -14,18 +14,20 @@ from faststream.nats import NatsBroker
 from prometheus_client import Counter
 from redis.exceptions import RedisError
 
-from shared.admission import queue_position
+from shared.admission import QueuePlace, queue_place
 from shared.events import (
+    TERMINAL_STATES,
     AgentState,
     ChangeAgentStateAction,
     EventBase,
     EventSource,
     MessageAction,
     RiskLevel,
+    TaskPriority,
     new_id,
 )
 from shared.publishing import MessageTooLarge, check_size, publish_event_to
-from shared.state import Awaiting, TaskState
+from shared.state import TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import save_trajectory
@@ -101,6 +103,7 @@ class NewTask:
     repository: dict[str, Any] | None = None  # the fields of a RepositorySpec (issue 11)
     secrets: tuple[str, ...] = ()  # the tenant's secrets its commands get (issue 11)
     webhook: WebhookSpec | None = None  # else the tenant's default
+    priority: TaskPriority = TaskPriority.INTERACTIVE
 
 
 @dataclass(frozen=True)
@@ -158,11 +161,15 @@ class TaskService:
         # Secrets and webhook of a new task (services.gateway.context sets it): None, neither.
         self.attachments: TaskAttachments | None = None
 
-    async def queue_position(self, state: TaskState) -> int | None:
-        """The task's place in the queue for a sandbox, when its action waits for one."""
-        if state.awaiting is not Awaiting.RUNTIME:
+    async def queue_place(self, state: TaskState) -> QueuePlace | None:
+        """The task's place in the queue for a sandbox, while it waits for one (its first
+        action, or its sandbox prepared while the agent thinks)."""
+        if state.agent_state in TERMINAL_STATES:
             return None
-        return await queue_position(self.store.redis, self.pool_name, state.task_id)
+        try:
+            return await queue_place(self.store.redis, self.pool_name, state.task_id)
+        except RedisError as exc:
+            raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
     async def get(self, task_id: str, tenant_id: str) -> TaskState:
         return (await self.get_owned(task_id, tenant_id)).state
@@ -395,6 +402,8 @@ class TaskService:
             confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
             network_egress=new.network_egress,
             workspace_mib=new.workspace_mib,
+            tenant_id=record.tenant_id,
+            priority=new.priority,
             max_delegation_depth=quotas.max_delegation_depth,
             max_sub_tasks=quotas.max_sub_tasks,
         )

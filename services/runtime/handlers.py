@@ -37,6 +37,7 @@ from shared.events import (
     MCPCallAction,
     PythonOutputObservation,
     SandboxQueuedObservation,
+    TaskPriority,
 )
 from shared.periodic import every
 from shared.redis_client import connect_redis
@@ -52,7 +53,13 @@ from .checkout import CheckoutFailed
 from .containers import DockerSandboxes, Sandbox, SandboxStartError
 from .executor_client import SandboxLost
 from .mcp_calls import McpCalls
-from .metrics import ACTION_SECONDS, ACTIONS, PREPARED, SEATS
+from .metrics import (
+    ACTION_SECONDS,
+    ACTIONS,
+    PREPARED,
+    observe_seatings,
+    publish_seat_gauges,
+)
 from .order_check import OrderCheck
 from .pool import PoolExhausted, WarmPool
 from .recent_actions import RecentActions
@@ -320,7 +327,7 @@ class RuntimeService:
             if sandbox.lost:
                 continue
             if await self.bindings.bind(task_id, sandbox.container_id) == sandbox.container_id:
-                await self.seats.hold(task_id)
+                await self.seats.hold(task_id, await self._tenant_of(task_id))
                 readopted += 1
         await self.bindings.mark_intact(self.replica_id)
         log.warning("Redis lost the runtime's records: %d task sandboxes bound again", readopted)
@@ -335,14 +342,24 @@ class RuntimeService:
             if await self.bindings.stopped_at(container_id) is None and not (
                 await self._task_is_over(task_id)
             ):
-                await self.seats.hold(task_id)
+                await self.seats.hold(task_id, await self._tenant_of(task_id))
+
+    async def _tenant_of(self, task_id: str) -> str | None:
+        """Whose share a seat held by the task counts against (None: unknown yet)."""
+        if self._states is None:
+            return None
+        try:
+            state = await self._states.load(task_id)
+        except Exception:  # an unreadable State: counted as nobody's, still counted
+            return None
+        return None if state is None else state.tenant_id
 
     async def admit_queued(self) -> int:
-        """Give free seats to the head of the queue and send their orders again."""
-        orders = await self.seats.pump()
-        taken, queued = await self.seats.counts()
-        SEATS.labels("taken").set(taken)
-        SEATS.labels("queued").set(queued)
+        """Give free seats to the queued tasks the fair order names and send their orders
+        again."""
+        orders, seatings = await self.seats.pump()
+        observe_seatings(seatings)
+        publish_seat_gauges(*await self.seats.counts(), await self.seats.tenants())
         if self.resend is None:
             return 0
         for raw in orders:
@@ -366,9 +383,18 @@ class RuntimeService:
             return True  # ran already: its observation is only published again
         bound = await self.bindings.get(task_id)
         if bound is not None and await self.bindings.stopped_at(bound) is None:
-            await self.seats.hold(task_id)  # running (another replica's, or adopted)
+            # Running (another replica's, or adopted).
+            await self.seats.hold(task_id, command.tenant_id)
             return True
-        admission = await self.seats.admit(task_id, command.model_dump_json())
+        admission = await self.seats.admit(
+            task_id,
+            command.model_dump_json(),
+            tenant_id=command.tenant_id,
+            batch=command.priority is TaskPriority.BATCH,
+        )
+        observe_seatings(admission.seatings)
+        if len(admission.seatings) > admission.seated:
+            await self.admit_queued()  # others were seated too: their orders go out now
         if admission.seated:
             await self.seats.handled(task_id)
             return True
@@ -499,7 +525,13 @@ class RuntimeService:
             return  # ended already (or unknown): its release may have come first
         if command.network_egress and not self.settings.allow_network_egress:
             return  # its action will be refused with the reason
-        if not (await self.seats.admit(task_id)).seated:
+        admission = await self.seats.admit(
+            task_id, tenant_id=command.tenant_id, batch=command.priority is TaskPriority.BATCH
+        )
+        observe_seatings(admission.seatings)
+        if len(admission.seatings) > admission.seated:
+            await self.admit_queued()
+        if not admission.seated:
             return  # it keeps its place in the queue; its first action waits there
         network = self.settings.sandbox_network_name if command.network_egress else None
         try:

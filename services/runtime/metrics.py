@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from shared.admission import Seating
 
 __all__ = [
     "ACQUIRE_SECONDS",
@@ -21,6 +25,8 @@ __all__ = [
     "SANDBOXES_REMOVED",
     "SANDBOXES_RESTARTED",
     "SEATS",
+    "SEAT_WAIT_SECONDS",
+    "TENANT_SEATS",
 ]
 
 _FAST = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -75,6 +81,38 @@ SEATS = Gauge(
     "Tasks holding a sandbox seat (taken) and tasks waiting for one (queued), whole pool",
     ["state"],
 )
+TENANT_SEATS = Gauge(
+    "deckhands_runtime_tenant_seats",
+    "Per tenant: tasks holding a sandbox seat (taken) and tasks waiting for one (queued)",
+    ["tenant", "state"],
+)
+SEAT_WAIT_SECONDS = Histogram(
+    "deckhands_runtime_seat_wait_seconds",
+    "Per tenant: how long a task waited for its sandbox seat (0 when one was free)",
+    ["tenant"],
+    buckets=(0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800),
+)
+_TENANTS_SHOWN: set[str] = set()
+
+
+def observe_seatings(seatings: Iterable[Seating]) -> None:
+    for seating in seatings:
+        SEAT_WAIT_SECONDS.labels(seating.tenant_id).observe(seating.waited_s)
+
+
+def publish_seat_gauges(taken: int, queued: int, tenants: dict[str, tuple[int, int]]) -> None:
+    """The pool's seats, whole and per tenant (a tenant gone from both counts shows 0)."""
+    SEATS.labels("taken").set(taken)
+    SEATS.labels("queued").set(queued)
+    for tenant in _TENANTS_SHOWN - set(tenants):
+        TENANT_SEATS.labels(tenant, "taken").set(0)
+        TENANT_SEATS.labels(tenant, "queued").set(0)
+    for tenant, (held, waiting) in tenants.items():
+        TENANT_SEATS.labels(tenant, "taken").set(held)
+        TENANT_SEATS.labels(tenant, "queued").set(waiting)
+    _TENANTS_SHOWN.update(tenants)
+
+
 PREPARED = Counter(
     "deckhands_runtime_sandboxes_prepared_total",
     "Task sandboxes bound ahead of the task's first action (while the agent thinks)",

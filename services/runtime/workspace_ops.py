@@ -30,6 +30,7 @@ from typing import IO, Any
 import docker
 from redis.asyncio import Redis
 
+from shared.events import TaskPriority
 from shared.secrets_store import SecretsStore
 from shared.state_store import TaskStateStore
 from shared.workspace import (
@@ -350,9 +351,14 @@ class RuntimeWorkspace:
                 return info.id
         if not await self.service.task_is_live(task_id):
             raise _Gone
-        if not (await self.service.seats.admit(task_id)).seated:
-            raise _NoSandbox("every sandbox seat is taken; the task's sandbox starts later")
         state = await self._states.load(task_id) if self._states is not None else None
+        admission = await self.service.seats.admit(
+            task_id,
+            tenant_id=None if state is None else state.tenant_id,
+            batch=state is not None and state.priority is TaskPriority.BATCH,
+        )
+        if not admission.seated:
+            raise _NoSandbox("every sandbox seat is taken; the task's sandbox starts later")
         egress = state is not None and state.network_egress
         if egress and not self.settings.allow_network_egress:
             raise _NoSandbox("the task asks for network egress, which this runtime refuses")

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .actions import LLMUsage
 from .base import BlobRef, EventBase
-from .state import AgentState
+from .state import AgentState, TaskPriority
 
 __all__ = [
     "AgentDelegateObservation",
@@ -224,6 +224,10 @@ class TaskCreatedObservation(EventBase):
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
     network_egress: bool = False
     workspace_mib: int | None = Field(default=None, ge=1)
+    tenant_id: str | None = Field(
+        default=None, description="The tenant the task (a sub-task: its root) belongs to."
+    )
+    priority: TaskPriority = TaskPriority.INTERACTIVE
     delegation_depth: int = Field(default=0, ge=0)
     max_delegation_depth: int = Field(default=3, ge=0)
     max_sub_tasks: int = Field(default=10, ge=0)

@@ -7,6 +7,7 @@ __all__ = [
     "SANDBOX_ENDING_STATES",
     "TERMINAL_STATES",
     "AgentState",
+    "TaskPriority",
     "can_transition",
 ]
 
@@ -24,6 +25,16 @@ class AgentState(StrEnum):
     REJECTED = "REJECTED"
     ERROR = "ERROR"
     RATE_LIMITED = "RATE_LIMITED"
+
+
+class TaskPriority(StrEnum):
+    """Which of its tenant's queued tasks takes a free seat first: an interactive one (a person
+    waits for it: the console's and the CLI's default) goes ahead of the tenant's batch ones
+    (an evaluation, a migration of many repositories). Between tenants, seats are shared by
+    weight whatever the priority (shared/admission.py)."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
 
 
 TERMINAL_STATES = frozenset(

@@ -1,4 +1,5 @@
-"""Sandbox seats on a real Redis: the Lua scripts that admit, queue, pump and release."""
+"""Sandbox seats on a real Redis: the Lua scripts that admit, queue, pump and release, and the
+fair order between tenants (weights) and within one (interactive before batch)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from shared.admission import SandboxSeats, queue_position
+from shared.admission import WEIGHTS_KEY, SandboxSeats, queue_place, queue_position
 
 
 @pytest.fixture
@@ -37,27 +38,28 @@ async def test_tasks_beyond_the_seats_queue_in_arrival_order(seats: SandboxSeats
     assert await seats.position("d") == 2
     assert await queue_position(seats.redis, seats.pool_name, "d") == 2
     assert await seats.counts() == (2, 2)
-    assert await seats.pump() == []  # no free seat
+    assert await seats.pump() == ([], [])  # no free seat
 
     assert await seats.release("a")
     # A newcomer does not jump the queue while someone waits...
-    assert not (await seats.admit("e", order("e"))).seated
+    e = await seats.admit("e", order("e"))
+    assert not e.seated and [s.task_id for s in e.seatings] == ["c"]
     # ...the head takes the freed seat, and its order is handed back to be sent again.
-    assert await seats.pump() == [order("c")]
+    assert await seats.pump() == ([order("c")], [])
     assert await seats.position("c") is None and await seats.position("d") == 1
     assert (await seats.admit("c")).seated
     await seats.handled("c")
-    assert await seats.pump(resend_after_s=0) == []  # handled: not sent again
+    assert (await seats.pump(resend_after_s=0))[0] == []  # handled: not sent again
 
 
 async def test_an_order_not_handled_after_seating_is_sent_again(seats: SandboxSeats) -> None:
     for task in "abc":
         await seats.admit(task, order(task))
     await seats.release("a")
-    assert await seats.pump(resend_after_s=0.2) == [order("c")]
-    assert await seats.pump(resend_after_s=0.2) == []  # not yet due again
+    assert (await seats.pump(resend_after_s=0.2))[0] == [order("c")]
+    assert (await seats.pump(resend_after_s=0.2))[0] == []  # not yet due again
     await asyncio.sleep(0.3)
-    assert await seats.pump(resend_after_s=0.2) == [order("c")]  # the sender died: again
+    assert (await seats.pump(resend_after_s=0.2))[0] == [order("c")]  # the sender died: again
 
 
 async def test_release_of_a_queued_task_leaves_the_queue(seats: SandboxSeats) -> None:
@@ -73,9 +75,9 @@ async def test_held_seats_count_even_above_the_maximum(seats: SandboxSeats) -> N
     assert await seats.counts() == (3, 0)
     assert not (await seats.admit("d", order("d"))).seated
     await seats.release("a")
-    assert await seats.pump() == []  # 2 seats taken of 2: still no room
+    assert await seats.pump() == ([], [])  # 2 seats taken of 2: still no room
     await seats.release("b")
-    assert await seats.pump() == [order("d")]
+    assert (await seats.pump())[0] == [order("d")]
 
 
 async def test_concurrent_admissions_never_give_more_seats_than_exist(
@@ -84,3 +86,134 @@ async def test_concurrent_admissions_never_give_more_seats_than_exist(
     results = await asyncio.gather(*(seats.admit(f"t{i}", order(f"t{i}")) for i in range(50)))
     assert sum(r.seated for r in results) == 2
     assert sorted(r.position for r in results if not r.seated) == list(range(1, 49))
+
+
+@pytest.fixture
+async def pool(redis_url: str) -> AsyncIterator[SandboxSeats]:
+    """Six seats, and three tenants' weights (removed after)."""
+    redis = Redis.from_url(redis_url)
+    suffix = uuid.uuid4().hex[:6]
+    try:
+        yield SandboxSeats(redis, f"test-{suffix}", max_seats=6)
+    finally:
+        await redis.aclose()
+
+
+async def queue_tenants(
+    seats: SandboxSeats, counts: dict[str, int], batch: bool = False
+) -> list[str]:
+    """Queue `counts[tenant]` tasks per tenant, interleaved in arrival; their ids."""
+    ids: list[str] = []
+    for i in range(max(counts.values())):
+        for tenant, count in counts.items():
+            if i < count:
+                task = f"{tenant}-{i}"
+                ids.append(task)
+                await seats.admit(task, order(task), tenant_id=tenant, batch=batch)
+    return ids
+
+
+async def seat_one_by_one(seats: SandboxSeats, count: int) -> list[str]:
+    """Free one seat at a time (of a task nobody queued behind) and record who takes it."""
+    taken: list[str] = []
+    for _ in range(count):
+        holders = list(await seats.seated())
+        await seats.release(holders[0])
+        _, seated = await seats.pump()
+        taken += [s.task_id for s in seated]
+    return taken
+
+
+async def test_a_tenant_alone_uses_every_seat(pool: SandboxSeats) -> None:
+    results = [await pool.admit(f"t{i}", order(f"t{i}"), tenant_id="solo") for i in range(8)]
+    assert [r.seated for r in results] == [True] * 6 + [False] * 2
+    assert await pool.tenants() == {"solo": (6, 2)}
+    assert [r.position for r in results[6:]] == [1, 2]
+
+
+async def test_seats_follow_the_weights_of_three_tenants_queueing_at_once(
+    pool: SandboxSeats,
+) -> None:
+    # Six seats held by a fourth tenant; three tenants weighted 3:2:1 queue 12 tasks each.
+    await pool.redis.hset(WEIGHTS_KEY, mapping={"heavy": 3, "middle": 2})
+    try:
+        for i in range(6):
+            await pool.admit(f"busy-{i}", order(f"busy-{i}"), tenant_id="busy")
+        await queue_tenants(pool, {"light": 12, "middle": 12, "heavy": 12})
+        # The positions they are told agree with the order they are then seated in.
+        told = {
+            task: (await queue_place(pool.redis, pool.pool_name, task)).position  # type: ignore[union-attr]
+            for task in ("heavy-0", "middle-0", "light-0", "heavy-3", "light-2")
+        }
+        taken = await seat_one_by_one(pool, 6)  # the busy tenant's seats free one by one
+        per = {t: sum(task.startswith(t) for task in taken) for t in ("heavy", "middle", "light")}
+        assert per == {"heavy": 3, "middle": 2, "light": 1}, taken
+        # While all three queue, each freed seat keeps them at 3:2:1.
+        assert (await pool.tenants())["heavy"] == (3, 9)
+        for task, position in told.items():
+            if task in taken:
+                assert position == taken.index(task) + 1, (task, told, taken)
+    finally:
+        await pool.redis.hdel(WEIGHTS_KEY, "heavy", "middle")
+
+
+async def test_an_idle_tenants_share_goes_to_those_who_wait(pool: SandboxSeats) -> None:
+    await pool.redis.hset(WEIGHTS_KEY, "idle-heavy", 5)
+    try:
+        await queue_tenants(pool, {"a": 10, "b": 10})
+        assert await pool.tenants() == {"a": (3, 7), "b": (3, 7)}  # equal weights: 3 and 3
+    finally:
+        await pool.redis.hdel(WEIGHTS_KEY, "idle-heavy")
+
+
+async def test_a_flood_does_not_hold_back_a_quiet_tenant(pool: SandboxSeats) -> None:
+    await queue_tenants(pool, {"flood": 300})
+    quiet = [
+        await pool.admit(f"quiet-{i}", order(f"quiet-{i}"), tenant_id="quiet") for i in range(3)
+    ]
+    assert [q.position for q in quiet] == [1, 2, 3]  # ahead of 294 flood tasks
+    taken = await seat_one_by_one(pool, 3)
+    assert taken == ["quiet-0", "quiet-1", "quiet-2"]
+
+
+async def test_interactive_tasks_go_ahead_of_their_tenants_batch_ones(pool: SandboxSeats) -> None:
+    await queue_tenants(pool, {"team": 20}, batch=True)  # 6 seated, 14 queued
+    late = [await pool.admit(f"now-{i}", order(f"now-{i}"), tenant_id="team") for i in range(2)]
+    assert [p.position for p in late] == [1, 2]
+    assert await pool.position("team-6") == 3
+    assert await seat_one_by_one(pool, 3) == ["now-0", "now-1", "team-6"]
+
+
+async def test_the_estimate_follows_the_rate_seats_free_at(pool: SandboxSeats) -> None:
+    await queue_tenants(pool, {"t": 10})
+    place = await queue_place(pool.redis, pool.pool_name, "t-9")
+    assert place is not None and place.position == 4 and place.estimate_s is None
+    for _ in range(3):
+        await seat_one_by_one(pool, 1)
+        await asyncio.sleep(0.2)
+    place = await queue_place(pool.redis, pool.pool_name, "t-9")
+    assert place is not None and place.position == 1
+    # Three releases over about 0.4 s: about 0.2 s a seat.
+    assert place.estimate_s is not None and 0.05 <= place.estimate_s <= 1.0
+
+
+async def test_release_and_hold_keep_each_tenants_count(pool: SandboxSeats) -> None:
+    await queue_tenants(pool, {"a": 4, "b": 4})
+    await pool.hold("adopted", "c")  # above the maximum: counted all the same
+    assert await pool.tenants() == {"a": (3, 1), "b": (3, 1), "c": (1, 0)}
+    assert await pool.release("a-0") and not await pool.release("a-3")  # queued: just leaves
+    assert await pool.release("adopted")
+    assert await pool.tenants() == {"a": (2, 0), "b": (3, 1)}
+    _, seated = await pool.pump()
+    assert [s.task_id for s in seated] == ["b-3"] and seated[0].tenant_id == "b"
+    assert seated[0].waited_s > 0
+
+
+async def test_concurrent_tenants_never_get_more_seats_than_exist(pool: SandboxSeats) -> None:
+    results = await asyncio.gather(
+        *(pool.admit(f"t{i}", order(f"t{i}"), tenant_id=f"x{i % 5}") for i in range(60))
+    )
+    assert sum(r.seated for r in results) == 6
+    taken, queued = await pool.counts()
+    assert (taken, queued) == (6, 54)
+    assert sum(held for held, _ in (await pool.tenants()).values()) == 6

@@ -385,6 +385,13 @@ def run(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Events as JSON lines.")] = False,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch",
+            help="Post it as batch work: the tenant's interactive tasks take free seats first.",
+        ),
+    ] = False,
 ) -> None:
     """Post a task, follow its events live, print the result; exit code by its final state."""
     text = sys.stdin.read() if task == "-" else task
@@ -405,6 +412,8 @@ def run(
         body["labels"] = label
     if network:
         body["network_egress"] = True
+    if batch:
+        body["priority"] = "batch"
     if secret:
         body["secrets"] = secret
     if repo is not None:

@@ -141,6 +141,8 @@ def _run_one(
         "task": task.prompt,
         "max_iterations": task.max_iterations,
         "labels": ["eval", f"eval:{task.id}"],
+        # An evaluation is batch work: a person's interactive task of the tenant goes first.
+        "priority": "batch",
     }
     url = repos.url(task)
     if url is not None:
