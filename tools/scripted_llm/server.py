@@ -7,8 +7,10 @@ DECKHANDS_LLM_API_BASE=http://127.0.0.1:8765/v1 and any DECKHANDS_LLM_API_KEY.
 
 Endpoints: `POST /v1/chat/completions` (JSON, or Server-Sent Events when `stream` is true),
 `GET /v1/models`, `GET /health`, and `GET /stats`: the chat requests received so far (failed
-ones included), in total and per task (the first user message), e.g.
-{"requests": 3, "tasks": {"Write squares": 3}}. Any model name and any API key are accepted.
+ones included, those refused by the limits below not), in total and per task (the first user
+message), and what the limits saw, e.g. {"requests": 3, "tasks": {"Write squares": 3},
+"refused_429": 0, "max_concurrent_seen": 1, "max_requests_in_60s": 3, "max_tokens_in_60s": 950}.
+Any model name and any API key are accepted.
 `GET /prompts?task=TEXT`: what the model was sent, for tests that check a prompt (what a
 provider would see): {"prompts": [{"task": ..., "requests": [{"messages": [...]}, ...]}]}, one
 entry per task whose first user message contains TEXT (case-sensitive), with its last
@@ -26,8 +28,10 @@ Either a list of turns, or an object::
          "turns": [TURN, ...],        #   message) is used; otherwise "turns"
          "context_window": 4000}      # optional: a longer prompt (characters / 4) is refused
       ],                              #   with a 400 "maximum context length" error
-      "exhausted": TURN               # optional: the reply once the turns are used up
-    }                                 #   (default: the last turn again)
+      "exhausted": TURN,              # optional: the reply once the turns are used up
+                                      #   (default: the last turn again)
+      "limits": {...}                 # optional: a provider's limits, below
+    }
 
 A TURN is one model reply:
 
@@ -69,6 +73,32 @@ Templates, in `content` and in any string inside `arguments`:
     {{repeat:N:TEXT}}      TEXT written N times (a large argument without a large script)
 
 `usage` reports tokens as characters / 4, like a real provider's rough count.
+
+Limits
+------
+A provider's limits, for tests and benchmarks that check deckhands never exceeds them and
+waits out a 429 (each key optional; none by default)::
+
+    "limits": {
+      "max_concurrent": 20,           # chat requests being answered at once
+      "requests_per_minute": 600,     # requests admitted in the last 60 s (a sliding window)
+      "tokens_per_minute": 100000,    # their prompt + completion tokens in the last 60 s
+      "retry_after_s": 1.0            # the Retry-After of a 429 for max_concurrent
+    }
+
+or on the command line, which wins over the script: `--max-concurrent N`,
+`--requests-per-minute N`, `--tokens-per-minute N`. A chat request beyond a limit is answered
+at once with a 429 {"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", ...}}
+and a Retry-After header in seconds: `retry_after_s` (as in "1" or "0.5") for max_concurrent;
+for the per-minute limits the whole seconds, 1 to 60, until the window has room for it again.
+A request counts as being answered from its arrival until its reply is ready (`delay_s` and
+`fail_first` included); its prompt tokens enter the window when it arrives (a request is
+refused when they would take the window over the limit; one larger than the limit itself
+always is, with Retry-After 60), its completion tokens when it is answered. A refused request
+counts toward no window, nor in /stats `requests` and `tasks` (nor /prompts): /stats
+`refused_429` counts them, and `max_concurrent_seen`, `max_requests_in_60s` (measured at each
+admitted request's arrival) and `max_tokens_in_60s` are the most the admitted ones reached,
+limits or not. A body whose `messages` cannot be read is answered 400 before the limits.
 """
 
 from __future__ import annotations
@@ -77,13 +107,14 @@ import argparse
 import hashlib
 import json
 import logging
+import math
 import re
 import sys
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -92,8 +123,10 @@ from urllib.parse import parse_qs
 __all__ = [
     "CONDENSED_MARKER",
     "INVALID_REPLY_MARKER",
+    "LIMIT_WINDOW_S",
     "PROMPTS_PER_TASK",
     "PROMPT_TASKS",
+    "Limits",
     "Script",
     "ScriptError",
     "ScriptedLLMServer",
@@ -113,6 +146,8 @@ _TEMPLATE_KEYS = ("last_tool_output", "task", "turn")
 PROMPTS_PER_TASK = 4
 PROMPT_TASKS = 64
 _REPEAT = re.compile(r"\{\{repeat:(\d{1,9}):(.*?)\}\}", re.DOTALL)
+# The sliding window of the per-minute limits, and of the /stats maxima over it.
+LIMIT_WINDOW_S = 60.0
 
 
 class ScriptError(ValueError):
@@ -140,10 +175,21 @@ class Conversation:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """A provider's limits; None is no limit."""
+
+    max_concurrent: int | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    retry_after_s: float = 1.0  # the Retry-After of a 429 for too many concurrent requests
+
+
+@dataclass(frozen=True)
 class Script:
     conversations: tuple[Conversation, ...]
     model: str = "scripted"
     exhausted: Turn | None = None
+    limits: Limits = field(default_factory=Limits)
 
     def conversation_for(self, task: str) -> Conversation | None:
         lowered = task.lower()
@@ -213,12 +259,35 @@ def _parse_turns(raw: Any, where: str) -> tuple[Turn, ...]:
     return tuple(_parse_turn(t, f"{where}[{i}]") for i, t in enumerate(raw))
 
 
+_LIMIT_COUNTS = ("max_concurrent", "requests_per_minute", "tokens_per_minute")
+
+
+def _parse_limits(raw: Any) -> Limits:
+    if not isinstance(raw, dict):
+        raise ScriptError("'limits' must be an object")
+    unknown = set(raw) - {*_LIMIT_COUNTS, "retry_after_s"}
+    if unknown:
+        raise ScriptError(f"limits: unknown keys {sorted(unknown)}")
+    counts: dict[str, int | None] = {}
+    for key in _LIMIT_COUNTS:
+        value = raw.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ScriptError(f"limits: '{key}' must be a positive int")
+        counts[key] = value
+    retry_after = raw.get("retry_after_s", 1.0)
+    if isinstance(retry_after, bool) or not isinstance(retry_after, int | float) or retry_after < 0:
+        raise ScriptError("limits: 'retry_after_s' must be a number >= 0")
+    return Limits(**counts, retry_after_s=float(retry_after))
+
+
 def parse_script(raw: Any) -> Script:
     if isinstance(raw, list):
         raw = {"turns": raw}
     if not isinstance(raw, dict):
         raise ScriptError("a script is a list of turns or an object with 'turns'")
-    unknown = set(raw) - {"model", "turns", "conversations", "exhausted"}
+    unknown = set(raw) - {"model", "turns", "conversations", "exhausted", "limits"}
     if unknown:
         raise ScriptError(f"unknown top-level keys {sorted(unknown)}")
     conversations: list[Conversation] = []
@@ -238,7 +307,8 @@ def parse_script(raw: Any) -> Script:
     if not conversations:
         raise ScriptError("the script has no 'turns' and no 'conversations'")
     exhausted = _parse_turn(raw["exhausted"], "exhausted") if "exhausted" in raw else None
-    return Script(tuple(conversations), str(raw.get("model", "scripted")), exhausted)
+    limits = _parse_limits(raw["limits"]) if "limits" in raw else Limits()
+    return Script(tuple(conversations), str(raw.get("model", "scripted")), exhausted, limits)
 
 
 def load_script(path: str | Path) -> Script:
@@ -386,11 +456,129 @@ class _Reply:
             yield {"tool_calls": [{"index": 0, **self._tool_call()}]}
 
 
+def _rate_limited(message: str, retry_after_s: float) -> _HttpError:
+    return _HttpError(
+        429, message, "rate_limit_error", code="rate_limit_exceeded", retry_after_s=retry_after_s
+    )
+
+
+class _Limiter:
+    """A provider's limits on chat requests, and the most of each the server saw; thread-safe.
+
+    A request counts as concurrent from its admission until its answer is ready; its prompt
+    tokens enter the 60 s window when it is admitted, its completion tokens when it is answered.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._arrivals: deque[float] = deque()  # the admitted requests of the last 60 s
+        self._tokens: deque[tuple[float, int]] = deque()  # (when, tokens) of the last 60 s
+        self._window_tokens = 0
+        self._refused = 0
+        self._max_concurrent = 0
+        self._max_requests = 0
+        self._max_tokens = 0
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "refused_429": self._refused,
+                "max_concurrent_seen": self._max_concurrent,
+                "max_requests_in_60s": self._max_requests,
+                "max_tokens_in_60s": self._max_tokens,
+            }
+
+    def admit(self, prompt_tokens: int) -> None:
+        """Let a request in, or raise the 429 a provider would answer it with."""
+        with self._lock:
+            now = time.monotonic()
+            self._prune(now)
+            refusal = self._refusal(now, prompt_tokens)
+            if refusal is not None:
+                self._refused += 1
+                raise refusal
+            self._in_flight += 1
+            self._max_concurrent = max(self._max_concurrent, self._in_flight)
+            self._arrivals.append(now)
+            self._max_requests = max(self._max_requests, len(self._arrivals))
+            self._add_tokens(now, prompt_tokens)
+
+    def done(self, completion_tokens: int) -> None:
+        """An admitted request was answered (completion_tokens 0: with an error)."""
+        with self._lock:
+            self._in_flight -= 1
+            if completion_tokens:
+                now = time.monotonic()
+                self._prune(now)
+                self._add_tokens(now, completion_tokens)
+
+    def _prune(self, now: float) -> None:
+        start = now - LIMIT_WINDOW_S
+        while self._arrivals and self._arrivals[0] <= start:
+            self._arrivals.popleft()
+        while self._tokens and self._tokens[0][0] <= start:
+            self._window_tokens -= self._tokens.popleft()[1]
+
+    def _add_tokens(self, now: float, tokens: int) -> None:
+        self._tokens.append((now, tokens))
+        self._window_tokens += tokens
+        self._max_tokens = max(self._max_tokens, self._window_tokens)
+
+    @staticmethod
+    def _until_gone(now: float, when: float) -> float:
+        """Whole seconds (at least 1) until what happened at `when` leaves the window."""
+        return float(max(1, math.ceil(when + LIMIT_WINDOW_S - now)))
+
+    def _refusal(self, now: float, prompt_tokens: int) -> _HttpError | None:
+        limits = self.limits
+        if limits.max_concurrent is not None and self._in_flight >= limits.max_concurrent:
+            return _rate_limited(
+                f"Rate limit reached for concurrent requests: Limit {limits.max_concurrent}, "
+                f"Used {self._in_flight}, Requested 1.",
+                limits.retry_after_s,
+            )
+        rpm, used = limits.requests_per_minute, len(self._arrivals)
+        if rpm is not None and used >= rpm:
+            # Room again once all but rpm - 1 of the window's requests have left it.
+            wait = self._until_gone(now, self._arrivals[used - rpm])
+            return _rate_limited(
+                f"Rate limit reached for requests per min (RPM): Limit {rpm}, Used {used}, "
+                f"Requested 1. Please try again in {wait:g}s.",
+                wait,
+            )
+        tpm = limits.tokens_per_minute
+        if tpm is not None and self._window_tokens + prompt_tokens > tpm:
+            if prompt_tokens > tpm:  # never fits: OpenAI answers it with a 429 too
+                return _rate_limited(
+                    f"Request too large for tokens per min (TPM): Limit {tpm}, "
+                    f"Requested {prompt_tokens}.",
+                    LIMIT_WINDOW_S,
+                )
+            # Room again once enough of the oldest tokens have left the window.
+            excess, frees = self._window_tokens + prompt_tokens - tpm, now
+            for when, tokens in self._tokens:
+                excess -= tokens
+                if excess <= 0:
+                    frees = when
+                    break
+            wait = self._until_gone(now, frees)
+            return _rate_limited(
+                f"Rate limit reached for tokens per min (TPM): Limit {tpm}, Used "
+                f"{self._window_tokens}, Requested {prompt_tokens}. Please try again in "
+                f"{wait:g}s.",
+                wait,
+            )
+        return None
+
+
 class _Responder:
     """Turns a chat request into the scripted reply; thread-safe."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
+        self.limiter = _Limiter(script.limits)
         self._failures: dict[tuple[str, int], int] = {}
         self._requests: dict[str, int] = {}
         self._prompts: OrderedDict[str, deque[Any]] = OrderedDict()
@@ -399,7 +587,7 @@ class _Responder:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             tasks = dict(self._requests)
-        return {"requests": sum(tasks.values()), "tasks": tasks}
+        return {"requests": sum(tasks.values()), "tasks": tasks, **self.limiter.stats()}
 
     def prompts(self, containing: str) -> dict[str, Any]:
         with self._lock:
@@ -426,12 +614,27 @@ class _Responder:
                 self._prompts.popitem(last=False)
 
     def reply(self, body: dict[str, Any]) -> _Reply:
-        self._count(body)
-        conv = _read_conversation(body)
+        try:
+            conv = _read_conversation(body)
+        except _HttpError:
+            self._count(body)
+            raise
+        prompt_tokens = _tokens(conv.prompt_chars)
+        # Refused by the limits: not counted as a request of its task, nor kept in /prompts.
+        self.limiter.admit(prompt_tokens)
+        completion_tokens = 0
+        try:
+            self._count(body)
+            reply = self._answer(conv, prompt_tokens)
+            completion_tokens = reply.completion_tokens
+            return reply
+        finally:
+            self.limiter.done(completion_tokens)
+
+    def _answer(self, conv: _Conversation, prompt_tokens: int) -> _Reply:
         script_conv = self.script.conversation_for(conv.task)
         if script_conv is None:
             raise _HttpError(400, f"no conversation of the script matches the task {conv.task!r}")
-        prompt_tokens = _tokens(conv.prompt_chars)
         window = script_conv.context_window
         if window is not None and prompt_tokens > window:
             # Worded as OpenAI words it: litellm maps it to ContextWindowExceededError.
@@ -683,6 +886,13 @@ class ScriptedLLMServer:
         self.stop()
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m tools.scripted_llm",
@@ -691,17 +901,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--script", required=True, help="the script file (JSON)")
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
     parser.add_argument("--host", default="127.0.0.1")
+    for key in _LIMIT_COUNTS:
+        flag = "--" + key.replace("_", "-")
+        parser.add_argument(
+            flag, type=_positive_int, metavar="N", help=f"limits.{key} (wins over the script)"
+        )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s scripted-llm %(message)s")
     try:
         script = load_script(args.script)
     except ScriptError as exc:
         sys.exit(f"scripted_llm: {exc}")
+    given = {key: getattr(args, key) for key in _LIMIT_COUNTS if getattr(args, key) is not None}
+    if given:
+        script = replace(script, limits=replace(script.limits, **given))
     try:
         server = ScriptedLLMServer(script, args.host, args.port)
     except OSError as exc:
         sys.exit(f"scripted_llm: cannot listen on {args.host}:{args.port}: {exc}")
-    print(f"scripted LLM listening on {server.base_url} (model {script.model})", flush=True)
+    limits = ", ".join(
+        f"{key} {getattr(script.limits, key)}"
+        for key in _LIMIT_COUNTS
+        if getattr(script.limits, key) is not None
+    )
+    print(
+        f"scripted LLM listening on {server.base_url} (model {script.model}"
+        + (f"; limits: {limits}" if limits else "")
+        + ")",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
