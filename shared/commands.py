@@ -43,6 +43,9 @@ class StepRequest(_Command):
     kind: Literal["step_request"] = "step_request"
     after_seq: int = Field(description="The reasoner must see the log at least up to this seq.")
     iteration: int
+    tenant_id: str | None = Field(
+        default=None, description="The task's tenant: whose share of the LLM's capacity it uses."
+    )
     events: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The log entries appended since the previous step request, up to "

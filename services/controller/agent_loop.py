@@ -170,7 +170,9 @@ def ask_for_lost_step(turn: Turn) -> None:
     not logged): ask for the step again, under a new id. A late answer to the lost request is
     then stale and ignored."""
     s = turn.state
-    step = StepRequest(task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration)
+    step = StepRequest(
+        task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration, tenant_id=s.tenant_id
+    )
     turn.update(awaiting=Awaiting.AGENT, awaiting_id=step.id)
     turn.send(Service.REASONER, step)
     _count(turn, RE_REQUESTS.labels(Awaiting.AGENT.value))
@@ -614,7 +616,9 @@ def _ask_again(turn: Turn) -> None:
     s = turn.state
     turn.update(awaiting_attempt=s.awaiting_attempt + 1)
     if s.awaiting is Awaiting.AGENT:
-        step = StepRequest(task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration)
+        step = StepRequest(
+            task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration, tenant_id=s.tenant_id
+        )
         turn.update(awaiting_id=step.id)
         turn.send(Service.REASONER, step)
     elif s.pending_action is not None and s.awaiting is Awaiting.SECURITY:
@@ -651,7 +655,10 @@ def _request_step(turn: Turn) -> None:
         )
         return
     step = StepRequest(
-        task_id=state.task_id, after_seq=state.last_seq, iteration=state.iteration + 1
+        task_id=state.task_id,
+        after_seq=state.last_seq,
+        iteration=state.iteration + 1,
+        tenant_id=state.tenant_id,
     )
     turn.update(iteration=step.iteration, awaiting=Awaiting.AGENT, awaiting_id=step.id)
     if step.iteration == 1:

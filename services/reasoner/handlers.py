@@ -168,10 +168,12 @@ class StepHandler:
         log.info("task %s step %d: %s", step.task_id, step.iteration, event.kind)
 
     def _rate_limit_notice(self, step: StepRequest) -> RateLimitNotice:
-        async def notify(attempt: int, wait_s: float) -> None:
+        async def notify(attempt: int, wait_s: float, why: str) -> None:
             try:
                 await publish_event_to(
-                    self.broker, Service.CONTROLLER, rate_limited_event(step, attempt, wait_s)
+                    self.broker,
+                    Service.CONTROLLER,
+                    rate_limited_event(step, attempt, wait_s, why),
                 )
             except Exception as exc:  # a notice is for show: never fail the step over it
                 log.warning("task %s: RATE_LIMITED notice not sent: %s", step.task_id, exc)
@@ -239,7 +241,10 @@ class StepHandler:
             return condensed
         try:
             reply = await self.llm.complete(
-                view.messages(), native=native, on_rate_limit=on_rate_limit
+                view.messages(),
+                native=native,
+                on_rate_limit=on_rate_limit,
+                tenant_id=step.tenant_id,
             )
         except ContextWindowExceeded as exc:
             condensed = await self._condense(step, view, events, native, force=True)

@@ -3,8 +3,11 @@
 Retries are ours, not litellm's (litellm and the OpenAI SDK it uses are told not to retry), so
 that each kind of failure is handled its own way:
 - a rate limit is waited out, honouring the provider's Retry-After, for up to
-  `llm_rate_limit_max_wait_s`; before each wait the caller is told (the task shows RATE_LIMITED);
-- a timeout, a connection error or a 5xx is retried `llm_num_retries` times with backoff;
+  `llm_rate_limit_max_wait_s`; before each wait the caller is told (the task shows RATE_LIMITED).
+  With Redis, the 429 pauses the model for every replica (services/reasoner/capacity.py), and
+  a fallback model that is not paused is asked meanwhile;
+- a timeout, a connection error or a 5xx is retried `llm_num_retries` times with backoff, then
+  the next fallback model is asked, if any;
 - a context window overflow raises ContextWindowExceeded at once: the condenser takes over;
 - anything else, or a failure that outlasts its retries, raises LLMCallError, and the step goes
   back to JetStream for redelivery.
@@ -13,15 +16,21 @@ that each kind of failure is handled its own way:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from redis.asyncio import Redis
+
 from shared.events import LLMUsage
 
+from .capacity import CapacityGate, CapacityWait, Lease
 from .metrics import (
     LLM_CALLS,
     LLM_COMPLETION_TOKENS,
@@ -55,8 +64,18 @@ class ContextWindowExceeded(LLMCallError):
     """The provider refused the prompt as longer than the model's context window."""
 
 
-# Called before each wait on a rate limit with the attempt number (1, 2...) and the wait in s.
-RateLimitNotice = Callable[[int, float], Awaitable[None]]
+# Called before each wait on a rate limit with the attempt number (1, 2...), the wait in s and
+# why; attempt 0: the call waits for the model's shared capacity (its limits, other tenants).
+RateLimitNotice = Callable[[int, float, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Route:
+    """A model of the chain and where to reach it."""
+
+    model: str
+    api_base: str | None
+    api_key: str | None
 
 
 def _headers(exc: BaseException) -> dict[str, str]:
@@ -124,6 +143,17 @@ class LLMClient:
     def __init__(self, settings: ReasonerSettings) -> None:
         self.settings = settings
         self.model = settings.llm_model
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        self.routes = [
+            _Route(settings.llm_model, settings.llm_api_base, key),
+            *(
+                _Route(
+                    f.model, f.api_base, os.environ.get(f.api_key_env) if f.api_key_env else None
+                )
+                for f in settings.llm_fallback_models
+            ),
+        ]
+        self._gates: dict[str, CapacityGate] = {}
         self._native: bool | None = None
         # What is scarce is the provider's concurrency, not the steps waiting on it: a step
         # holds one of these only while its request is on the wire, never while it backs off.
@@ -138,6 +168,17 @@ class LLMClient:
         os.environ["EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"] = (
             "false" if settings.llm_openai_sdk else "true"
         )
+
+    def attach(self, redis: Redis) -> None:
+        """Share each model's capacity with the other replicas through Redis (without it, each
+        replica only bounds its own calls)."""
+        ttl_s = self.settings.llm_timeout_s + 30
+        self._gates = {
+            route.model: CapacityGate(
+                redis, route.model, self.settings.llm_capacity.get(route.model), ttl_s
+            )
+            for route in self.routes
+        }
 
     def _decide_native(self) -> bool:
         choice = self.settings.llm_native_tool_calling
@@ -172,24 +213,22 @@ class LLMClient:
         except Exception:
             return 0.0  # a model litellm has no price for (local servers): free as far as we know
 
-    def _register_unpriced_model(self, litellm: Any) -> None:
+    def _register_unpriced_model(self, litellm: Any, model: str) -> None:
         """A model litellm has no entry for (a local or self-hosted server) gets one, with the
         configured prices (or none): litellm prices every reply, and for an unknown model it
         searches its whole map for a lookalike on each call."""
         try:
-            litellm.get_model_info(self.model)
+            litellm.get_model_info(model)
             return
         except Exception:
             pass
         s = self.settings
         litellm.register_model(
             {
-                self.model: {
+                model: {
                     "input_cost_per_token": s.llm_input_cost_per_token or 0.0,
                     "output_cost_per_token": s.llm_output_cost_per_token or 0.0,
-                    "litellm_provider": self.model.split("/", 1)[0]
-                    if "/" in self.model
-                    else "openai",
+                    "litellm_provider": model.split("/", 1)[0] if "/" in model else "openai",
                     "mode": "chat",
                     "supports_function_calling": bool(self._native),
                 }
@@ -200,7 +239,8 @@ class LLMClient:
         """Import litellm, settle the tool-calling mode and warm the client up, at start-up
         rather than during the first steps."""
         self._native = await asyncio.to_thread(self._decide_native)
-        self._register_unpriced_model(_litellm())
+        for route in self.routes:
+            self._register_unpriced_model(_litellm(), route.model)
         log.info(
             "LLM %s at %s, %s tool calling",
             self.model,
@@ -208,7 +248,7 @@ class LLMClient:
             "native" if self._native else "prompt-based",
         )
         if speaks_openai(self.model, self.settings.llm_api_base):
-            spent = await warm_up(_litellm(), self._request([], self._native))
+            spent = await warm_up(_litellm(), self._request(self.routes[0], [], self._native))
             log.info("LLM client warmed up in %.1fs", spent)
 
     @property
@@ -217,10 +257,12 @@ class LLMClient:
             self._native = self._decide_native()
         return self._native
 
-    def _request(self, messages: list[dict[str, Any]], native: bool) -> dict[str, Any]:
+    def _request(
+        self, route: _Route, messages: list[dict[str, Any]], native: bool
+    ) -> dict[str, Any]:
         s = self.settings
         kwargs: dict[str, Any] = {
-            "model": self.model,
+            "model": route.model,
             "messages": messages,
             "temperature": s.llm_temperature,
             "timeout": s.llm_timeout_s,
@@ -230,11 +272,11 @@ class LLMClient:
             "max_retries": 0,
             "drop_params": True,  # a provider that lacks an option ignores it instead of failing
         }
-        if s.llm_api_base:
-            kwargs["api_base"] = s.llm_api_base
-        if s.llm_api_key is not None:
-            kwargs["api_key"] = s.llm_api_key.get_secret_value()
-        elif s.llm_api_base:
+        if route.api_base:
+            kwargs["api_base"] = route.api_base
+        if route.api_key is not None:
+            kwargs["api_key"] = route.api_key
+        elif route.api_base:
             kwargs["api_key"] = _PLACEHOLDER_KEY
         if s.llm_max_output_tokens:
             kwargs["max_tokens"] = s.llm_max_output_tokens
@@ -258,22 +300,34 @@ class LLMClient:
         *,
         native: bool,
         on_rate_limit: RateLimitNotice | None = None,
+        tenant_id: str | None = None,
     ) -> LLMReply:
         s = self.settings
         litellm = _litellm()
-        failures = rate_limits = 0
+        failures: dict[str, int] = {}
+        down: set[str] = set()  # failed after their retries, for this call
+        rate_limits = 0
         waited_s = 0.0
+        problem = ""
         while True:
+            route = await self._pick(down)
+            if route is None:
+                raise LLMCallError(problem)
             started = time.perf_counter()
             try:
-                async with self._in_flight:
-                    LLM_IN_FLIGHT.inc()
-                    try:
-                        response = await litellm.acompletion(**self._request(messages, native))
-                    finally:
-                        LLM_IN_FLIGHT.dec()
+                async with self._lease(route, messages, tenant_id, on_rate_limit) as lease:
+                    async with self._in_flight:
+                        LLM_IN_FLIGHT.inc()
+                        try:
+                            response = await litellm.acompletion(
+                                **self._request(route, messages, native)
+                            )
+                        finally:
+                            LLM_IN_FLIGHT.dec()
+                    if lease is not None:
+                        lease.used_tokens = _tokens_used(response)
             except Exception as exc:
-                LLM_CALLS.labels(self.model, type(exc).__name__).inc()
+                LLM_CALLS.labels(route.model, type(exc).__name__).inc()
                 kind = _kind(litellm, exc)
                 problem = f"{type(exc).__name__}: {exc}"
                 if kind == "context_window":
@@ -281,30 +335,94 @@ class LLMClient:
                 if kind == "rate_limit":
                     rate_limits += 1
                     wait = self._backoff(rate_limits, exc)
+                    gate = self._gates.get(route.model)
+                    if gate is not None:
+                        await gate.pause(wait)  # every replica waits, not only this call
+                        if await self._pick(down, skip_paused_only=True) is not None:
+                            continue  # a fallback that is not paused: ask it now
                     if waited_s + wait > s.llm_rate_limit_max_wait_s:
                         raise LLMCallError(
                             f"still rate limited after waiting {waited_s:.0f}s: {problem}"
                         ) from exc
                     log.info("LLM rate limit, attempt %d: retrying in %.1fs", rate_limits, wait)
                     if on_rate_limit is not None:
-                        await on_rate_limit(rate_limits, wait)
-                    LLM_RATE_LIMIT_WAIT.labels(self.model).inc(wait)
-                    await asyncio.sleep(wait)
+                        await on_rate_limit(rate_limits, wait, f"LLM rate limit ({route.model})")
+                    LLM_RATE_LIMIT_WAIT.labels(route.model).inc(wait)
+                    if gate is None:
+                        await asyncio.sleep(wait)  # else the lease waits for the pause's end
                     waited_s += wait
                     continue
-                if kind == "transient" and failures < s.llm_num_retries:
-                    failures += 1
-                    wait = self._backoff(failures, exc)
-                    log.info("LLM call failed (%s), retry %d in %.1fs", problem, failures, wait)
+                if kind == "transient" and failures.get(route.model, 0) < s.llm_num_retries:
+                    failures[route.model] = failures.get(route.model, 0) + 1
+                    wait = self._backoff(failures[route.model], exc)
+                    log.info(
+                        "LLM call failed (%s), retry %d in %.1fs",
+                        problem,
+                        failures[route.model],
+                        wait,
+                    )
                     await asyncio.sleep(wait)
                     continue
+                if kind == "transient":
+                    down.add(route.model)
+                    if len(down) < len(self.routes):
+                        log.warning(
+                            "LLM %s is down (%s): trying the next model", route.model, problem
+                        )
+                        continue
                 raise LLMCallError(problem) from exc
             latency = time.perf_counter() - started
-            LLM_LATENCY.labels(self.model).observe(latency)
-            LLM_CALLS.labels(self.model, "ok").inc()
-            return self._reply(litellm, response, latency)
+            LLM_LATENCY.labels(route.model).observe(latency)
+            LLM_CALLS.labels(route.model, "ok").inc()
+            return self._reply(litellm, response, latency, route.model)
 
-    def _reply(self, litellm: Any, response: Any, latency_s: float) -> LLMReply:
+    async def _pick(self, down: set[str], *, skip_paused_only: bool = False) -> _Route | None:
+        """The first model of the chain that is neither down nor paused; when every one left is
+        paused, the first (its lease waits for the pause to end); None when all are down. With
+        `skip_paused_only`: only a model that is not paused, else None."""
+        candidates = [r for r in self.routes if r.model not in down]
+        if not candidates:
+            return None
+        if len(candidates) == 1 and not skip_paused_only:
+            return candidates[0]  # no choice to make: no need to ask Redis
+        for route in candidates:
+            gate = self._gates.get(route.model)
+            if gate is None or await gate.paused_for() <= 0:
+                return route
+        return None if skip_paused_only else candidates[0]
+
+    @contextlib.asynccontextmanager
+    async def _lease(
+        self,
+        route: _Route,
+        messages: list[dict[str, Any]],
+        tenant_id: str | None,
+        on_rate_limit: RateLimitNotice | None,
+    ) -> AsyncIterator[Lease | None]:
+        """Room for one call in the model's shared capacity (none without Redis)."""
+        gate = self._gates.get(route.model)
+        if gate is None:
+            yield None
+            return
+        estimate = 0
+        if gate.limits.tokens_per_minute is not None:
+            # About four characters a token, and the completion at its most.
+            estimate = len(json.dumps(messages)) // 4 + (
+                self.settings.llm_max_output_tokens or 1024
+            )
+
+        async def noticed(wait: CapacityWait) -> None:
+            if on_rate_limit is not None:
+                await on_rate_limit(
+                    0, wait.wait_s, f"waiting for LLM capacity ({route.model}: {wait.why})"
+                )
+
+        async with gate.lease(
+            tenant_id, estimate, noticed, self.settings.llm_capacity_notice_s
+        ) as lease:
+            yield lease
+
+    def _reply(self, litellm: Any, response: Any, latency_s: float, model: str) -> LLMReply:
         message = response.choices[0].message
         calls = [
             ToolCall(
@@ -318,17 +436,29 @@ class LLMClient:
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         cost = self._cost(litellm, response, prompt_tokens, completion_tokens)
-        LLM_PROMPT_TOKENS.labels(self.model).inc(prompt_tokens)
-        LLM_COMPLETION_TOKENS.labels(self.model).inc(completion_tokens)
-        LLM_COST.labels(self.model).inc(cost)
+        LLM_PROMPT_TOKENS.labels(model).inc(prompt_tokens)
+        LLM_COMPLETION_TOKENS.labels(model).inc(completion_tokens)
+        LLM_COST.labels(model).inc(cost)
         return LLMReply(
             content=str(getattr(message, "content", None) or ""),
             tool_calls=calls,
             usage=LLMUsage(
-                model=self.model,
+                model=model,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 cost_usd=cost,
                 latency_ms=round(latency_s * 1000, 1),
             ),
         )
+
+
+def _tokens_used(response: Any) -> int | None:
+    usage = getattr(response, "usage", None)
+    total = getattr(usage, "total_tokens", None)
+    if isinstance(total, int):
+        return total
+    prompt = getattr(usage, "prompt_tokens", None)
+    completion = getattr(usage, "completion_tokens", None)
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return prompt + completion
+    return None

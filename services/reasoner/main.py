@@ -92,6 +92,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
             await redis.aclose()
             raise RuntimeError(f"cannot reach Redis (DECKHANDS_REDIS_URL): {exc}") from exc
         handler.redis = redis
+        llm.attach(redis)  # each model's capacity, shared with the other replicas
         await llm.prepare()
         await mcp.refresh()
         if mcp.waiting:

@@ -6,12 +6,16 @@ from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
     "LLM_CALLS",
+    "LLM_CAPACITY_WAIT",
+    "LLM_CAPACITY_WAITING",
     "LLM_COMPLETION_TOKENS",
     "LLM_COST",
     "LLM_IN_FLIGHT",
     "LLM_LATENCY",
+    "LLM_PAUSES",
     "LLM_PROMPT_TOKENS",
     "LLM_RATE_LIMIT_WAIT",
+    "LLM_TOKENS_GRANTED",
     "REASONER_CONDENSATIONS",
     "REASONER_REPLAYED",
     "STEP_ANSWERS",
@@ -60,4 +64,27 @@ REASONER_CONDENSATIONS = Counter(
 )
 REASONER_REPLAYED = Counter(
     "deckhands_reasoner_replayed_actions_total", "Steps answered from a stored trajectory"
+)
+LLM_CAPACITY_WAIT = Histogram(
+    "deckhands_llm_capacity_wait_seconds",
+    "Per model and tenant: how long a call waited for the model's shared capacity (its limits "
+    "across every reasoner replica, a provider's pause, other tenants' turns)",
+    ["model", "tenant"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+LLM_CAPACITY_WAITING = Gauge(
+    "deckhands_llm_capacity_waiting",
+    "Per model and tenant: calls of this replica waiting for the model's capacity now",
+    ["model", "tenant"],
+)
+LLM_TOKENS_GRANTED = Counter(
+    "deckhands_llm_tokens_granted_total",
+    "Per model and tenant: tokens of the calls granted, as the provider counted them (the "
+    "estimate when it did not say), counted when the call ends",
+    ["model", "tenant"],
+)
+LLM_PAUSES = Counter(
+    "deckhands_llm_pauses_total",
+    "A provider's 429 paused the model for the whole deployment",
+    ["model"],
 )

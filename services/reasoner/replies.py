@@ -350,13 +350,20 @@ def condensation_event(
     )
 
 
-def rate_limited_event(step: StepRequest, attempt: int, wait_s: float) -> ChangeAgentStateAction:
-    """Tells the controller the step's LLM call is waiting out a rate limit (attempt 1, 2...)."""
+def rate_limited_event(
+    step: StepRequest, attempt: int, wait_s: float, why: str = "LLM rate limit"
+) -> ChangeAgentStateAction:
+    """Tells the controller the step's LLM call is waiting out a rate limit (attempt 1, 2...),
+    or for the model's shared capacity (attempt 0)."""
+    if attempt == 0:
+        reason = f"{why}: about {wait_s:.3g}s" if wait_s > 0 else why
+    else:
+        reason = f"{why}: retrying in {wait_s:.3g}s"
     return ChangeAgentStateAction(
         id=rate_limited_event_id(step, attempt),
         task_id=step.task_id,
         source=EventSource.SYSTEM,
         cause=step.id,
         agent_state=AgentState.RATE_LIMITED,
-        reason=f"LLM rate limit: retrying in {wait_s:.3g}s",
+        reason=reason,
     )

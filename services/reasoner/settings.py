@@ -4,16 +4,46 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from shared.settings import CommonSettings
 
 from .tools import TOOL_NAMES
 
-__all__ = ["ReasonerSettings"]
+__all__ = ["FallbackModel", "ModelLimits", "ReasonerSettings"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+class ModelLimits(BaseModel):
+    """One model's limits across the deployment, every reasoner replica together (None: no
+    limit of that kind). Set them a little under the provider's account limits."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_concurrent: int | None = Field(default=None, ge=1, description="Calls in flight at once.")
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(
+        default=None, ge=1, description="Prompt and completion tokens over a sliding minute."
+    )
+
+
+class FallbackModel(BaseModel):
+    """A model to call when the ones before it in the chain are rate limited or down."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1, max_length=256, description="A litellm model name.")
+    api_base: str | None = Field(
+        default=None, description="Its endpoint; absent: the provider's (litellm's default)."
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        pattern=r"^[A-Z_][A-Z0-9_]{0,127}$",
+        description="The environment variable holding its API key; absent: litellm's own for "
+        "the provider (OPENAI_API_KEY, ANTHROPIC_API_KEY...).",
+    )
 
 
 class ReasonerSettings(CommonSettings):
@@ -112,6 +142,29 @@ class ReasonerSettings(CommonSettings):
         ge=1,
         description="LLM requests one replica has in flight at once (the provider's concurrency "
         "limit); a step beyond it waits for a free one without holding anything else.",
+    )
+    llm_capacity: dict[str, ModelLimits] = Field(
+        default_factory=dict,
+        description="Per model (the DECKHANDS_LLM_MODEL name, or a fallback's), limits that "
+        "hold across every reasoner replica (kept in Redis), as JSON: "
+        '{"openai/gpt-4o": {"max_concurrent": 20, "requests_per_minute": 600, '
+        '"tokens_per_minute": 200000}}. While calls wait for room, tenants are served by '
+        "their seat weights. A model absent here has no limit but the provider's 429s, which "
+        "pause it for the whole deployment.",
+    )
+    llm_fallback_models: list[FallbackModel] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Models to call, in order, when the ones before are paused by a 429 or "
+        "down (failing after their retries), as JSON: "
+        '[{"model": "anthropic/claude-3-5-haiku-latest", "api_key_env": "ANTHROPIC_API_KEY"}]. '
+        "They are asked with the same prompt and tool calling mode.",
+    )
+    llm_capacity_notice_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="A call that waits this long for the model's capacity shows its task as "
+        "RATE_LIMITED with the reason, until it gets room.",
     )
     history_wait_s: float = Field(
         default=3.0, ge=0, description="How long to wait for storage to catch up with a step."

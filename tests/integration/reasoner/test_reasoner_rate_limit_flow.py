@@ -57,7 +57,8 @@ async def test_a_rate_limited_step_shows_rate_limited_then_answers(harness: Harn
         assert notice.id == rate_limited_event_id(step, attempt)
         assert notice.source is EventSource.SYSTEM and notice.cause == step.id
         assert notice.agent_state is AgentState.RATE_LIMITED
-        assert notice.reason == "LLM rate limit: retrying in 0.5s"  # the server's Retry-After
+        # The server's Retry-After.
+        assert notice.reason == "LLM rate limit (openai/scripted): retrying in 0.5s"
 
     action = await h.answer(task_id)
     assert isinstance(action, CmdRunAction) and action.command == "ls"
@@ -74,7 +75,7 @@ async def test_without_retry_after_the_reasoner_backs_off_on_its_own(harness: Ha
     notice = await h.answer(task_id)
     assert isinstance(notice, ChangeAgentStateAction)
     assert notice.id == rate_limited_event_id(step, 1)
-    assert notice.reason == "LLM rate limit: retrying in 0.3s"
+    assert notice.reason == "LLM rate limit (openai/scripted): retrying in 0.3s"
     question = await h.answer(task_id)
     assert question.id == step_event_id(step) and question.kind == "message"
 
