@@ -65,8 +65,9 @@ class RuntimeSettings(CommonSettings):
         default=100,
         ge=1,
         description="Tasks holding a sandbox at once, across every runtime replica and restart "
-        "(seats in Redis). A task beyond it waits in a first-come-first-served queue, holding "
-        "nothing, until a task ends; warm idle sandboxes are on top (pool_max_idle per replica).",
+        "(seats in Redis). A task beyond it waits in the fair queue (shared/admission.py: each "
+        "freed seat to the tenant furthest below its weighted share), holding nothing, until a "
+        "task ends; warm idle sandboxes are on top (pool_max_idle per replica).",
     )
     pool_min_idle: int = Field(
         default=2, ge=0, description="Ready sandboxes kept waiting for new tasks."
