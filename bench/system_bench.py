@@ -24,6 +24,9 @@ call after a fixed delay. Each row prints its figure beside the baseline measure
              own latency (p50, p99);
            - task accepted to its first action's observation, minus the LLM latency.
 
+The scheduling rows (fair, weights, priority, accept, cold, llm) are described in
+bench/scheduling_rows.py.
+
 Every sandbox and volume it makes is removed at the end (the stack's `down`).
 """
 
@@ -48,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.scheduling_rows import ROWS as SCHEDULING_ROWS  # noqa: E402
 from tools.stack import SERVICES, Stack, StackConfig, running  # noqa: E402
 
 ENDED = {"FINISHED", "ERROR", "STOPPED", "REJECTED"}
@@ -473,7 +477,9 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--rows", default="40x2,200x5,500q,steps", help="comma-separated: 40x2, 200x5, 500q, steps"
+        "--rows",
+        default="40x2,200x5,500q,steps," + ",".join(SCHEDULING_ROWS),
+        help="comma-separated: 40x2, 200x5, 500q, steps, " + ", ".join(SCHEDULING_ROWS),
     )
     parser.add_argument("--delay", type=float, default=2.0, help="seconds per LLM call")
     args = parser.parse_args(argv)
@@ -532,6 +538,10 @@ def main(argv: list[str] | None = None) -> None:
                 crowd_row(stack, "200x5", 200, 5, args.delay, starts[200], 2.0, 900)
             if "500q" in rows:
                 queued_row(stack, 500, 2, seats, 1200)
+
+    for name, scheduling_row in SCHEDULING_ROWS.items():
+        if name in rows:
+            scheduling_row(run_dir, args.delay, row)
 
     print("\nsummary")
     for name, figure, baseline, target, verdict in ROWS:

@@ -15,6 +15,7 @@ from shared.state_store import TaskStateStore
 from shared.subjects import SECRETS_BUCKET
 
 from .blob_service import BlobService
+from .creation_slots import CreationSlots
 from .event_service import EventService
 from .history import HistoryClient
 from .quotas import QuotaDefaults, TenantQuotas
@@ -95,6 +96,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
         pool_name=settings.pool_name,
+        creations=CreationSlots(settings.max_creations_in_flight, settings.creation_wait_s),
         quota_defaults=quota_defaults(settings),
     )
     history = HistoryClient(

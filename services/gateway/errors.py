@@ -167,6 +167,21 @@ class QuotaExceeded(GatewayError):
         self.extra = {"limit": limit, "limit_value": value, "current": current}
 
 
+class Overloaded(GatewayError):
+    """More tasks are being created at once than this gateway takes: answered at once, with when
+    to try again, rather than holding the connection."""
+
+    status_code = 503
+
+    def __init__(self, in_flight: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"this gateway is creating {in_flight} tasks at once, its most "
+            f"(DECKHANDS_MAX_CREATIONS_IN_FLIGHT); nothing was created: send the request again "
+            f"after {retry_after_s}s"
+        )
+        self.headers = {"Retry-After": str(retry_after_s)}
+
+
 class PublishFailed(GatewayError):
     """JetStream did not confirm a publish; nothing was accepted, the client may retry."""
 

@@ -16,19 +16,22 @@ spend (what today's ended tasks spent, what today's live ones reserved).
 
 How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
 - `running` HASH task id -> its Reservation: the tenant's tasks admitted and not yet seen to
-  end. Each admission first settles the entries whose State has ended (or is gone), so the hash
-  holds the running tasks; a Lua script adds the new one only while fewer than the limit are
-  held, so two gateways admitting at once cannot both take the last place. A task waiting for a
+  end. When it is full, an admission first settles the entries whose State has ended (or is
+  gone), so the hash holds the running tasks; a Lua script adds the new one only while fewer
+  than the limit are held, so two gateways admitting at once cannot both take the last place.
+  Settling reads the States, so it is done when it can change the answer (the hash is full, or
+  a daily spend limit needs what is left today), not on every admission. A task waiting for a
   person still runs: stop or delete it to free its place.
-- `holders` HASH root task id -> Holder: the tenant's task trees that may hold sandboxes. The
-  count is the pool's own: the seats (shared.admission, kept by the runtime) held by any task
-  of these trees, root or sub-task (each holds its own). A task holds its seat from its first
-  sandbox until its sandbox is released, which is later than it stops running: a task waiting
-  for input or a confirmation keeps it, and one that ended in ERROR keeps its sandbox for a
-  user message to resume it. A tree leaves the hash once every task of it has ended and none
-  holds a seat (a user message that resumes it puts it back). A soft limit: it refuses new
-  tasks while the tenant's tasks hold that many; the tasks it has keep what they hold (a
-  sub-task's sandbox is bounded by the depth and fan-out limits).
+- Sandboxes: the count is the pool's own, per tenant: the seats (shared.admission, kept by the
+  runtime) held by the tenant's tasks, roots and sub-tasks (each holds its own, and carries its
+  root's tenant). A task holds its seat from its first sandbox until its sandbox is released,
+  which is later than it stops running: a task waiting for input or a confirmation keeps it,
+  and one that ended in ERROR keeps its sandbox for a user message to resume it. A soft limit:
+  it refuses new tasks while the tenant's tasks hold that many; the tasks it has keep what they
+  hold (a sub-task's sandbox is bounded by the depth and fan-out limits).
+- `holders` HASH root task id -> Holder: the tenant's task trees that may hold sandboxes (the
+  tasks to stop with the tenant). A tree leaves the hash once every task of it has ended and
+  none holds a seat (a user message that resumes it puts it back).
 - `spend:<UTC day>` a float: every task admitted that day reserves its budget there, and when
   it is seen to end its reservation is replaced by what it really spent (its sub-tasks' spend
   included, since the controller adds it to the root's). A task is admitted only if its budget
@@ -70,6 +73,7 @@ _LIMITS_CACHED_S = 600  # a cache entry filled as the operator changed the limit
 _RECOUNT_PAGE = 500
 _RECOUNT_LOCK_S = 60  # one gateway counts again at a time; a dead one's turn passes after this
 _RECOUNT_WAIT_S = 5.0  # another gateway counting: wait this long for it, then go on
+_HOLDERS_SLACK = 64  # trees kept beyond twice the running tasks before the ended are let go
 
 
 class TenantLimits(BaseModel):
@@ -263,6 +267,7 @@ class TenantQuotas:
         self.defaults = defaults
         self.prefix = prefix
         self._seats_key = f"{seats_prefix(pool_name)}:seats"
+        self._held_key = f"{seats_prefix(pool_name)}:held"
         self._reserve = self.redis.register_script(_RESERVE)
         self._settle = self.redis.register_script(_SETTLE)
         self._unhold = self.redis.register_script(_UNHOLD)
@@ -344,7 +349,8 @@ class TenantQuotas:
         """(running tasks, sandboxes held, spend today in USD), after settling ended tasks."""
         try:
             running = await self._running(tenant_id)
-            sandboxes = await self._sandboxes(tenant_id)
+            await self._sandboxes(tenant_id)  # lets go of the trees that ended, holding none
+            sandboxes = await self.seats_held(tenant_id)
             spent = await self.redis.get(self._spend_key(tenant_id, _day(utc_now())))
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
@@ -356,15 +362,20 @@ class TenantQuotas:
         """Count the task as one of the tenant's running tasks, its budget reserved on today's
         spend; the budget it may spend: what it asked for, else the tenant's default, which a
         daily limit caps at what is left of the day's allowance. Over a limit: QuotaExceeded,
-        and nothing is counted."""
+        and nothing is counted.
+
+        A few Redis calls however many tasks the tenant runs: the tasks that ended are settled
+        (their States read) only when a limit would refuse the task, or, with a daily spend
+        limit, to work out what is left of the day's allowance; the sandboxes held are the
+        pool's own count per tenant."""
         budget_usd = asked_usd if asked_usd is not None else quotas.default_max_budget_usd
         now = utc_now()
         today = _day(now)
         try:
-            running = await self._running(tenant_id)
-            if task_id in running:
+            await self._ensure_counts(tenant_id)
+            if await self.redis.hexists(self._running_key(tenant_id), task_id):  # type: ignore[misc]
                 return budget_usd  # admitted already (a retried request)
-            sandboxes = await self._sandboxes(tenant_id)
+            sandboxes = await self.seats_held(tenant_id)
             if sandboxes >= quotas.max_sandboxes:
                 raise QuotaExceeded(
                     "max_sandboxes",
@@ -375,6 +386,8 @@ class TenantQuotas:
                     f"({quotas.max_sandboxes}); retry when one of its tasks ends",
                 )
             limit = quotas.max_spend_usd_per_day
+            if limit is not None:
+                await self._running(tenant_id)  # today's spend: what ended tasks really spent
             spent = float(await self.redis.get(self._spend_key(tenant_id, today)) or 0.0)
             if limit is not None and asked_usd is None:
                 # No budget asked: the default, or less when less is left today.
@@ -383,10 +396,31 @@ class TenantQuotas:
             if limit is not None and (budget_usd is None or budget_usd <= 0):
                 raise self._spend_exceeded(limit, spent, 0.0, now)
             reservation = Reservation(day=today, reserved_usd=budget_usd or 0.0, at=now)
-            await self._admit(tenant_id, task_id, reservation, quotas, now, spent)
+            try:
+                await self._admit(tenant_id, task_id, reservation, quotas, now, spent)
+            except QuotaExceeded as exc:
+                if (exc.extra or {}).get("limit") != "max_running_tasks":
+                    raise
+                await self._running(tenant_id)  # those that ended give their places back
+                await self._admit(tenant_id, task_id, reservation, quotas, now, spent)
+            await self._prune_holders(tenant_id)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return budget_usd
+
+    async def seats_held(self, tenant_id: str) -> int:
+        """The sandbox seats the tenant's tasks hold (roots and sub-tasks), as the pool counts
+        them (shared.admission)."""
+        held = await self.redis.hget(self._held_key, tenant_id)  # type: ignore[misc]
+        return int(held or 0)
+
+    async def _prune_holders(self, tenant_id: str) -> None:
+        """Let go of the trees that ended and hold nothing, once they are many: a walk over the
+        tenant's trees now and then, not on every admission."""
+        holders = await self.redis.hlen(self._holders_key(tenant_id))  # type: ignore[misc]
+        running = await self.redis.hlen(self._running_key(tenant_id))  # type: ignore[misc]
+        if holders > 2 * running + _HOLDERS_SLACK:
+            await self._sandboxes(tenant_id)
 
     async def readmit(self, tenant_id: str, state: TaskState, quotas: Quotas) -> None:
         """A user message resumes a task that had ended: it runs again, and may spend again

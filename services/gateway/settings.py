@@ -129,6 +129,19 @@ class GatewaySettings(CommonSettings):
     history_page_size: int = Field(
         default=500, ge=1, le=10_000, description="Events asked of storage per request."
     )
+    max_creations_in_flight: int = Field(
+        default=128,
+        ge=1,
+        description="Task creations (POST /v1/tasks) one gateway handles at once; one more waits "
+        "up to creation_wait_s for a place, then is answered 503 with Retry-After. Creating a "
+        "task is a few writes, so this bounds a burst's memory and latency, not throughput.",
+    )
+    creation_wait_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="How long a task creation beyond max_creations_in_flight waits for a place "
+        "before its 503.",
+    )
     idempotency_ttl_s: int = Field(
         default=86_400, ge=1, description="How long an Idempotency-Key stays bound to its task."
     )

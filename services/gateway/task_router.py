@@ -86,10 +86,15 @@ IdempotencyKey = Annotated[
     status_code=status.HTTP_202_ACCEPTED,
     response_model=TaskCreated,
     responses={
-        **_UNAVAILABLE,
         **_TOO_LARGE,
         **_INVALID,
         **_OVER_QUOTA,
+        503: {
+            "model": ErrorResponse,
+            "description": "NATS or Redis unavailable, or this gateway is creating as many "
+            "tasks at once as it takes (DECKHANDS_MAX_CREATIONS_IN_FLIGHT): nothing was "
+            "created; retry after Retry-After",
+        },
         403: {
             "model": ErrorResponse,
             "description": "Network egress asked for, but this server disallows it; or a "

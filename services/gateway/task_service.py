@@ -32,6 +32,7 @@ from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
 from shared.trajectory import save_trajectory
 
+from .creation_slots import CreationSlots
 from .errors import (
     EgressForbidden,
     PayloadTooLarge,
@@ -147,6 +148,7 @@ class TaskService:
         idempotency_ttl_s: int,
         pool_name: str = "default",
         quota_defaults: QuotaDefaults | None = None,
+        creations: CreationSlots | None = None,
     ) -> None:
         self.store = store
         self.broker = broker
@@ -154,6 +156,7 @@ class TaskService:
         self.records = TaskRecords(store.redis)
         self.idempotency = IdempotencyKeys(store.redis, idempotency_ttl_s)
         self.pool_name = pool_name
+        self.creations = creations or CreationSlots(128, 1.0)
         self.quotas = TenantQuotas(store, quota_defaults or QuotaDefaults(), pool_name)
         self.quotas.tasks = self.records  # counts what Redis lost again from the tasks
         # A new task's repository (services.gateway.workspace_service sets it): None, refused.
@@ -240,6 +243,14 @@ class TaskService:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
     async def create(
+        self, new: NewTask, tenant_id: str, idempotency_key: str | None = None
+    ) -> CreatedTask:
+        """Create the task (see _create), once a place among the creations in flight is free
+        (Overloaded, 503 with Retry-After, if none frees soon)."""
+        async with self.creations.slot():
+            return await self._create(new, tenant_id, idempotency_key)
+
+    async def _create(
         self, new: NewTask, tenant_id: str, idempotency_key: str | None = None
     ) -> CreatedTask:
         """Save the task's record and State, then queue its first user message for the

@@ -29,6 +29,7 @@ BODY_LIMIT = 1024 * 1024
 REQUEST_TIMEOUT_S = 2.0
 KEEP_ALIVE_S = 1
 STREAMS_PER_CLIENT = 3
+CREATIONS = 2
 FIFTY_MB = 50 * 1024 * 1024
 
 
@@ -58,6 +59,8 @@ def gateway(
         "DECKHANDS_REQUEST_TIMEOUT_S": str(REQUEST_TIMEOUT_S),
         "DECKHANDS_KEEP_ALIVE_TIMEOUT_S": str(KEEP_ALIVE_S),
         "DECKHANDS_MAX_EVENT_STREAMS_PER_CLIENT": str(STREAMS_PER_CLIENT),
+        "DECKHANDS_MAX_CREATIONS_IN_FLIGHT": str(CREATIONS),
+        "DECKHANDS_CREATION_WAIT_S": "0.2",
     }
     log = tmp_path_factory.mktemp("gateway-limits") / "gateway.log"
     proc = subprocess.Popen(
@@ -287,3 +290,42 @@ async def test_event_streams_per_client_are_capped(
         streams.append(again)
         for response in streams:
             await response.aclose()
+
+
+async def test_creations_beyond_the_bound_are_refused_at_once_and_lose_nothing(
+    gateway: Gateway, api_key: str, redis_url: str
+) -> None:
+    """While Redis holds every write (CLIENT PAUSE), two creations wait on it; the others are
+    answered 503 with Retry-After within the creation wait, not after the pause."""
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(redis_url)
+    async with httpx.AsyncClient(
+        base_url=gateway.url, headers=auth_headers(api_key), timeout=30
+    ) as http:
+        await http.post("/v1/tasks", json={"task": "warm the gateway's clients"})
+
+        async def create(i: int) -> tuple[int, float, httpx.Response]:
+            started = time.monotonic()
+            answer = await http.post("/v1/tasks", json={"task": f"paused {i}"})
+            return answer.status_code, time.monotonic() - started, answer
+
+        try:
+            await redis.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
+            answers = await asyncio.gather(*(create(i) for i in range(6)))
+        finally:
+            await redis.execute_command("CLIENT", "UNPAUSE")
+            await redis.aclose()
+    refused = [(took, a) for code, took, a in answers if code == 503]
+    accepted = [a for code, _, a in answers if code == 202]
+    assert len(refused) == 6 - CREATIONS and len(accepted) == CREATIONS, answers
+    for took, answer in refused:
+        assert took < 1.0 and answer.headers["retry-after"] == "1"
+        assert "DECKHANDS_MAX_CREATIONS_IN_FLIGHT" in answer.json()["detail"]
+    # Those accepted were created whole.
+    async with httpx.AsyncClient(
+        base_url=gateway.url, headers=auth_headers(api_key), timeout=30
+    ) as http:
+        for answer in accepted:
+            view = await http.get(f"/v1/tasks/{answer.json()['id']}")
+            assert view.status_code == 200

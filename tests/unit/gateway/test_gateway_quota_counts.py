@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from services.gateway.errors import QuotaExceeded
 from services.gateway.quotas import QuotaDefaults, TenantLimits, TenantQuotas
-from shared.admission import seats_prefix
+from shared.admission import SandboxSeats
 from shared.events import AgentState, new_id
 from shared.state import TaskState, TaskUsage
 from shared.state_store import TaskStateStore
@@ -119,14 +119,16 @@ async def test_sandboxes_held_by_a_tenants_tasks_and_sub_tasks_are_bounded(redis
     child = await _task(store)
     root = await _task(store, sub_tasks=[child])
     await quotas.admit(tenant, root, None, limits)
-    seats = f"{seats_prefix(POOL)}:seats"
-    await redis.hset(seats, mapping={root: "1", child: "1"})  # type: ignore[misc]
+    seats = SandboxSeats(redis, POOL, max_seats=100)
+    for task in (root, child):  # the runtime seats both, each as the tenant's
+        await seats.hold(task, tenant)
     try:
         with pytest.raises(QuotaExceeded) as refused:
             await quotas.admit(tenant, await _task(store), None, limits)
         assert refused.value.extra == {"limit": "max_sandboxes", "limit_value": 2, "current": 2}
     finally:
-        await redis.hdel(seats, root, child)  # type: ignore[misc]
+        for task in (root, child):
+            await seats.release(task)
 
 
 async def _set(store: TaskStateStore, task_id: str, agent_state: AgentState) -> None:
@@ -142,13 +144,14 @@ async def test_sandboxes_count_what_the_tenants_tasks_hold_not_what_runs(redis: 
     quotas = _quotas(redis, max_sandboxes=3, max_running_tasks=10)
     store, tenant = quotas.store, f"t-{new_id()[:8]}"
     limits = await quotas.quotas(tenant)
-    seats = f"{seats_prefix(POOL)}:seats"
+    seats = SandboxSeats(redis, POOL, max_seats=100)
     waiting, failed = await _task(store), await _task(store)
     child = await _task(store)
     parent = await _task(store, sub_tasks=[child])
     for task_id in (waiting, failed, parent):
         await quotas.admit(tenant, task_id, None, limits)
-    await redis.hset(seats, mapping={waiting: "1", failed: "1", child: "1"})  # type: ignore[misc]
+    for task in (waiting, failed, child):
+        await seats.hold(task, tenant)
     try:
         await _set(store, waiting, AgentState.AWAITING_USER_INPUT)
         await _set(store, failed, AgentState.ERROR)
@@ -161,7 +164,7 @@ async def test_sandboxes_count_what_the_tenants_tasks_hold_not_what_runs(redis: 
 
         # The pool frees the sub-task's seat (it ended): the parent's tree is let go.
         await _set(store, child, AgentState.FINISHED)
-        await redis.hdel(seats, child)  # type: ignore[misc]
+        await seats.release(child)
         assert (await quotas.usage(tenant))[1] == 2
         holders = f"deckhands:tenant:{tenant}:holders"
         assert set(await redis.hkeys(holders)) == {waiting.encode(), failed.encode()}  # type: ignore[misc]
@@ -170,16 +173,17 @@ async def test_sandboxes_count_what_the_tenants_tasks_hold_not_what_runs(redis: 
 
         # The ERROR task's sandbox was given away while others queued: no seat, let go; a user
         # message resuming it counts its tree again.
-        await redis.hdel(seats, failed)  # type: ignore[misc]
+        await seats.release(failed)
         assert (await quotas.usage(tenant))[1] == 1
         assert failed.encode() not in await redis.hkeys(holders)  # type: ignore[misc]
         state = await store.load(failed)
         assert state is not None
         await quotas.readmit(tenant, state, limits)
-        await redis.hset(seats, failed, "1")  # type: ignore[misc]
+        await seats.hold(failed, tenant)
         assert (await quotas.usage(tenant))[1] == 2
     finally:
-        await redis.hdel(seats, waiting, failed, child)  # type: ignore[misc]
+        for task in (waiting, failed, child):
+            await seats.release(task)
 
 
 async def test_the_operators_limits_override_the_defaults_field_by_field(redis: Redis) -> None:
