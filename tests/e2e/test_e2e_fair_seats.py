@@ -229,3 +229,24 @@ def test_each_tenants_seats_and_waits_are_in_the_metrics(stack: Stack) -> None:
     ]
     assert waits and total
     assert float(waits[0].split()[-1]) < float(total[0].split()[-1])
+
+
+def test_the_fair_order_survives_a_redis_loss_while_tasks_queue(stack: Stack) -> None:
+    """Redis loses everything (FLUSHALL) while two tenants' tasks queue for seats: the
+    controller rebuilds their States from the log and sends their orders again, the runtime
+    queues them again, by tenant, and the quiet tenant is still served before the flood."""
+    flood, quiet = Tenant(stack, "flood-2"), Tenant(stack, "quiet-2")
+    admin = _seats(stack)
+    try:
+        flooded = flood.post(20)
+        _wait_queued(stack, "flood-2", 10)
+        mine = quiet.post(3)
+        admin.flushall()
+        quiet_ended = quiet.finished_at(mine, timeout_s=300)
+        flood_ended = flood.finished_at(flooded, timeout_s=300)
+        later = [t for t in flood_ended.values() if t > max(quiet_ended.values())]
+        assert len(later) >= 8, (sorted(flood_ended.values()), quiet_ended)
+    finally:
+        admin.close()
+        flood.close()
+        quiet.close()

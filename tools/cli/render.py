@@ -354,6 +354,12 @@ def task_view(task: dict[str, Any]) -> Group:
     grid.add_row("created", f"{task.get('created_at')} ({age(task.get('created_at'))})")
     if task.get("labels"):
         grid.add_row("labels", " ".join(task["labels"]))
+    if task.get("priority") == "batch":
+        grid.add_row("priority", "batch")
+    if task.get("queue_position"):
+        estimate = task.get("queue_estimate_s")
+        about = f", about {estimate:.0f} s" if isinstance(estimate, int | float) else ""
+        grid.add_row("sandbox queue", f"place {task['queue_position']}{about}")
     if task.get("parent_task_id"):
         grid.add_row("parent", task["parent_task_id"])
     parts: list[RenderableType] = [grid]

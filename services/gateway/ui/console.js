@@ -406,7 +406,10 @@ function taskPage(taskId) {
     $("task-cost").textContent = money(task.usage.cost_usd) + (task.max_budget_usd ? " / " + money(task.max_budget_usd) : "");
     $("task-age").textContent = age(task.created_at);
     // While every sandbox seat is taken: the task's place in the queue.
-    $("task-queue").textContent = task.queue_position ? "place " + task.queue_position : "";
+    $("task-queue").textContent = task.queue_position
+      ? "place " + task.queue_position +
+        (task.queue_estimate_s != null ? ", about " + Math.ceil(task.queue_estimate_s) + " s" : "")
+      : "";
     $("task-queue").parentNode.hidden = !task.queue_position;
     $("task-age").title = task.created_at;
     $("task-labels").replaceChildren(...(task.labels.length ? task.labels.map((l) => h("span", { class: "label", text: l })) : ["—"]));
