@@ -189,11 +189,23 @@ class TaskService:
             if state is not None and record is None and state.parent_task_id is None:
                 record = await self.records.get(task_id)  # Redis lost it: the durable copy
             owner = None if state is None else await self._owner(state, record)
+            if state is None and not await self.store.intact():
+                await self._restoring(task_id, tenant_id, record)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
         if state is None or owner != tenant_id:
             raise TaskNotFound(task_id)
         return OwnedTask(state, record)
+
+    async def _restoring(self, task_id: str, tenant_id: str, record: TaskRecord | None) -> None:
+        """Redis lost its data and the controller has not rebuilt every State from the logs
+        yet: a task of the caller's (its durable record says so) is being restored, not gone."""
+        record = record or await self.records.get(task_id)
+        if record is not None and record.tenant_id == tenant_id:
+            raise StorageUnavailable(
+                f"task {task_id} is being restored from its log after the task state store "
+                "lost its data; ask again shortly"
+            )
 
     async def _owner(self, state: TaskState, record: TaskRecord | None) -> str | None:
         """The tenant of a task: its record's, or for a sub-task its root task's."""

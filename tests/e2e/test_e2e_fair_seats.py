@@ -79,6 +79,10 @@ class Tenant:
 
     def view(self, task_id: str) -> dict[str, Any]:
         answer = self.http.get(f"/v1/tasks/{task_id}")
+        deadline = time.monotonic() + 60
+        while answer.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.3)  # being restored after a Redis loss
+            answer = self.http.get(f"/v1/tasks/{task_id}")
         assert answer.status_code == 200, answer.text
         return dict(answer.json())
 
