@@ -174,6 +174,12 @@ class TaskState(BaseModel):
     approval: Approval | None = Field(
         default=None, description="How the action sent to the runtime was approved."
     )
+    requeue_if_queued: bool = Field(
+        default=False,
+        description="Rebuilt from the log after Redis lost its data, while the awaited action "
+        "was on its way to the runtime: if the runtime answers that it queued it for a seat, "
+        "that queue may be the one Redis lost, so the order is sent again (once).",
+    )
     runtime_replica: str | None = Field(
         default=None,
         description="The runtime replica holding the task's sandbox, as its last observation "

@@ -566,7 +566,13 @@ def _observed(turn: Turn, event: EventBase) -> None:
         log.info(
             "task %s: sub-task %s ended %s", event.task_id, event.sub_task_id, event.agent_state
         )
-    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None, approval=None)
+    turn.update(
+        awaiting=Awaiting.NOTHING,
+        awaiting_id=None,
+        pending_action=None,
+        approval=None,
+        requeue_if_queued=False,
+    )
     _next_step(turn)
 
 
@@ -574,12 +580,18 @@ def _observed(turn: Turn, event: EventBase) -> None:
 
 
 def _queued(turn: Turn, event: SandboxQueuedObservation) -> None:
-    """The action waits for a seat: logged for the user; the runtime runs it once seated."""
+    """The action waits for a seat: logged for the user; the runtime runs it once seated.
+    After a rebuild, the queue it names may be the one Redis lost (the runtime queued it just
+    before the loss): the order is sent again, once (the same action: it runs at most once, and
+    queueing it again where it is queued keeps its place)."""
     if turn.state.awaiting is not Awaiting.RUNTIME:
         _count(turn, STALE.labels(event.kind))
         return
     turn.log(event)
     _count(turn, QUEUED)
+    if turn.state.requeue_if_queued:
+        turn.update(requeue_if_queued=False)
+        send_queued_action(turn)
 
 
 # --- answers that do not come --------------------------------------------------------------

@@ -166,6 +166,9 @@ class ControllerHandlers:
             ask_for_lost_step(turn)
         elif waits_for_a_seat(entries, rebuilt):
             send_queued_action(turn)
+        elif rebuilt.awaiting is Awaiting.RUNTIME and rebuilt.pending_action is not None:
+            # On its way to the runtime: if it answers "queued", Redis may have lost that queue.
+            turn.update(requeue_if_queued=True)
         turn.update(awaiting_deadline=self.deadlines.deadline(turn.state, utc_now()))
         outbox = turn.outbox()
         turn.update(**turn.state.record_input(f"rebuilt-{task_id}-{rebuilt.last_seq}", outbox))

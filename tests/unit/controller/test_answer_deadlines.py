@@ -165,3 +165,29 @@ def test_an_action_too_large_to_carry_is_an_error_the_agent_sees() -> None:
     event = event_for_reply(step, reply, native=True)
     assert isinstance(event, ErrorObservation) and event.error_code == "bad_llm_reply"
     assert "over the limit" in event.content and len(event.model_dump_json()) < 2000
+
+
+def test_after_a_rebuild_a_queued_action_is_sent_again_once() -> None:
+    """Rebuilt while the action was on its way to the runtime: the runtime's "queued" may name
+    the queue Redis lost, so the order goes again (same action), once."""
+    turn = _started()
+    action = CmdRunAction(task_id=TASK, source="AGENT", cause=turn.state.awaiting_id, command="ls")
+    state = turn.state.model_copy(
+        update={
+            "awaiting": Awaiting.RUNTIME,
+            "awaiting_id": action.id,
+            "pending_action": action,
+            "requeue_if_queued": True,
+        }
+    )
+    queued = SandboxQueuedObservation(
+        task_id=TASK, source="ENVIRONMENT", cause=action.id, position=1, max_sandboxes=4
+    )
+    turn = _step(Turn(state), queued)
+    assert [e.kind for e in turn.logged] == ["sandbox_queued"]
+    assert len(turn.sent) == 1 and turn.sent[0][0] is Service.RUNTIME
+    order = turn.sent[0][1]
+    assert isinstance(order, ExecuteAction) and order.action.id == action.id
+    assert not turn.state.requeue_if_queued
+    again = _step(Turn(turn.state), queued.model_copy(update={"id": "queued-again"}))
+    assert not again.sent  # once only
