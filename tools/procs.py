@@ -35,10 +35,20 @@ def ensure_port_free(port: int, what: str, variable: str) -> None:
             )
 
 
+# Ports this process handed out: the kernel may give a port that was just closed again, so two
+# calls for one stack (a NATS node's port and a worker's metrics port) could get the same one.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, never one this process handed out before."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_for_port(
