@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from tools.api_access import auth_headers, issue_key
+from tools.api_access import auth_headers, issue_key, set_limits
 from tools.stack import Stack, StackConfig, running
 
 ENDED = {"FINISHED", "ERROR", "STOPPED", "REJECTED"}
@@ -82,13 +82,7 @@ class Tenant:
         gateway = stack.config.gateway_url
         key = issue_key(gateway, stack.admin_api_key, name, name="bench")
         if limits:
-            answer = httpx.put(
-                f"{gateway}/v1/admin/tenants/{name}/limits",
-                json=limits,
-                headers=auth_headers(stack.admin_api_key),
-                timeout=30,
-            )
-            answer.raise_for_status()
+            set_limits(gateway, stack.admin_api_key, name, **limits)
         self.name = name
         self.headers = auth_headers(key)
         self.gateway = gateway

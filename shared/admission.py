@@ -105,6 +105,26 @@ local function seated_entry(prefix, task, now)
   if since then waited = tonumber(now) - tonumber(since) end
   return {task, redis.call('HGET', prefix .. ':owner', task) or '', tostring(waited)}
 end
+
+-- Seats the fairest while seats are free. Each task seated but `asking` waits in `admitted`
+-- (due now) for its order to be sent again. Returns the entries {task, tenant, waited} of the
+-- tasks seated, and whether `asking` was one.
+local function seat_while_free(prefix, weights, now, max, asking)
+  local seated, mine = {}, false
+  local free = tonumber(max) - redis.call('HLEN', prefix .. ':seats')
+  while free > 0 do
+    local task = seat_next(prefix, weights, now)
+    if not task then break end
+    free = free - 1
+    table.insert(seated, seated_entry(prefix, task, now))
+    if task == asking then
+      mine = true
+    else
+      redis.call('ZADD', prefix .. ':admitted', now, task)
+    end
+  end
+  return seated, mine
+end
 """
 
 # KEYS: none. ARGV: prefix, weights key, task, tenant, now, max, order json ('' when none),
@@ -128,21 +148,9 @@ if redis.call('ZSCORE', prefix .. ':queue', task) == false then
   redis.call('HSET', prefix .. ':queued_at', task, now)
 end
 if ARGV[7] ~= '' then redis.call('HSET', prefix .. ':orders', task, ARGV[7]) end
-local outcome = 'queued'
-local seated = {}
-local free = tonumber(ARGV[6]) - redis.call('HLEN', prefix .. ':seats')
-while free > 0 do
-  local next_task = seat_next(prefix, weights, now)
-  if not next_task then break end
-  free = free - 1
-  table.insert(seated, seated_entry(prefix, next_task, now))
-  if next_task == task then
-    outcome = 'seated'
-  else
-    redis.call('ZADD', prefix .. ':admitted', now, next_task)
-  end
-end
-return {outcome, seated}
+local seated, mine = seat_while_free(prefix, weights, now, ARGV[6], task)
+if mine then return {'seated', seated} end
+return {'queued', seated}
 """
 )
 
@@ -155,15 +163,7 @@ _PUMP = (
     _SEAT_NEXT
     + """
 local prefix, weights, now = ARGV[1], ARGV[2], ARGV[3]
-local seated = {}
-local free = tonumber(ARGV[4]) - redis.call('HLEN', prefix .. ':seats')
-while free > 0 do
-  local task = seat_next(prefix, weights, now)
-  if not task then break end
-  free = free - 1
-  table.insert(seated, seated_entry(prefix, task, now))
-  redis.call('ZADD', prefix .. ':admitted', now, task)
-end
+local seated = seat_while_free(prefix, weights, now, ARGV[4], '')
 local orders = {}
 local due = redis.call('ZRANGEBYSCORE', prefix .. ':admitted', '-inf', now)
 for _, task in ipairs(due) do

@@ -10,6 +10,7 @@ import argparse
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -42,6 +43,17 @@ def provision_tenant(gateway: str, admin_key: str, tenant_id: str, *, name: str 
     )
     if answer.status_code != 409:
         answer.raise_for_status()
+
+
+def set_limits(gateway: str, admin_key: str, tenant_id: str, **limits: Any) -> None:
+    """The operator's limits of the tenant (PUT /v1/admin/tenants/{id}/limits)."""
+    answer = httpx.put(
+        f"{gateway}/v1/admin/tenants/{tenant_id}/limits",
+        json=limits,
+        headers=auth_headers(admin_key),
+        timeout=30,
+    )
+    answer.raise_for_status()
 
 
 def issue_key(gateway: str, admin_key: str, tenant_id: str, *, name: str = "") -> str:

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from shared.admission import seats_prefix
-from tools.api_access import auth_headers, issue_key
+from tools.api_access import auth_headers, issue_key, set_limits
 from tools.stack import Stack, StackConfig, running
 
 pytestmark = pytest.mark.docker
@@ -59,13 +59,7 @@ class Tenant:
         gateway = stack.config.gateway_url
         key = issue_key(gateway, stack.admin_api_key, name, name="fair seats")
         if limits:
-            answer = httpx.put(
-                f"{gateway}/v1/admin/tenants/{name}/limits",
-                json=limits,
-                headers=auth_headers(stack.admin_api_key),
-                timeout=30,
-            )
-            assert answer.status_code == 200, answer.text
+            set_limits(gateway, stack.admin_api_key, name, **limits)
         self.name = name
         self.http = httpx.Client(base_url=gateway, headers=auth_headers(key), timeout=30)
 

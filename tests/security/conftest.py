@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tools.api_access import auth_headers, issue_key
+from tools.api_access import auth_headers, issue_key, set_limits
 from tools.stack import Stack, StackConfig, running
 
 SCRIPT = Path(__file__).parent / "scripts" / "tenants.json"
@@ -78,13 +78,7 @@ class Tenant:
 def _tenant(stack: Stack, name: str, **limits: Any) -> Iterator[Tenant]:
     key = issue_key(stack.config.gateway_url, stack.admin_api_key, name, name="security suite")
     if limits:
-        answer = httpx.put(
-            f"{stack.config.gateway_url}/v1/admin/tenants/{name}/limits",
-            json=limits,
-            headers=auth_headers(stack.admin_api_key),
-            timeout=30,
-        )
-        assert answer.status_code == 200, answer.text
+        set_limits(stack.config.gateway_url, stack.admin_api_key, name, **limits)
     with httpx.Client(
         base_url=stack.config.gateway_url, headers=auth_headers(key), timeout=30
     ) as http:

@@ -44,10 +44,16 @@ def model_name() -> str:
 
 
 @contextmanager
-def scripted_server(tmp_path: Path, turns: list[dict[str, Any]]) -> Iterator[str]:
-    """The scripted OpenAI-compatible server with one conversation; yields its base URL."""
+def scripted_server(
+    tmp_path: Path, turns: list[dict[str, Any]], limits: dict[str, Any] | None = None
+) -> Iterator[str]:
+    """The scripted OpenAI-compatible server with one conversation (and, given `limits`, a
+    provider's limits it enforces); yields its base URL."""
     script = tmp_path / f"script-{uuid.uuid4().hex[:6]}.json"
-    script.write_text(json.dumps({"model": "scripted", "turns": turns}))
+    body: dict[str, Any] = {"model": "scripted", "turns": turns}
+    if limits:
+        body["limits"] = limits
+    script.write_text(json.dumps(body))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tools.scripted_llm", "--script", str(script), "--port", str(port)],
@@ -242,32 +248,9 @@ async def test_a_fallback_is_asked_while_the_first_model_is_paused_or_down(
         assert (await down.complete(MESSAGES, native=True)).content == "from the fallback"
 
 
-@contextmanager
-def limited_server(tmp_path: Path, limits: dict[str, Any], delay_s: float) -> Iterator[str]:
+def limited_server(tmp_path: Path, limits: dict[str, Any], delay_s: float) -> Any:
     """A scripted server enforcing provider limits (429 with Retry-After past them)."""
-    script = tmp_path / f"limited-{uuid.uuid4().hex[:6]}.json"
-    script.write_text(
-        json.dumps(
-            {
-                "model": "scripted",
-                "limits": limits,
-                "turns": [{"content": "ok", "delay_s": delay_s}],
-            }
-        )
-    )
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tools.scripted_llm", "--script", str(script), "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc=proc)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return scripted_server(tmp_path, [{"content": "ok", "delay_s": delay_s}], limits)
 
 
 async def test_two_replicas_keep_within_a_providers_limits(tmp_path: Path, redis: Redis) -> None:
