@@ -62,8 +62,11 @@ async def reconcile(
 ) -> ReconcileReport:
     report = ReconcileReport()
     stuck_after_s = docker.settings.start_timeout_s * 2
-    containers = await docker.list(everything=True)
+    # Bindings first, containers second: a sandbox is bound only once it runs, so a binding
+    # seen here names a container the list below sees in its bound state (taken the other way
+    # round, a sandbox another replica started and bound meanwhile would look bound and dead).
     held = await bindings.all_held()
+    containers = await docker.list(everything=True)
     bound = {task: cid for task, (cid, _) in held.items()}
     task_of = {cid: task for task, cid in bound.items()}
     holder_of = {cid: holder for cid, holder in held.values()}
@@ -94,10 +97,13 @@ async def reconcile(
                 await remove(info.id, "task_over")
                 await bindings.unbind(task_id, info.id)
                 report.unbound += 1
-            elif not info.running and await bindings.stopped_at(info.id) is not None:
-                report.kept += 1  # stopped while its task waits; its next action starts it
             elif not info.running:
-                await remove(info.id, "dead")  # the binding stays: the task hears it was lost
+                if await bindings.stopped_at(info.id) is None and await _still_down(
+                    docker, info.id
+                ):
+                    await remove(info.id, "dead")  # the binding stays: the task hears it was lost
+                else:  # stopped while its task waits (its next action starts it), or started
+                    report.kept += 1
             elif (
                 tasks.local(task_id) is None
                 and not await creator_alive(creator)
@@ -145,6 +151,13 @@ async def reconcile(
     ):
         log.info("reconciled: %s", report)
     return report
+
+
+async def _still_down(docker: DockerSandboxes, container_id: str) -> bool:
+    """Not running now either: the list is a moment old, and meanwhile another replica may
+    have started the sandbox again (a stopped one whose task came back)."""
+    info = await docker.inspect(container_id)
+    return info is not None and not info.running
 
 
 async def _ours_to_take(bindings: TaskBindings, holder: str | None) -> bool:

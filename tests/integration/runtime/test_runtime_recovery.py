@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import docker
 import pytest
@@ -284,6 +285,49 @@ async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice
         await asyncio.wait_for(service.execute(second), 30)
         [answer] = [e for e in published if e.cause == again.id]
         assert isinstance(answer, CmdOutputObservation) and answer.content.strip() == "1"
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
+
+
+async def test_a_sandbox_another_replica_starts_while_reconciliation_looks_is_kept(
+    settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    """Reconciliation lists the containers, then works through them while other replicas go
+    on: a sandbox seen stopped in the list, and started and bound by a live replica since, is
+    that replica's, not a dead one to remove."""
+    pool = f"test-stale-{uuid.uuid4().hex[:6]}"
+    config = make_settings(settings, sandbox_image, pool)
+    service = RuntimeService(config, _ignore)
+    other = DockerSandboxes(config, "other-replica")
+    await service.start()
+    try:
+        await service.bindings.heartbeat(other.replica_id, 60)  # the other replica lives
+        store = TaskStateStore(redis)
+        task_id = uuid.uuid4().hex
+        assert await store.create(TaskState(task_id=task_id, task="t", max_iterations=3))
+        sandbox = await other.create()
+        await sandbox.client.close()
+        docker_client.containers.get(sandbox.container_id).stop(timeout=1)
+        real_list = service.docker.list
+
+        async def list_then_other_replica_goes_on(*, everything: bool = True) -> list[Any]:
+            seen = await real_list(everything=everything)
+            # Meanwhile the other replica starts the sandbox and binds its task to it.
+            docker_client.containers.get(sandbox.container_id).start()
+            assert await service.bindings.bind(task_id, sandbox.container_id)
+            return seen
+
+        service.docker.list = list_then_other_replica_goes_on  # type: ignore[method-assign]
+        report = await service.reconcile()
+        service.docker.list = real_list  # type: ignore[method-assign]
+        container = docker_client.containers.get(sandbox.container_id)
+        assert container.status == "running"
+        assert report.removed == 0
+        assert await service.bindings.get(task_id) == sandbox.container_id
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
