@@ -11,6 +11,13 @@ furthest below its share, weighted fair queuing on seats held:
   first). A tenant alone takes every seat; a quiet tenant's share goes to those who wait.
 - within a tenant, interactive tasks go first, then batch ones, each first come first served.
 
+Seats are given at the pace sandboxes start (`max_starting`, 0 for no such limit): a task seated
+but whose sandbox has not started yet is *starting*, and while `max_starting` tasks are, the
+next waits in the queue even if seats are free. The engine starts a few sandboxes at once as
+fast as many (and many at once all finish late), so this costs a burst nothing, and a tenant
+that comes after another's flood is seated at the next start, not after the flood's every
+start. A starting entry older than `start_stale_s` (its replica died mid-start) stops counting.
+
 Weights are the operator's (per tenant, `seat_weight` in the tenant's limits, 1 by default),
 kept by the gateway in `deckhands:seat-weights` (HASH tenant -> weight); the scripts only read
 them.
@@ -19,6 +26,7 @@ Everything that decides is one Lua script, so two replicas never give away the s
 keys (per sandbox pool, under `deckhands:seats:<pool>`):
 
 - `seats`     HASH  task -> unix time it was seated (the gateway counts a tenant's from it)
+- `starting`  ZSET  task -> unix time it was seated, until its sandbox started (or failed to)
 - `owner`     HASH  task -> tenant, for each task seated or queued
 - `held`      HASH  tenant -> seats its tasks hold
 - `queue`     ZSET  task -> ticket (a counter: arrival order), every queued task
@@ -94,6 +102,7 @@ local function seat_next(prefix, weights, now)
     redis.call('HDEL', prefix .. ':waiting', best)
   end
   redis.call('HSET', prefix .. ':seats', task, now)
+  redis.call('ZADD', prefix .. ':starting', now, task)
   redis.call('HINCRBY', prefix .. ':held', best, 1)
   return task
 end
@@ -106,12 +115,19 @@ local function seated_entry(prefix, task, now)
   return {task, redis.call('HGET', prefix .. ':owner', task) or '', tostring(waited)}
 end
 
--- Seats the fairest while seats are free. Each task seated but `asking` waits in `admitted`
--- (due now) for its order to be sent again. Returns the entries {task, tenant, waited} of the
--- tasks seated, and whether `asking` was one.
-local function seat_while_free(prefix, weights, now, max, asking)
+-- Seats the fairest while seats are free and fewer than `max_starting` (0: no limit) seated
+-- tasks wait for their sandbox to start (entries seated before `stale_before` no longer
+-- count). Each task seated but `asking` waits in `admitted` (due now) for its order to be sent
+-- again. Returns the entries {task, tenant, waited} of the tasks seated, and whether `asking`
+-- was one.
+local function seat_while_free(prefix, weights, now, max, asking, max_starting, stale_before)
   local seated, mine = {}, false
   local free = tonumber(max) - redis.call('HLEN', prefix .. ':seats')
+  if tonumber(max_starting) > 0 then
+    redis.call('ZREMRANGEBYSCORE', prefix .. ':starting', '-inf', '(' .. stale_before)
+    local room = tonumber(max_starting) - redis.call('ZCARD', prefix .. ':starting')
+    if room < free then free = room end
+  end
   while free > 0 do
     local task = seat_next(prefix, weights, now)
     if not task then break end
@@ -128,7 +144,9 @@ end
 """
 
 # KEYS: none. ARGV: prefix, weights key, task, tenant, now, max, order json ('' when none),
-# batch (0|1). Queues the task (once), then seats the fairest while seats are free.
+# batch (0|1), batch offset, max starting, stale before, weak (0|1: an order that does not
+# replace one kept already, a PrepareSandbox's beside an action's). Queues the task (once),
+# then seats the fairest while seats are free.
 # Returns {outcome, seated}: outcome 'seated' or 'queued' for this task; seated: for each task
 # seated now, {task, tenant, seconds waited}. Another task seated here waits in `admitted`
 # (due now) for its order to be sent again.
@@ -147,14 +165,27 @@ if redis.call('ZSCORE', prefix .. ':queue', task) == false then
   redis.call('HSET', prefix .. ':owner', task, tenant)
   redis.call('HSET', prefix .. ':queued_at', task, now)
 end
-if ARGV[7] ~= '' then redis.call('HSET', prefix .. ':orders', task, ARGV[7]) end
-local seated, mine = seat_while_free(prefix, weights, now, ARGV[6], task)
-if mine then return {'seated', seated} end
+local weak = ARGV[12] == '1'
+if ARGV[7] ~= '' and (not weak or redis.call('HEXISTS', prefix .. ':orders', task) == 0) then
+  redis.call('HSET', prefix .. ':orders', task, ARGV[7])
+end
+local seated, mine = seat_while_free(prefix, weights, now, ARGV[6], task, ARGV[10], ARGV[11])
+if mine then
+  if weak then
+    -- Its own order is handled now; an action's kept before it is sent again by the pump.
+    if redis.call('HGET', prefix .. ':orders', task) == ARGV[7] then
+      redis.call('HDEL', prefix .. ':orders', task)
+    elseif redis.call('HEXISTS', prefix .. ':orders', task) == 1 then
+      redis.call('ZADD', prefix .. ':admitted', now, task)
+    end
+  end
+  return {'seated', seated}
+end
 return {'queued', seated}
 """
 )
 
-# KEYS: none. ARGV: prefix, weights key, now, max, resend_after_s.
+# KEYS: none. ARGV: prefix, weights key, now, max, resend_after_s, max starting, stale before.
 # Seats the fairest queued tasks while seats are free; returns {orders, seated}: the orders to
 # send again (of the tasks just seated, and of those seated a while ago whose order was never
 # handled: the replica that seated them died before sending them), and the tasks seated now
@@ -163,7 +194,7 @@ _PUMP = (
     _SEAT_NEXT
     + """
 local prefix, weights, now = ARGV[1], ARGV[2], ARGV[3]
-local seated = seat_while_free(prefix, weights, now, ARGV[4], '')
+local seated = seat_while_free(prefix, weights, now, ARGV[4], '', ARGV[6], ARGV[7])
 local orders = {}
 local due = redis.call('ZRANGEBYSCORE', prefix .. ':admitted', '-inf', now)
 for _, task in ipairs(due) do
@@ -199,6 +230,7 @@ _HOLD = (
     _UNQUEUE
     + """
 local prefix, task, tenant, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+redis.call('ZREM', prefix .. ':starting', task)
 if redis.call('HEXISTS', prefix .. ':seats', task) == 1 then return 0 end
 unqueue(prefix, task)
 redis.call('HSET', prefix .. ':seats', task, now)
@@ -226,6 +258,7 @@ end
 redis.call('HDEL', prefix .. ':owner', task)
 redis.call('HDEL', prefix .. ':orders', task)
 redis.call('ZREM', prefix .. ':admitted', task)
+redis.call('ZREM', prefix .. ':starting', task)
 return held
 """
 )
@@ -258,10 +291,19 @@ class QueuePlace:
 
 
 class SandboxSeats:
-    def __init__(self, redis: Redis, pool_name: str, max_seats: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        pool_name: str,
+        max_seats: int,
+        max_starting: int = 0,
+        start_stale_s: float = 120.0,
+    ) -> None:
         self.redis = redis
         self.pool_name = pool_name
         self.max_seats = max_seats
+        self.max_starting = max_starting
+        self.start_stale_s = start_stale_s
         self.prefix = seats_prefix(pool_name)
         self.seats_key = f"{self.prefix}:seats"
         self.queue_key = f"{self.prefix}:queue"
@@ -277,10 +319,13 @@ class SandboxSeats:
         *,
         tenant_id: str | None = None,
         batch: bool = False,
+        weak: bool = False,
     ) -> Admission:
         """Seat the task if a seat is free and the fair order puts it first; otherwise queue it
-        (keeping `order_json` to send again once it is seated). Seats freed meanwhile go to
-        whoever the fair order names: their orders are sent again by the next `pump`."""
+        (keeping `order_json` to send again once it is seated; a `weak` one, a PrepareSandbox,
+        never replaces an order kept already, and is forgotten when the task is seated now).
+        Seats freed meanwhile go to whoever the fair order names: their orders are sent again by
+        the next `pump`."""
         outcome, seated = await self._admit(
             keys=[],
             args=[
@@ -293,6 +338,8 @@ class SandboxSeats:
                 order_json,
                 1 if batch else 0,
                 BATCH_OFFSET,
+                *self._start_limits(),
+                1 if weak else 0,
             ],
         )
         seatings = tuple(_seating(entry) for entry in seated)
@@ -306,9 +353,28 @@ class SandboxSeats:
         the tasks seated now."""
         orders, seated = await self._pump(
             keys=[],
-            args=[self.prefix, WEIGHTS_KEY, repr(time.time()), self.max_seats, resend_after_s],
+            args=[
+                self.prefix,
+                WEIGHTS_KEY,
+                repr(time.time()),
+                self.max_seats,
+                resend_after_s,
+                *self._start_limits(),
+            ],
         )
         return [_text(o) for o in orders], [_seating(entry) for entry in seated]
+
+    def _start_limits(self) -> tuple[int, str]:
+        return self.max_starting, repr(time.time() - self.start_stale_s)
+
+    async def started(self, task_id: str) -> bool:
+        """The task's sandbox started (or failed to): it no longer counts as starting. True when
+        it did, so a start slot is free for the next queued task (`pump`)."""
+        return bool(await self.redis.zrem(f"{self.prefix}:starting", task_id))
+
+    async def starting(self) -> int:
+        """Tasks seated whose sandbox has not started yet."""
+        return int(await self.redis.zcard(f"{self.prefix}:starting"))
 
     async def handled(self, task_id: str) -> None:
         """The task's waiting order reached a runtime after it was seated: forget it."""

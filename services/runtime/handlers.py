@@ -17,7 +17,9 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated
 
+from pydantic import Field, TypeAdapter
 from redis.asyncio import Redis
 
 from shared.admission import SandboxSeats
@@ -74,7 +76,7 @@ __all__ = ["Publish", "RuntimeService"]
 log = logging.getLogger("deckhands.runtime")
 
 Publish = Callable[[EventBase], Awaitable[None]]
-Resend = Callable[[ExecuteAction], Awaitable[None]]
+Resend = Callable[[ExecuteAction | PrepareSandbox], Awaitable[None]]
 Progress = Callable[[], Awaitable[None]]
 
 _CLAIM_TTL_S = 15
@@ -110,6 +112,10 @@ _FILE_ACTIONS = (FileReadAction, FileWriteAction, FileEditAction)
 
 # How often each replica looks for free seats to give to queued tasks (a release also looks).
 _ADMIT_EVERY_S = 1.0
+# An order kept while its task queued: an action, or the preparation of its sandbox.
+_QUEUED_ORDER: TypeAdapter[ExecuteAction | PrepareSandbox] = TypeAdapter(
+    Annotated[ExecuteAction | PrepareSandbox, Field(discriminator="kind")]
+)
 
 
 class RuntimeService:
@@ -188,8 +194,13 @@ class RuntimeService:
         self._orders = OrderCheck(self._states, lambda event: self.publish(event))
         self._tasks = TaskSandboxes(self.pool, self.docker, self._bindings)
         self._seats = SandboxSeats(
-            self._redis, self.settings.pool_name, self.settings.max_sandboxes
+            self._redis,
+            self.settings.pool_name,
+            self.settings.max_sandboxes,
+            max_starting=self.settings.max_starting_sandboxes,
+            start_stale_s=2 * self.settings.start_timeout_s,
         )
+        self._tasks.on_settled = self._start_settled
         await self._send_heartbeats()
         self._heartbeat = asyncio.create_task(self._beat(), name="runtime-heartbeat")
         await self.reconcile()
@@ -364,13 +375,20 @@ class RuntimeService:
             return 0
         for raw in orders:
             try:
-                order = ExecuteAction.model_validate_json(raw)
+                order = _QUEUED_ORDER.validate_json(raw)
             except ValueError as exc:  # written by an older replica: nothing to send
                 log.error("dropping an unreadable queued order: %s", exc)
                 continue
             await self.resend(order)
-            log.info("task %s: seated from the queue, its action is sent again", order.task_id)
+            log.info(
+                "task %s: seated from the queue, its %s is sent again", order.task_id, order.kind
+            )
         return len(orders)
+
+    async def _start_settled(self, task_id: str) -> None:
+        """The task's sandbox started (or could not): the next queued task may start one."""
+        if await self.seats.started(task_id):
+            await self.admit_queued()
 
     async def _seated(self, command: ExecuteAction) -> bool:
         """Whether the task holds (or now takes) a seat; if not, its order waits in the queue
@@ -479,6 +497,11 @@ class RuntimeService:
                 self.recent.abandon(action.id)
                 await self.ledger.finish(action.id, self.replica_id)
                 raise
+            finally:
+                if self.tasks.local(command.task_id) is None:
+                    # Seated, yet no sandbox was started (an action that needs none, or one
+                    # refused first): the seat no longer waits for a start.
+                    await self._start_settled(command.task_id)
             produced = observation.model_dump_json()
             # Remembered here before Redis records it: a Redis that fails now (restarting after
             # it lost its data) must not leave a duplicate waiting for this run for ever.
@@ -525,14 +548,20 @@ class RuntimeService:
             return  # ended already (or unknown): its release may have come first
         if command.network_egress and not self.settings.allow_network_egress:
             return  # its action will be refused with the reason
+        # Kept with its place in the queue: once seated, the order comes back and the sandbox
+        # starts then, ahead of the task's first action if it has not come yet.
         admission = await self.seats.admit(
-            task_id, tenant_id=command.tenant_id, batch=command.priority is TaskPriority.BATCH
+            task_id,
+            command.model_dump_json(),
+            tenant_id=command.tenant_id,
+            batch=command.priority is TaskPriority.BATCH,
+            weak=True,
         )
         observe_seatings(admission.seatings)
         if len(admission.seatings) > admission.seated:
             await self.admit_queued()
         if not admission.seated:
-            return  # it keeps its place in the queue; its first action waits there
+            return
         network = self.settings.sandbox_network_name if command.network_egress else None
         try:
             sandbox = await self.tasks.get(

@@ -62,7 +62,7 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
     async def publish(event: EventBase) -> None:
         await publish_event_to(broker, Service.CONTROLLER, event)
 
-    async def resend(order: ExecuteAction) -> None:
+    async def resend(order: ExecuteAction | PrepareSandbox) -> None:
         # A new message id: the first copy was delivered (and acked) when the task queued.
         await publish_json(
             broker,

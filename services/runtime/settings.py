@@ -114,6 +114,14 @@ class RuntimeSettings(CommonSettings):
     start_timeout_s: float = Field(
         default=30.0, gt=0, description="A new sandbox must answer its first ping by then."
     )
+    max_starting_sandboxes: int = Field(
+        default=8,
+        ge=0,
+        description="Seated tasks whose sandbox is still starting, across every replica; the "
+        "next seat waits until one started (0: no such limit). Seats go at the pace the engine "
+        "starts sandboxes (it starts a few at once as fast as many), so a tenant arriving during "
+        "another's flood is seated at the next start, not after every start of the flood.",
+    )
 
     # -- hardening and resources
     sandbox_memory: str = Field(

@@ -69,6 +69,9 @@ class TaskSandboxes:
         self._used: dict[str, float] = {}  # task -> when it last asked for its sandbox
         self._locks: dict[str, asyncio.Lock] = {}
         self._renames: dict[str, asyncio.Task[None]] = {}
+        # Told each time a task's sandbox was looked for beyond this replica's memory (bound,
+        # started, or failed): the seats count it as starting until then.
+        self.on_settled: Callable[[str], Awaitable[None]] | None = None
 
     def _lock(self, task_id: str) -> asyncio.Lock:
         lock = self._locks.get(task_id)
@@ -104,11 +107,15 @@ class TaskSandboxes:
                 await self._drop(task_id, sandbox.container_id, "lost")
                 why = await self._why(sandbox.container_id, sandbox.client.lost_reason)
                 raise WorkspaceLost(why)
-            held = await self.bindings.held(task_id)
-            if held is not None:
-                await self._check_holder(task_id, held[1])
-                return await self._attach_bound(task_id, held[0])
-            return await self._bind_fresh(task_id, network, workspace_bytes)
+            try:
+                held = await self.bindings.held(task_id)
+                if held is not None:
+                    await self._check_holder(task_id, held[1])
+                    return await self._attach_bound(task_id, held[0])
+                return await self._bind_fresh(task_id, network, workspace_bytes)
+            finally:
+                if self.on_settled is not None:
+                    await self.on_settled(task_id)
 
     async def held_elsewhere(self, task_id: str) -> str | None:
         """The other replica, alive, that holds the task's sandbox; None if this one may use

@@ -217,3 +217,66 @@ async def test_concurrent_tenants_never_get_more_seats_than_exist(pool: SandboxS
     taken, queued = await pool.counts()
     assert (taken, queued) == (6, 54)
     assert sum(held for held, _ in (await pool.tenants()).values()) == 6
+
+
+@pytest.fixture
+async def paced(redis_url: str) -> AsyncIterator[SandboxSeats]:
+    """A hundred seats, given two at a time as sandboxes start."""
+    redis = Redis.from_url(redis_url)
+    try:
+        yield SandboxSeats(
+            redis, f"test-{uuid.uuid4().hex[:8]}", max_seats=100, max_starting=2, start_stale_s=0.5
+        )
+    finally:
+        await redis.aclose()
+
+
+async def test_seats_go_at_the_pace_sandboxes_start(paced: SandboxSeats) -> None:
+    flood = [await paced.admit(f"f{i}", order(f"f{i}"), tenant_id="flood") for i in range(5)]
+    assert [a.seated for a in flood] == [True, True, False, False, False]  # seats free, yet
+    assert await paced.starting() == 2
+    # A tenant that comes during the flood is seated at the next start, ahead of the flood.
+    quiet = await paced.admit("q0", order("q0"), tenant_id="quiet")
+    assert not quiet.seated and quiet.position == 1
+    assert await paced.started("f0")
+    assert not await paced.started("f0")  # once
+    orders, seated = await paced.pump()
+    assert [s.task_id for s in seated] == ["q0"] and orders == [order("q0")]
+    assert await paced.counts() == (3, 3)  # f0 keeps its seat: its sandbox runs
+    # A seat held by a sandbox that runs already (adopted) never waits for a start.
+    await paced.hold("elsewhere", "quiet")
+    assert await paced.starting() == 2
+    # Released while starting: the start slot frees with the seat.
+    await paced.release("f1")
+    _, seated = await paced.pump()
+    assert [s.task_id for s in seated] == ["f2"]
+
+
+async def test_a_start_its_replica_never_finished_stops_counting(paced: SandboxSeats) -> None:
+    for i in range(3):
+        await paced.admit(f"t{i}", order(f"t{i}"))
+    assert await paced.pump() == ([], [])
+    await asyncio.sleep(0.6)  # past start_stale_s: their replica died mid-start
+    _, seated = await paced.pump()
+    assert [s.task_id for s in seated] == ["t2"]
+
+
+async def test_a_preparation_never_replaces_a_kept_action(paced: SandboxSeats) -> None:
+    for i in range(2):
+        await paced.admit(f"t{i}", order(f"t{i}"))
+    # The task's action queued first; its preparation, late, must not take the action's place.
+    assert not (await paced.admit("late", order("late-action"))).seated
+    assert not (await paced.admit("late", order("late-prepare"), weak=True)).seated
+    await paced.started("t0")
+    assert (await paced.pump())[0] == [order("late-action")]
+    # A preparation seated at once is handled then (nothing to send again)...
+    await paced.started("t1")
+    assert (await paced.admit("fresh", order("fresh-prepare"), weak=True)).seated
+    assert (await paced.pump())[0] == []  # (late's action is due again only in 10 s)
+    # ...while an action kept before a preparation that is seated is sent again.
+    await paced.release("late")
+    assert (await paced.admit("filler", order("filler"))).seated  # the slot late left
+    assert not (await paced.admit("both", order("both-action"))).seated
+    await paced.started("fresh")
+    assert (await paced.admit("both", order("both-prepare"), weak=True)).seated
+    assert (await paced.pump())[0] == [order("both-action")]
