@@ -245,7 +245,10 @@ async def test_litellm_raises_a_rate_limit_error_with_the_retry_after() -> None:
 
     script = parse_script(
         {
-            "turns": [{"content": "ok", "delay_s": 0.5}],
+            # The held call lasts long enough for litellm's first call (slow: it sets itself
+            # up) to arrive while it runs.
+            "conversations": [{"match": "held", "turns": [{"content": "ok", "delay_s": 3.0}]}],
+            "turns": [{"content": "ok"}],
             "limits": {"max_concurrent": 1, "requests_per_minute": 2, "retry_after_s": 2.5},
         }
     )
