@@ -376,6 +376,15 @@ class SandboxSeats:
         """Tasks seated whose sandbox has not started yet."""
         return int(await self.redis.zcard(f"{self.prefix}:starting"))
 
+    async def census(self) -> tuple[int, int, int]:
+        """(seats taken, tasks queued, seated tasks whose sandbox is still starting)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hlen(self.seats_key)
+        pipe.zcard(self.queue_key)
+        pipe.zcard(f"{self.prefix}:starting")
+        taken, queued, starting = await pipe.execute()
+        return int(taken), int(queued), int(starting)
+
     async def handled(self, task_id: str) -> None:
         """The task's waiting order reached a runtime after it was seated: forget it."""
         pipe = self.redis.pipeline(transaction=True)

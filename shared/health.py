@@ -35,7 +35,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from faststream import BaseMiddleware
 from nats.aio.msg import Msg
-from prometheus_client import REGISTRY, Gauge, make_wsgi_app
+from prometheus_client import REGISTRY, Gauge, Histogram, make_wsgi_app
 
 from .periodic import every
 
@@ -255,16 +255,28 @@ PROCESS_HEALTH = HealthMonitor()
 NATS_CONNECTED.set_function(PROCESS_HEALTH.nats_connected)
 
 
+CONSUMER_WAIT = Histogram(
+    "deckhands_consumer_wait_seconds",
+    "Per durable consumer: from a message's arrival in its stream to the start of its handling "
+    "(how far the consumer lags; a redelivery counts from the first arrival)",
+    ["consumer"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+
 class ProgressMiddleware(BaseMiddleware):
-    """Records, per durable consumer, that a message arrived and that its handling ended."""
+    """Records, per durable consumer, that a message arrived, how long it waited in its stream,
+    and that its handling ended."""
 
     monitor: HealthMonitor = PROCESS_HEALTH
 
     async def consume_scope(self, call_next: Any, msg: Any) -> Any:
         raw = msg.raw_message
-        consumer = _consumer_of(raw)
-        if consumer is None:
+        meta = _metadata_of(raw)
+        if meta is None:
             return await call_next(msg)
+        consumer = str(meta.consumer)
+        CONSUMER_WAIT.labels(consumer).observe(max(0.0, time.time() - meta.timestamp.timestamp()))
         self.monitor.received(consumer)
         try:
             return await call_next(msg)
@@ -272,11 +284,11 @@ class ProgressMiddleware(BaseMiddleware):
             self.monitor.finished(consumer)
 
 
-def _consumer_of(raw: Any) -> str | None:
+def _metadata_of(raw: Any) -> Msg.Metadata | None:
     if not isinstance(raw, Msg) or not raw.reply or not raw.reply.startswith("$JS.ACK"):
         return None
     try:
-        return str(raw.metadata.consumer)
+        return raw.metadata
     except Exception:
         return None
 

@@ -370,7 +370,11 @@ class RuntimeService:
         again."""
         orders, seatings = await self.seats.pump()
         observe_seatings(seatings)
-        publish_seat_gauges(*await self.seats.counts(), await self.seats.tenants())
+        taken, queued, starting = await self.seats.census()
+        publish_seat_gauges(taken, queued, await self.seats.tenants(), starting)
+        # Tasks that wait for a seat to free (not merely for their turn to start) get warm
+        # sandboxes ready, so whoever is seated next does not wait for a start.
+        self.pool.expect_queued(queued if taken >= self.seats.max_seats else 0)
         if self.resend is None:
             return 0
         for raw in orders:

@@ -78,7 +78,8 @@ for _kind in ("run", "run_python", "read", "write", "edit"):
     ACTION_SECONDS.labels(_kind)
 SEATS = Gauge(
     "deckhands_runtime_seats",
-    "Tasks holding a sandbox seat (taken) and tasks waiting for one (queued), whole pool",
+    "Tasks holding a sandbox seat (taken; of them, those whose sandbox is still starting) and "
+    "tasks waiting for one (queued), whole pool",
     ["state"],
 )
 TENANT_SEATS = Gauge(
@@ -100,10 +101,14 @@ def observe_seatings(seatings: Iterable[Seating]) -> None:
         SEAT_WAIT_SECONDS.labels(seating.tenant_id).observe(seating.waited_s)
 
 
-def publish_seat_gauges(taken: int, queued: int, tenants: dict[str, tuple[int, int]]) -> None:
+def publish_seat_gauges(
+    taken: int, queued: int, tenants: dict[str, tuple[int, int]], starting: int | None = None
+) -> None:
     """The pool's seats, whole and per tenant (a tenant gone from both counts shows 0)."""
     SEATS.labels("taken").set(taken)
     SEATS.labels("queued").set(queued)
+    if starting is not None:
+        SEATS.labels("starting").set(starting)
     for tenant in _TENANTS_SHOWN - set(tenants):
         TENANT_SEATS.labels(tenant, "taken").set(0)
         TENANT_SEATS.labels(tenant, "queued").set(0)

@@ -56,6 +56,7 @@ class WarmPool:
         self._busy: dict[str, Sandbox] = {}
         self._creating = 0
         self._waiting = 0
+        self.queued_demand = 0  # see expect_queued
         self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
         self._acquired_at: deque[float] = deque()
@@ -89,6 +90,14 @@ class WarmPool:
         """Whether this pool holds the container (idle or handed out)."""
         return container_id in self._busy or any(s.container_id == container_id for s in self._idle)
 
+    def expect_queued(self, tasks: int) -> None:
+        """`tasks` wait for a seat while every seat is taken: each will want a sandbox when a
+        seat frees, so up to that many more are kept warm (within pool_max_idle)."""
+        grew = tasks > self.queued_demand
+        self.queued_demand = tasks
+        if grew:
+            self._wake.set()
+
     def target_idle(self) -> int:
         """Idle sandboxes to keep: the floor, plus the demand expected during one cold start."""
         s = self.settings
@@ -99,7 +108,9 @@ class WarmPool:
         lead_s = statistics.median(self._cold_starts) if self._cold_starts else 1.0
         # Twice the expected demand over the time it takes to start a replacement.
         expected = math.ceil(rate * lead_s * 2) if rate else 0
-        target = min(s.pool_max_idle, s.pool_min_idle + expected + self._waiting)
+        target = min(
+            s.pool_max_idle, s.pool_min_idle + expected + self._waiting + self.queued_demand
+        )
         return max(0, min(target, s.pool_max_total - self.busy))
 
     def _publish_gauges(self) -> None:

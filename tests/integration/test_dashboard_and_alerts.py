@@ -191,6 +191,13 @@ def test_the_new_gauges_are_scraped(scraped: Scraped) -> None:
     assert {"controller", "reasoner", "runtime", "security", "webhooks"} <= {
         s["metric"]["consumer"] for s in consumers
     }
+    # How long messages waited for each worker's consumer (the stack ran tasks).
+    waited = _query(
+        scraped.prometheus, "sum by (consumer) (deckhands_consumer_wait_seconds_count) > 0"
+    )
+    assert {"controller", "reasoner", "runtime", "security"} <= {
+        s["metric"]["consumer"] for s in waited
+    }
 
 
 def _unbounded_label_values(prometheus: str, selector: str) -> dict[str, list[str]]:

@@ -10,7 +10,12 @@ from typing import Any
 import docker
 import pytest
 from prometheus_client import REGISTRY
-from runtime_helpers import make_settings, pool_containers, remove_pool_containers  # type: ignore[import-not-found]
+from runtime_helpers import (  # type: ignore[import-not-found]
+    eventually,
+    make_settings,
+    pool_containers,
+    remove_pool_containers,
+)
 
 from services.runtime.handlers import RuntimeService
 from services.runtime.settings import RuntimeSettings
@@ -115,3 +120,40 @@ async def test_two_replicas_racing_for_the_same_tasks_agree(
         await second.stop()
     assert pool_containers(docker_client, pool) == []
     assert docker_client.volumes.list(filters={"label": f"deckhands.pool={pool}"}) == []
+
+
+async def test_tasks_queued_behind_full_seats_find_warm_sandboxes(
+    settings: CommonSettings, sandbox_image: str, pool: str, docker_client: docker.DockerClient
+) -> None:
+    """Every seat taken and tasks queued: the pool warms sandboxes for them (beyond what past
+    acquisitions alone would keep), so the next task seated does not wait for a start."""
+    config = make_settings(
+        settings, sandbox_image, pool, pool_min_idle=0, pool_max_idle=3, max_sandboxes=1
+    )
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    try:
+        first = uuid.uuid4().hex
+        assert (await service.seats.admit(first, tenant_id="team")).seated
+        await service.tasks.get(first)  # holds the only seat
+        queued = [uuid.uuid4().hex for _ in range(3)]
+        for task in queued:
+            assert not (await service.seats.admit(task, tenant_id="team")).seated
+        await service.admit_queued()
+        assert service.pool.target_idle() == 3  # one acquisition alone would keep 1
+
+        async def warmed() -> bool:
+            return service.pool.idle == 3
+
+        await eventually(warmed, timeout=60)
+        hits = _metric("deckhands_runtime_pool_hits_total")
+        await service.tasks.release(first)
+        await service.seats.release(first)
+        await service.admit_queued()
+        assert await service.seats.position(queued[0]) is None  # seated
+        await service.tasks.get(queued[0])
+        assert _metric("deckhands_runtime_pool_hits_total") == hits + 1  # a warm one
+        await service.tasks.release(queued[0])
+    finally:
+        await service.stop()
+    assert pool_containers(docker_client, pool) == []
