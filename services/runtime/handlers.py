@@ -390,9 +390,14 @@ class RuntimeService:
         return len(orders)
 
     async def _start_settled(self, task_id: str) -> None:
-        """The task's sandbox started (or could not): the next queued task may start one."""
-        if await self.seats.started(task_id):
-            await self.admit_queued()
+        """The task's sandbox started (or could not): the next queued task may start one.
+        Never raises: it runs on the way out of a start or an action, whose outcome stands (a
+        start left counted stops counting after start_stale_s; the periodic pump seats on)."""
+        try:
+            if await self.seats.started(task_id):
+                await self.admit_queued()
+        except Exception as exc:
+            log.warning("task %s: the next queued task was not seated now: %s", task_id, exc)
 
     async def _seated(self, command: ExecuteAction) -> bool:
         """Whether the task holds (or now takes) a seat; if not, its order waits in the queue
