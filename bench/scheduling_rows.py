@@ -23,8 +23,9 @@ import json
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,18 @@ class Tenant:
 
 
 async def post(client: httpx.AsyncClient, text: str, **body: Any) -> tuple[str, float]:
-    """Post one task (retrying only a refusal that asks to); its id and when it was accepted."""
+    """Post one task, as a careful client does: with an Idempotency-Key, so that a refusal that
+    asks for a retry and a connection lost before the answer (a keep-alive connection the
+    server closed as it was reused) are sent again safely; its id and when it was accepted."""
+    key = {"Idempotency-Key": uuid.uuid4().hex}
     for _ in range(50):
-        answer = await client.post("/v1/tasks", json={"task": text, "max_iterations": 30, **body})
+        try:
+            answer = await client.post(
+                "/v1/tasks", json={"task": text, "max_iterations": 30, **body}, headers=key
+            )
+        except httpx.TransportError:
+            await asyncio.sleep(0.5)
+            continue
         if answer.status_code == 202:
             return str(answer.json()["id"]), time.time()
         if answer.status_code in (429, 503):
@@ -108,9 +118,16 @@ async def post(client: httpx.AsyncClient, text: str, **body: Any) -> tuple[str, 
 
 
 async def ended(
-    client: httpx.AsyncClient, ids: list[str], timeout_s: float, every_s: float = 1.0
+    client: httpx.AsyncClient,
+    ids: list[str],
+    timeout_s: float,
+    every_s: float = 2.0,
+    since: float | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The final views of the tasks, polled by listing (bench-label pages of 100)."""
+    """The final views of the tasks, polled by listing (pages of 100, only the tasks created
+    after `since`). The figures come from each task's finished_at, so polling every 2 s costs
+    them nothing, while listing 600 tasks a second took a sixth of this 2-core machine from
+    the system under test."""
     views: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout_s
     wanted = set(ids)
@@ -118,6 +135,8 @@ async def ended(
         cursor: str | None = None
         while True:
             params: dict[str, Any] = {"limit": 100}
+            if since is not None:
+                params["created_after"] = datetime.fromtimestamp(since - 1, UTC).isoformat()
             if cursor:
                 params["cursor"] = cursor
             answer = await client.get("/v1/tasks", params=params)
@@ -147,9 +166,29 @@ async def run_batch(
     async with tenant.client() as client:
         began = time.time()
         posted = await asyncio.gather(*(post(client, f"{text} #{i}", **body) for i in range(count)))
-        views = await ended(client, [task_id for task_id, _ in posted], timeout_s)
+        views = await ended(client, [task_id for task_id, _ in posted], timeout_s, since=began)
     times = [finished_at(views[task_id]) - at for task_id, at in posted]
     return began, times, views
+
+
+def settle(stack: Stack, idle: int = 16, timeout_s: float = 120) -> None:
+    """Wait until the last run's sandboxes are gone (at most `idle` of the stack's pool left):
+    a run that starts while the engine still removes 300 containers measures the removals."""
+    import subprocess
+
+    label = f"label=deckhands.pool={stack.config.pool_name}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        listed = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", label],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if len(listed.stdout.split()) <= idle:
+            break
+        time.sleep(1)
+    time.sleep(3)
 
 
 def _all_finished(views: dict[str, dict[str, Any]]) -> bool:
@@ -172,6 +211,7 @@ def fair_rows(run_dir: Path, delay_s: float, row: Row) -> None:
         _, idle, _ = asyncio.run(run_batch(quiet, 3, "calls:3 idle", 120))
         began, _, alone_views = asyncio.run(run_batch(flood, 300, "calls:3 alone", 900))
         alone_wall = max(finished_at(v) for v in alone_views.values()) - began
+        settle(stack)
 
         async def together() -> tuple[float, list[float], dict[str, dict[str, Any]], bool]:
             flooding = asyncio.create_task(run_batch(flood, 300, "calls:3 flood", 900))
@@ -182,6 +222,7 @@ def fair_rows(run_dir: Path, delay_s: float, row: Row) -> None:
             return wall, times, views, _all_finished(f_views) and _all_finished(views)
 
         flood_wall, quiet_times, _, ok = asyncio.run(together())
+        settle(stack)
         base = statistics.mean(idle)
         row(
             "B's 3 tasks while A floods 300 (3 x 2 s calls)",

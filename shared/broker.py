@@ -177,6 +177,11 @@ def nats_login(settings: CommonSettings) -> dict[str, Any]:
     }
 
 
+# Messages one fetch of a concurrent consumer may bring: a burst's round trips, against how
+# long a fetched message may wait for a free worker while its ack_wait runs.
+_MAX_FETCH = 32
+
+
 def durable_subscription(
     settings: CommonSettings,
     stream: JStream,
@@ -203,12 +208,14 @@ def durable_subscription(
             raise ValueError("a batch subscription handles one batch at a time (workers=1)")
         pull = PullSub(batch_size=batch_size, timeout=batch_wait_s, batch=True)
     else:
-        # One message per fetch. A lone message that came while nats-py's fetch of a larger
-        # batch was lingering waited for the rest of the batch, up to the pull timeout: right
-        # after a crowd of tasks a new task's first order took 0.3-1 s to reach the runtime
-        # (in 4 of 10 probe runs; none in 4 with single fetches). The handler still runs
-        # `workers` messages at once.
-        pull = PullSub(batch_size=1, timeout=1.0)
+        # Up to _MAX_FETCH messages per fetch. One per fetch cost a round trip per message:
+        # when 300 tasks' step requests came at once, the reasoner fetched them one by one on
+        # an event loop busy with 300 LLM calls, and the last waited 10-30 s in the stream. A
+        # fetch of many returns at once with what is there, or with the first message to come
+        # (nats-py >= 2.16 with nats-server 2.15; tests/integration/test_pull_fetch.py holds
+        # both, since an older pairing held a lone message for the rest of the batch). The
+        # handler still runs `workers` messages at once.
+        pull = PullSub(batch_size=min(workers, _MAX_FETCH), timeout=1.0)
     return {
         "stream": stream,
         "durable": durable,
