@@ -60,6 +60,8 @@ def open_attach_socket(api: Any, container_id: str) -> socket.socket:
 # The longest line the executor ever writes is well below this (outputs are cut to a limit,
 # kept outputs come in 128 KiB pieces). More is not the executor: see `_violated`.
 MAX_LINE_BYTES = 4 << 20
+# How long a close waits for what is still buffered to go out before dropping it.
+_CLOSE_WAIT_S = 2.0
 
 
 class ExecutorClient:
@@ -129,8 +131,15 @@ class ExecutorClient:
         with contextlib.suppress(BaseException):
             await self._task
         self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                await self._writer.wait_closed()
+        except TimeoutError:
+            # A graceful close first writes out what is buffered; a stream the engine stopped
+            # reading never lets it, and the close (a pool's shutdown with it) waited for ever.
+            self._writer.transport.abort()
+        except Exception:
+            pass
 
     def _lose(self, reason: str) -> None:
         if self.lost_reason is None:
