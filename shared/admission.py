@@ -154,7 +154,14 @@ _ADMIT = (
     _SEAT_NEXT
     + """
 local prefix, weights, task, tenant, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-if redis.call('HEXISTS', prefix .. ':seats', task) == 1 then return {'seated', {}} end
+if redis.call('HEXISTS', prefix .. ':seats', task) == 1 then
+  if ARGV[7] ~= '' and redis.call('HGET', prefix .. ':orders', task) == ARGV[7] then
+    -- Its own order, sent again once it was seated, is handled now: never again.
+    redis.call('HDEL', prefix .. ':orders', task)
+    redis.call('ZREM', prefix .. ':admitted', task)
+  end
+  return {'seated', {}}
+end
 if redis.call('ZSCORE', prefix .. ':queue', task) == false then
   local ticket = redis.call('INCR', prefix .. ':ticket')
   local rank = ticket
@@ -241,6 +248,16 @@ return 1
 )
 
 # ARGV: prefix, task, now, releases kept. Returns 1 when the task held a seat.
+# ARGV: prefix, task, order json. Forgets the task's kept order if it is this one.
+_FORGET_ORDER = """
+if redis.call('HGET', ARGV[1] .. ':orders', ARGV[2]) == ARGV[3] then
+  redis.call('HDEL', ARGV[1] .. ':orders', ARGV[2])
+  redis.call('ZREM', ARGV[1] .. ':admitted', ARGV[2])
+  return 1
+end
+return 0
+"""
+
 _RELEASE = (
     _UNQUEUE
     + """
@@ -311,6 +328,7 @@ class SandboxSeats:
         self._pump = redis.register_script(_PUMP)
         self._hold = redis.register_script(_HOLD)
         self._release = redis.register_script(_RELEASE)
+        self._forget_order = redis.register_script(_FORGET_ORDER)
 
     async def admit(
         self,
@@ -391,6 +409,13 @@ class SandboxSeats:
         pipe.hdel(f"{self.prefix}:orders", task_id)
         pipe.zrem(f"{self.prefix}:admitted", task_id)
         await pipe.execute()
+
+    async def handled_order(self, task_id: str, order_json: str) -> None:
+        """`order_json`, if it is the order kept for the task, reached a runtime that had
+        nothing to do with it (a preparation whose sandbox runs already): forget it, or the
+        pump sends it again every resend_after_s for as long as the task runs. Another order
+        kept (an action's) stays."""
+        await self._forget_order(keys=[], args=[self.prefix, task_id, order_json])
 
     async def hold(self, task_id: str, tenant_id: str | None = None) -> None:
         """Count a task that holds a sandbox already (adopted after a restart), max or not."""

@@ -404,10 +404,13 @@ class RuntimeService:
         and the controller is told the task's place."""
         task_id = command.task_id
         local = self.tasks.local(task_id)
-        if local is not None and not local.lost:
+        if (local is not None and not local.lost) or (
+            await self.ledger.result(command.action.id) is not None  # ran: published again
+        ):
+            # An action kept in the queue may come back after its task's preparation started
+            # the sandbox: then it is handled here, and must not be sent again.
+            await self.seats.handled_order(task_id, command.model_dump_json())
             return True
-        if await self.ledger.result(command.action.id) is not None:
-            return True  # ran already: its observation is only published again
         bound = await self.bindings.get(task_id)
         if bound is not None and await self.bindings.stopped_at(bound) is None:
             # Running (another replica's, or adopted).
@@ -552,6 +555,8 @@ class RuntimeService:
         error: the first action acquires (or queues for) a sandbox anyway."""
         task_id = command.task_id
         if self.tasks.local(task_id) is not None or await self.bindings.get(task_id) is not None:
+            # Sent again once seated, while its first action got the sandbox first.
+            await self.seats.handled_order(task_id, command.model_dump_json())
             return
         if not await self._task_is_live(task_id):
             return  # ended already (or unknown): its release may have come first

@@ -129,6 +129,9 @@ class RuntimeWorkspace:
         self._secrets: SecretsStore | None = None
         self.retention: Retention | None = None
         self._transfers_swept = time.monotonic()
+        # One eviction pass at a time: the releases of a crowd of ending tasks all ask for one,
+        # and each would otherwise remove the same oldest sandboxes again (15 times over, seen).
+        self._evicting = asyncio.Lock()
         # One checkout per task at a time (its prepare and first action may race); a lock
         # nobody holds or waits for goes away by itself.
         self._checkouts: weakref.WeakValueDictionary[str, asyncio.Lock] = (
@@ -540,15 +543,16 @@ class RuntimeWorkspace:
             return 0
         cap = self.settings.workspace_retained_max
         evicted = 0
-        for task_id in await self.retention.oldest_beyond(cap):
-            if await self._end_retention(task_id, is_over):
-                evicted += 1
-                log.info(
-                    "task %s: its kept sandbox is removed before its retention ends: the pool "
-                    "keeps at most %d (DECKHANDS_WORKSPACE_RETAINED_MAX)",
-                    task_id,
-                    cap,
-                )
+        async with self._evicting:
+            for task_id in await self.retention.oldest_beyond(cap):
+                if await self._end_retention(task_id, is_over):
+                    evicted += 1
+                    log.info(
+                        "task %s: its kept sandbox is removed before its retention ends: the "
+                        "pool keeps at most %d (DECKHANDS_WORKSPACE_RETAINED_MAX)",
+                        task_id,
+                        cap,
+                    )
         return evicted
 
     async def _end_retention(

@@ -280,3 +280,38 @@ async def test_a_preparation_never_replaces_a_kept_action(paced: SandboxSeats) -
     await paced.started("fresh")
     assert (await paced.admit("both", order("both-prepare"), weak=True)).seated
     assert (await paced.pump())[0] == [order("both-action")]
+
+
+async def test_an_order_sent_again_is_sent_once(paced: SandboxSeats) -> None:
+    """A preparation seated from the queue, and then found with its sandbox running, is
+    forgotten: the pump sent it again every 10 s for as long as the task ran. So is an action
+    that comes back after its task's preparation started the sandbox."""
+    for i in range(2):
+        await paced.admit(f"t{i}", order(f"t{i}"))
+    assert not (await paced.admit("p", order("p-prepare"), weak=True)).seated
+    await paced.started("t0")
+    orders, _ = await paced.pump(resend_after_s=0)
+    assert orders == [order("p-prepare")]
+    # The sandbox runs already when the preparation comes back (its first action was first).
+    await paced.handled_order("p", order("p-prepare"))
+    assert (await paced.pump(resend_after_s=0))[0] == []
+    # Or the preparation comes back while the task is seated: the seat's check forgets it.
+    assert not (await paced.admit("q", order("q-prepare"), weak=True)).seated
+    await paced.started("t1")
+    assert (await paced.pump(resend_after_s=0))[0] == [order("q-prepare")]
+    assert (await paced.admit("q", order("q-prepare"), weak=True)).seated
+    assert (await paced.pump(resend_after_s=0))[0] == []
+    # An action kept before the preparation that was seated: sent again until it is handled.
+    await paced.started("p")
+    await paced.started("q")
+    for i in range(2, 4):
+        await paced.admit(f"t{i}", order(f"t{i}"))
+    assert not (await paced.admit("a", order("a-action"))).seated
+    assert not (await paced.admit("a", order("a-prepare"), weak=True)).seated
+    await paced.started("t2")
+    assert (await paced.pump(resend_after_s=0))[0] == [order("a-action")]
+    assert (await paced.pump(resend_after_s=0))[0] == [order("a-action")]  # not handled yet
+    await paced.handled_order("a", order("a-prepare"))  # not the one kept: stays
+    assert (await paced.pump(resend_after_s=0))[0] == [order("a-action")]
+    await paced.handled_order("a", order("a-action"))
+    assert (await paced.pump(resend_after_s=0))[0] == []

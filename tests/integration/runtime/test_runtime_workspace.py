@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 import uuid
 
 import docker
@@ -200,6 +201,45 @@ async def test_the_pool_keeps_at_most_its_cap_of_ended_tasks_sandboxes(
             assert kept["State"]["Paused"] is True
             assert await service.workspace.is_retained(task_id)
         assert sorted(await service.workspace.retention.all()) == sorted(newest)  # type: ignore[union-attr]
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
+
+
+async def test_a_crowd_of_releases_evicts_each_kept_sandbox_once(
+    isolated_settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    """Every ending task's release asks for an eviction pass; passes run at once (a crowd of
+    tasks ending together) remove each sandbox beyond the cap once, not once per pass."""
+    pool = f"test-retain-once-{uuid.uuid4().hex[:6]}"
+    config = make_settings(
+        isolated_settings,
+        sandbox_image,
+        pool,
+        workspace_retained_max=2,
+        pool_health_interval_s=600.0,
+    )
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    retention = service.workspace.retention
+    assert retention is not None
+    kept = [uuid.uuid4().hex for _ in range(5)]
+    try:
+        for n, task_id in enumerate(kept):
+            await retention.add(task_id, time.time() + 600 + n)
+
+        async def ended(task_id: str) -> bool:
+            await asyncio.sleep(0.05)  # a State read: the passes interleave here
+            return True
+
+        evicted = await asyncio.gather(
+            *(service.workspace.evict_beyond_cap(ended) for _ in range(8))
+        )
+        assert sum(evicted) == 3, evicted
+        assert sorted(await retention.all()) == sorted(kept[3:])
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
