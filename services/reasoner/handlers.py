@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,7 +35,7 @@ from .condenser import Condensation, TokenCounter, plan_condensation, summary_li
 from .history import HistoryCache, HistoryNotReady
 from .instructions import RepoInstructions, noting
 from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
-from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS
+from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS, STEP_PHASE
 from .prompt import NoTaskError, PromptView, prompt_view
 from .replay import recorded_actions, replay_index, replayed_action
 from .replies import (
@@ -153,6 +154,7 @@ class StepHandler:
             event = await self.answer(
                 step, last_attempt=last_attempt, on_rate_limit=self._rate_limit_notice(step)
             )
+        answered = time.perf_counter()
         if isinstance(event, RUNNABLE_ACTION_TYPES):
             # To the controller by way of the security monitor, which sends it on with its
             # verdict: the controller logs both and orders the run in one turn.
@@ -164,6 +166,7 @@ class StepHandler:
             )
         else:
             await publish_event_to(self.broker, Service.CONTROLLER, event)
+        STEP_PHASE.labels("publish").observe(time.perf_counter() - answered)
         STEP_ANSWERS.labels(event.kind).inc()
         log.info("task %s step %d: %s", step.task_id, step.iteration, event.kind)
 
@@ -208,6 +211,7 @@ class StepHandler:
         on_rate_limit: RateLimitNotice | None = None,
     ) -> ReasonerEvent:
         s = self.settings
+        began = time.perf_counter()
         trajectory = await self._trajectory(step.task_id)
         try:
             events = await self.history.fetch(step.task_id, step.after_seq, step.events)
@@ -216,6 +220,7 @@ class StepHandler:
                 # Not a storage delay: no such task. Dead-lettered on this first delivery.
                 raise PermanentError(f"task {step.task_id} is unknown: nothing to step") from None
             raise
+        STEP_PHASE.labels("history").observe(time.perf_counter() - began)
         if trajectory is not None:
             replayed = replayed_action(step, trajectory, events)
             if replayed is not None:
@@ -239,6 +244,7 @@ class StepHandler:
         condensed = await self._condense(step, view, events, native, force=False)
         if condensed is not None:
             return condensed
+        asked = time.perf_counter()
         try:
             reply = await self.llm.complete(
                 view.messages(),
@@ -257,6 +263,7 @@ class StepHandler:
                 # Redelivering cannot help any more: let the agent (and the user) see why.
                 return llm_error_event(step, str(exc))
             raise
+        STEP_PHASE.labels("llm").observe(time.perf_counter() - asked)
         event = reply_event(step, reply, native=native)
         if self.blobs is not None:
             event = await keep_large_write(

@@ -19,6 +19,7 @@ __all__ = [
     "REASONER_CONDENSATIONS",
     "REASONER_REPLAYED",
     "STEP_ANSWERS",
+    "STEP_PHASE",
 ]
 
 LLM_PROMPT_TOKENS = Counter(
@@ -87,4 +88,13 @@ LLM_PAUSES = Counter(
     "deckhands_llm_pauses_total",
     "A provider's 429 paused the model for the whole deployment",
     ["model"],
+)
+
+STEP_PHASE = Histogram(
+    "deckhands_reasoner_step_phase_seconds",
+    "Where a step's time goes once its request is handled: reading the task's log (history: "
+    "storage behind, or not asked), the LLM call (llm: capacity wait included) and sending the "
+    "answer on (publish); the wait before handling is deckhands_consumer_wait_seconds",
+    ["phase"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
