@@ -30,23 +30,34 @@ async def _pull(settings: CommonSettings, subject: str) -> tuple[nats.NATS, obje
     return nc, sub
 
 
+async def _publish(nc: nats.NATS, subject: str, numbers: range) -> None:
+    js = nc.jetstream()
+    for n in numbers:
+        await js.publish(subject, Ping(n=n).model_dump_json().encode())
+
+
+async def _fetch(sub: object) -> list[int]:
+    """One fetch of up to 32, each message acknowledged; their numbers."""
+    got = await sub.fetch(32, timeout=1.0)  # type: ignore[attr-defined]
+    for message in got:
+        await message.ack()
+    return [Ping.model_validate_json(m.data).n for m in got]
+
+
 async def test_a_fetch_of_many_returns_a_lone_message_at_once(streams: CommonSettings) -> None:
     """The fetch lingers on the server until the message comes, then returns it alone."""
     subject = f"deckhands.work.security.{uuid.uuid4().hex}"
     nc, sub = await _pull(streams, subject)
-    js = nc.jetstream()
     try:
         for n in range(3):
-            fetching = asyncio.create_task(sub.fetch(32, timeout=1.0))  # type: ignore[attr-defined]
+            fetching = asyncio.create_task(_fetch(sub))
             await asyncio.sleep(0.1)  # the fetch is lingering on the server
             published = time.monotonic()
-            await js.publish(subject, Ping(n=n).model_dump_json().encode())
+            await _publish(nc, subject, range(n, n + 1))
             got = await fetching
             took = time.monotonic() - published
-            assert [Ping.model_validate_json(m.data).n for m in got] == [n]
+            assert got == [n]
             assert took < 0.25, f"a lone message came {took:.2f} s after it was published"
-            for message in got:
-                await message.ack()
     finally:
         await nc.close()
 
@@ -56,18 +67,14 @@ async def test_a_fetch_of_many_returns_what_is_there_without_waiting_for_more(
 ) -> None:
     subject = f"deckhands.work.security.{uuid.uuid4().hex}"
     nc, sub = await _pull(streams, subject)
-    js = nc.jetstream()
     try:
         for round_ in range(3):
-            for n in range(3):
-                await js.publish(subject, Ping(n=n).model_dump_json().encode())
+            await _publish(nc, subject, range(3))
             began = time.monotonic()
-            got = await sub.fetch(32, timeout=1.0)  # type: ignore[attr-defined]
+            got = await _fetch(sub)
             took = time.monotonic() - began
             assert len(got) == 3, round_
             assert took < 0.25, f"3 ready messages of 32 asked came after {took:.2f} s"
-            for message in got:
-                await message.ack()
     finally:
         await nc.close()
 
@@ -77,18 +84,14 @@ async def test_a_fetch_of_many_takes_what_is_there_in_one_go(streams: CommonSett
     of 300 step requests cost the reasoner 300 round trips on a busy event loop)."""
     subject = f"deckhands.work.security.{uuid.uuid4().hex}"
     nc, sub = await _pull(streams, subject)
-    js = nc.jetstream()
     try:
-        for n in range(100):
-            await js.publish(subject, Ping(n=n).model_dump_json().encode())
+        await _publish(nc, subject, range(100))
         sizes = []
         seen: list[int] = []
         while len(seen) < 100:
-            got = await sub.fetch(32, timeout=1.0)  # type: ignore[attr-defined]
+            got = await _fetch(sub)
             sizes.append(len(got))
-            seen += [Ping.model_validate_json(m.data).n for m in got]
-            for message in got:
-                await message.ack()
+            seen += got
         assert seen == list(range(100))
         assert len(sizes) <= 5, f"100 ready messages took {len(sizes)} fetches: {sizes}"
     finally:
