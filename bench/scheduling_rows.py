@@ -1,5 +1,6 @@
 """The scheduling rows of the system benchmark (issue 25), each with its baseline from the same
-run; `bench/system_bench.py --rows fair,weights,priority,accept,cold,llm` runs them.
+run, on stacks of the deployed shape (two reasoners, as deploy/k8s/base runs them);
+`bench/system_bench.py --rows fair,weights,priority,accept,cold,llm` runs them.
 
   fair      tenant `quiet` posts 3 tasks on an idle stack (its baseline), tenant `flood` posts
             300 alone (its baseline); then `flood` posts 300 and `quiet` 3 more two seconds
@@ -191,6 +192,11 @@ def settle(stack: Stack, idle: int = 16, timeout_s: float = 120) -> None:
     time.sleep(3)
 
 
+def deployed(run_dir: Path, **overrides: Any) -> StackConfig:
+    """An isolated stack of the shape deploy/k8s/base and `make up` run: two reasoners."""
+    return StackConfig.isolated(run_dir, reasoners=2, **overrides)
+
+
 def _all_finished(views: dict[str, dict[str, Any]]) -> bool:
     return all(v["state"] == "FINISHED" for v in views.values())
 
@@ -200,7 +206,7 @@ def _all_finished(views: dict[str, dict[str, Any]]) -> bool:
 
 def fair_rows(run_dir: Path, delay_s: float, row: Row) -> None:
     """The fair and priority rows, on one stack with the default seats."""
-    config = StackConfig.isolated(
+    config = deployed(
         run_dir / "fair",
         llm_script=script(delay_s, run_dir / "fair.json"),
         extra_env={"DECKHANDS_TENANT_MAX_RUNNING_TASKS": "10000"},
@@ -264,7 +270,7 @@ def weights_row(run_dir: Path, delay_s: float, row: Row) -> None:
     from shared.admission import seats_prefix
 
     seats = 40
-    config = StackConfig.isolated(
+    config = deployed(
         run_dir / "weights",
         llm_script=script(delay_s, run_dir / "weights.json"),
         extra_env={"DECKHANDS_MAX_SANDBOXES": str(seats)},
@@ -313,7 +319,7 @@ def weights_row(run_dir: Path, delay_s: float, row: Row) -> None:
 
 
 def accept_row(run_dir: Path, delay_s: float, row: Row) -> None:
-    config = StackConfig.isolated(
+    config = deployed(
         run_dir / "accept",
         llm_script=script(delay_s, run_dir / "accept.json"),
         extra_env={"DECKHANDS_TENANT_MAX_RUNNING_TASKS": "10000"},
@@ -355,13 +361,13 @@ def accept_row(run_dir: Path, delay_s: float, row: Row) -> None:
 
 def cold_row(run_dir: Path, delay_s: float, row: Row) -> None:
     path = script(delay_s, run_dir / "cold.json")
-    warm = StackConfig.isolated(run_dir / "cold-warm", llm_script=path)
+    warm = deployed(run_dir / "cold-warm", llm_script=path)
     with running(warm) as stack:
         tenant = Tenant(stack, "cold")
         asyncio.run(run_batch(tenant, 2, "calls:2 warm-up", 120))
         time.sleep(3)  # the pool refilled: the next task's sandbox is warm
         _, one, _ = asyncio.run(run_batch(tenant, 1, "cold: alone", 120))
-    fresh = StackConfig.isolated(run_dir / "cold-burst", llm_script=path)
+    fresh = deployed(run_dir / "cold-burst", llm_script=path)
     with running(fresh) as stack:
         tenant = Tenant(stack, "cold")
         began, _, views = asyncio.run(run_batch(tenant, 40, "cold: burst", 300))
@@ -378,7 +384,7 @@ def cold_row(run_dir: Path, delay_s: float, row: Row) -> None:
 def llm_row(run_dir: Path, delay_s: float, row: Row) -> None:
     limits = {"max_concurrent": 20, "requests_per_minute": 600}
     capacity = json.dumps({"openai/scripted": limits})
-    config = StackConfig.isolated(
+    config = deployed(
         run_dir / "llm",
         llm_script=script(delay_s, run_dir / "llm.json", limits),
         extra_env={

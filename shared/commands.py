@@ -46,6 +46,10 @@ class StepRequest(_Command):
     tenant_id: str | None = Field(
         default=None, description="The task's tenant: whose share of the LLM's capacity it uses."
     )
+    priority: TaskPriority = Field(
+        default=TaskPriority.INTERACTIVE,
+        description="Its place among its tenant's waiting LLM calls (interactive before batch).",
+    )
     events: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The log entries appended since the previous step request, up to "

@@ -89,8 +89,18 @@ class StackConfig:
     metrics_ports: dict[str, int] = field(default_factory=dict)
     # The tenant `up` makes an API key for (written to run_dir/api_key).
     tenant: str = os.environ.get("DECKHANDS_STACK_TENANT", "local")
+    # Reasoner processes, as deploy/k8s/base runs them: each LLM call costs a reasoner's one
+    # event loop tens of milliseconds of CPU in litellm, and when hundreds of tasks ask at once
+    # a single loop falls seconds behind (README, "Quotas"). `isolated` stacks
+    # run one unless told otherwise.
+    reasoners: int = int(os.environ.get("DECKHANDS_STACK_REASONERS", "2"))
 
     def __post_init__(self) -> None:
+        if self.reasoners < 1:
+            raise ValueError(f"DECKHANDS_STACK_REASONERS={self.reasoners}: at least 1")
+        if "reasoner" in self.metrics_ports:
+            for name in self.reasoner_replicas:
+                self.metrics_ports.setdefault(name, free_port())
         if self.nats_nodes < 1:
             raise ValueError(f"DECKHANDS_STACK_NATS_NODES={self.nats_nodes}: at least 1")
         if self.nats_nodes > 1 and not self.nats_cluster_ports:
@@ -99,6 +109,11 @@ class StackConfig:
             )
         if self.nats_cluster_ports:
             self.nats_port = self.nats_cluster_ports[0][0]
+
+    @property
+    def reasoner_replicas(self) -> tuple[str, ...]:
+        """The names of the reasoner processes besides `reasoner`."""
+        return tuple(f"reasoner-{i}" for i in range(2, self.reasoners + 1))
 
     @property
     def nats_names(self) -> tuple[str, ...]:
@@ -129,6 +144,7 @@ class StackConfig:
             "pool_name": f"isolated-{run_dir.name}",
             "llm": "scripted",  # tests script their LLM; one slow test asks for the local one
             "metrics_ports": {name: free_port() for name in WORKERS},
+            "reasoners": 1,
         }
         return cls(**(fields | overrides))
 
@@ -439,6 +455,8 @@ class Stack:
             wait_for_port(c.llm_port, proc=llm)
         for name in SERVICES:
             self.start_service(name)
+        for name in c.reasoner_replicas:
+            self.start_replica(name, "reasoner", {})
         self._wait_ready(timeout_s)
         self.ensure_api_key()
         return made_admin_key
@@ -454,7 +472,8 @@ class Stack:
         waiting = [n for n in names if n == "gateway" or n in self.config.metrics_ports]
         last = "no answer"
         while waiting and time.monotonic() < deadline:
-            dead = [n for n in names if n in SERVICES and n not in self.running()]
+            started = (*SERVICES, *self.config.reasoner_replicas)
+            dead = [n for n in names if n in started and n not in self.running()]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}/<name>.log")
             try:
@@ -470,7 +489,7 @@ class Stack:
             raise TimeoutError(f"{', '.join(waiting)} not ready after {timeout_s}s: {last}")
 
     def _wait_ready(self, timeout_s: float) -> None:
-        self.wait_ready(SERVICES, timeout_s)
+        self.wait_ready((*SERVICES, *self.config.reasoner_replicas), timeout_s)
 
     def down(self) -> None:
         procs = self.running()

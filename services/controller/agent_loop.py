@@ -165,14 +165,24 @@ def created_entry(state: TaskState) -> TaskCreatedObservation:
     )
 
 
+def step_request(state: TaskState, iteration: int) -> StepRequest:
+    """The reasoner's order for the step after the log's last entry: the tenant and priority
+    say where its LLM call stands among those waiting for the model."""
+    return StepRequest(
+        task_id=state.task_id,
+        after_seq=state.last_seq,
+        iteration=iteration,
+        tenant_id=state.tenant_id,
+        priority=state.priority,
+    )
+
+
 def ask_for_lost_step(turn: Turn) -> None:
     """A State rebuilt from the log awaits a step whose request id no entry names (requests are
     not logged): ask for the step again, under a new id. A late answer to the lost request is
     then stale and ignored."""
     s = turn.state
-    step = StepRequest(
-        task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration, tenant_id=s.tenant_id
-    )
+    step = step_request(s, s.iteration)
     turn.update(awaiting=Awaiting.AGENT, awaiting_id=step.id)
     turn.send(Service.REASONER, step)
     _count(turn, RE_REQUESTS.labels(Awaiting.AGENT.value))
@@ -628,9 +638,7 @@ def _ask_again(turn: Turn) -> None:
     s = turn.state
     turn.update(awaiting_attempt=s.awaiting_attempt + 1)
     if s.awaiting is Awaiting.AGENT:
-        step = StepRequest(
-            task_id=s.task_id, after_seq=s.last_seq, iteration=s.iteration, tenant_id=s.tenant_id
-        )
+        step = step_request(s, s.iteration)
         turn.update(awaiting_id=step.id)
         turn.send(Service.REASONER, step)
     elif s.pending_action is not None and s.awaiting is Awaiting.SECURITY:
@@ -666,12 +674,7 @@ def _request_step(turn: Turn) -> None:
             f"reached the maximum budget (${state.max_budget_usd:.4f}; spent ${spent:.4f})",
         )
         return
-    step = StepRequest(
-        task_id=state.task_id,
-        after_seq=state.last_seq,
-        iteration=state.iteration + 1,
-        tenant_id=state.tenant_id,
-    )
+    step = step_request(state, state.iteration + 1)
     turn.update(iteration=step.iteration, awaiting=Awaiting.AGENT, awaiting_id=step.id)
     if step.iteration == 1:
         # The sandbox starts while the agent thinks about its first action.

@@ -10,7 +10,8 @@ at the calls it had in flight then, so that the waiting calls do not all rush at
 When room is scarce, tenants that want some are served by the seat weights
 (shared.admission.WEIGHTS_KEY): the room goes to the wanting tenant with the lowest
 (leases it held in the last minute + 1) / weight. Within a replica, a tenant's calls wait in
-arrival order, and only the first of them asks Redis, so the polling is per tenant, not per call.
+arrival order (an interactive call ahead of the tenant's batch ones), and only the first of
+them asks Redis, so the polling is per tenant, not per call.
 
 Keys, under `deckhands:llm:<model>`:
 - `inflight` ZSET lease -> when it expires (a replica that died mid-call frees it then)
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from shared.admission import NO_TENANT, WEIGHTS_KEY
+from shared.events import TaskPriority
 
 from .metrics import LLM_CAPACITY_WAIT, LLM_CAPACITY_WAITING, LLM_PAUSES, LLM_TOKENS_GRANTED
 from .settings import ModelLimits
@@ -187,7 +189,8 @@ class CapacityGate:
         self._acquire = redis.register_script(_ACQUIRE)
         self._release = redis.register_script(_RELEASE)
         self._pause = redis.register_script(_PAUSE)
-        self._queues: dict[str, asyncio.Lock] = {}
+        self._queues: dict[tuple[str, TaskPriority], asyncio.Lock] = {}
+        self._lines: dict[tuple[str, TaskPriority], int] = {}  # calls waiting in each queue
         self._waiting: dict[str, int] = {}
         self._freed = asyncio.Event()
 
@@ -198,10 +201,11 @@ class CapacityGate:
         estimated_tokens: int,
         notice: WaitNotice | None = None,
         notice_after_s: float = 1.0,
+        priority: TaskPriority = TaskPriority.INTERACTIVE,
     ) -> AsyncIterator[Lease]:
         """Hold room for one call; the caller sets `used_tokens` on the lease when known."""
         tenant = tenant_id or NO_TENANT
-        lease = Lease(id=uuid.uuid4().hex, tenant=tenant)
+        lease = Lease(id=uuid.uuid4().hex, tenant=tenant, priority=priority)
         started = time.monotonic()
         await self._take(lease, estimated_tokens, started, notice, notice_after_s)
         waited = time.monotonic() - started
@@ -234,14 +238,20 @@ class CapacityGate:
         notice: WaitNotice | None,
         notice_after_s: float,
     ) -> None:
-        tenant = lease.tenant
-        queue = self._queues.setdefault(tenant, asyncio.Lock())
+        tenant, line = lease.tenant, (lease.tenant, lease.priority)
+        queue = self._queues.setdefault(line, asyncio.Lock())
         self._waiting[tenant] = self._waiting.get(tenant, 0) + 1
+        self._lines[line] = self._lines.get(line, 0) + 1
         LLM_CAPACITY_WAITING.labels(self.model, tenant).inc()
         noticed = False
         try:
-            async with queue:  # this replica's calls of one tenant, in arrival order
+            # This replica's calls of one tenant and priority, in arrival order; the first of
+            # them asks Redis, and a batch one only while no interactive one of its tenant waits.
+            async with queue:
                 while True:
+                    if self._behind_interactive(lease):
+                        await self._sleep(_POLL_S)
+                        continue
                     granted, wait = await self._ask(lease, estimated_tokens)
                     if granted:
                         return
@@ -259,9 +269,17 @@ class CapacityGate:
             self._waiting[tenant] -= 1
             if not self._waiting[tenant]:
                 del self._waiting[tenant]
+            self._lines[line] -= 1
+            if not self._lines[line]:
+                del self._lines[line]
                 if not queue.locked():
-                    self._queues.pop(tenant, None)
+                    self._queues.pop(line, None)
             LLM_CAPACITY_WAITING.labels(self.model, tenant).dec()
+
+    def _behind_interactive(self, lease: Lease) -> bool:
+        return lease.priority is TaskPriority.BATCH and (
+            self._lines.get((lease.tenant, TaskPriority.INTERACTIVE), 0) > 0
+        )
 
     async def _ask(self, lease: Lease, estimated_tokens: int) -> tuple[bool, CapacityWait | None]:
         lim = self.limits
@@ -310,4 +328,5 @@ class CapacityGate:
 class Lease:
     id: str
     tenant: str
+    priority: TaskPriority = TaskPriority.INTERACTIVE
     used_tokens: int | None = None

@@ -251,6 +251,7 @@ class StepHandler:
                 native=native,
                 on_rate_limit=on_rate_limit,
                 tenant_id=step.tenant_id,
+                priority=step.priority,
             )
         except ContextWindowExceeded as exc:
             condensed = await self._condense(step, view, events, native, force=True)

@@ -28,7 +28,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from shared.events import LLMUsage
+from shared.admission import NO_TENANT
+from shared.events import LLMUsage, TaskPriority
+from shared.fair_slots import FairSlots
 
 from .capacity import CapacityGate, CapacityWait, Lease
 from .metrics import (
@@ -157,7 +159,9 @@ class LLMClient:
         self._native: bool | None = None
         # What is scarce is the provider's concurrency, not the steps waiting on it: a step
         # holds one of these only while its request is on the wire, never while it backs off.
-        self._in_flight = asyncio.Semaphore(settings.llm_max_concurrency)
+        # Handed out fairly: a tenant's batch of hundreds of calls does not hold another
+        # tenant's call (or its own interactive one) back for more than the next free slot.
+        self._in_flight = FairSlots(settings.llm_max_concurrency)
         # The model's series exist from the start: a rate needs a sample from before the first
         # call, or the first minute of calls shows no rate at all.
         LLM_LATENCY.labels(self.model)
@@ -301,6 +305,7 @@ class LLMClient:
         native: bool,
         on_rate_limit: RateLimitNotice | None = None,
         tenant_id: str | None = None,
+        priority: TaskPriority = TaskPriority.INTERACTIVE,
     ) -> LLMReply:
         s = self.settings
         litellm = _litellm()
@@ -315,8 +320,10 @@ class LLMClient:
                 raise LLMCallError(problem)
             started = time.perf_counter()
             try:
-                async with self._lease(route, messages, tenant_id, on_rate_limit) as lease:
-                    async with self._in_flight:
+                async with self._lease(
+                    route, messages, tenant_id, priority, on_rate_limit
+                ) as lease:
+                    async with self._in_flight.slot(tenant_id or NO_TENANT, priority):
                         LLM_IN_FLIGHT.inc()
                         try:
                             response = await litellm.acompletion(
@@ -397,6 +404,7 @@ class LLMClient:
         route: _Route,
         messages: list[dict[str, Any]],
         tenant_id: str | None,
+        priority: TaskPriority,
         on_rate_limit: RateLimitNotice | None,
     ) -> AsyncIterator[Lease | None]:
         """Room for one call in the model's shared capacity (none without Redis)."""
@@ -418,7 +426,7 @@ class LLMClient:
                 )
 
         async with gate.lease(
-            tenant_id, estimate, noticed, self.settings.llm_capacity_notice_s
+            tenant_id, estimate, noticed, self.settings.llm_capacity_notice_s, priority
         ) as lease:
             yield lease
 

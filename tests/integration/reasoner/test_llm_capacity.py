@@ -24,6 +24,7 @@ from services.reasoner.capacity import CapacityGate, CapacityWait
 from services.reasoner.llm import LLMClient
 from services.reasoner.settings import ModelLimits, ReasonerSettings
 from shared.admission import WEIGHTS_KEY
+from shared.events import TaskPriority
 from tools.procs import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -152,6 +153,33 @@ async def test_room_goes_to_tenants_by_their_weights(redis: Redis) -> None:
     # While both wait (the first 16 grants), the heavy tenant gets about three in four.
     heavy = order[:16].count("cap-heavy")
     assert 10 <= heavy <= 13, order
+
+
+async def test_a_tenants_interactive_calls_go_ahead_of_its_batch(redis: Redis) -> None:
+    gate = CapacityGate(redis, model_name(), ModelLimits(max_concurrent=1), 30)
+    order: list[str] = []
+    holding = asyncio.Event()
+    go = asyncio.Event()
+
+    async def first() -> None:
+        async with gate.lease("t", 0, priority=TaskPriority.BATCH):
+            holding.set()
+            await go.wait()
+
+    async def call(name: str, priority: TaskPriority) -> None:
+        async with gate.lease("t", 0, priority=priority):
+            order.append(name)
+            await asyncio.sleep(0.01)
+
+    holder = asyncio.create_task(first())
+    await holding.wait()
+    batch = [asyncio.create_task(call(f"b{i}", TaskPriority.BATCH)) for i in range(4)]
+    await asyncio.sleep(0.2)  # the batch calls wait first
+    urgent = [asyncio.create_task(call(f"i{i}", TaskPriority.INTERACTIVE)) for i in range(2)]
+    await asyncio.sleep(0.05)
+    go.set()
+    await asyncio.wait_for(asyncio.gather(holder, *batch, *urgent), 30)
+    assert order[:2] == ["i0", "i1"] and sorted(order[2:]) == ["b0", "b1", "b2", "b3"], order
 
 
 async def test_a_pause_holds_every_replica(redis_url: str, redis: Redis) -> None:
