@@ -89,17 +89,19 @@ class StackConfig:
     metrics_ports: dict[str, int] = field(default_factory=dict)
     # The tenant `up` makes an API key for (written to run_dir/api_key).
     tenant: str = os.environ.get("DECKHANDS_STACK_TENANT", "local")
-    # Reasoner processes, as deploy/k8s/base runs them: each LLM call costs a reasoner's one
-    # event loop tens of milliseconds of CPU in litellm, and when hundreds of tasks ask at once
-    # a single loop falls seconds behind (README, "Quotas"). `isolated` stacks
-    # run one unless told otherwise.
+    # Controller and reasoner processes, as deploy/k8s/base runs them (2 each). Each service
+    # handles its messages on one event loop; when hundreds of tasks move at once (a tenant's
+    # batch), a single controller or reasoner falls seconds behind and every tenant's next step
+    # waits in its queue (README, "Quotas"). `isolated` stacks run one of each unless told.
+    controllers: int = int(os.environ.get("DECKHANDS_STACK_CONTROLLERS", "2"))
     reasoners: int = int(os.environ.get("DECKHANDS_STACK_REASONERS", "2"))
 
     def __post_init__(self) -> None:
-        if self.reasoners < 1:
-            raise ValueError(f"DECKHANDS_STACK_REASONERS={self.reasoners}: at least 1")
-        if "reasoner" in self.metrics_ports:
-            for name in self.reasoner_replicas:
+        for setting, count in (("CONTROLLERS", self.controllers), ("REASONERS", self.reasoners)):
+            if count < 1:
+                raise ValueError(f"DECKHANDS_STACK_{setting}={count}: at least 1")
+        for name, service in self.replicas:
+            if service in self.metrics_ports:
                 self.metrics_ports.setdefault(name, free_port())
         if self.nats_nodes < 1:
             raise ValueError(f"DECKHANDS_STACK_NATS_NODES={self.nats_nodes}: at least 1")
@@ -111,9 +113,10 @@ class StackConfig:
             self.nats_port = self.nats_cluster_ports[0][0]
 
     @property
-    def reasoner_replicas(self) -> tuple[str, ...]:
-        """The names of the reasoner processes besides `reasoner`."""
-        return tuple(f"reasoner-{i}" for i in range(2, self.reasoners + 1))
+    def replicas(self) -> tuple[tuple[str, str], ...]:
+        """(name, service) of each process beyond a service's first: `controller-2`..."""
+        counts = (("controller", self.controllers), ("reasoner", self.reasoners))
+        return tuple((f"{svc}-{i}", svc) for svc, n in counts for i in range(2, n + 1))
 
     @property
     def nats_names(self) -> tuple[str, ...]:
@@ -144,6 +147,7 @@ class StackConfig:
             "pool_name": f"isolated-{run_dir.name}",
             "llm": "scripted",  # tests script their LLM; one slow test asks for the local one
             "metrics_ports": {name: free_port() for name in WORKERS},
+            "controllers": 1,
             "reasoners": 1,
         }
         return cls(**(fields | overrides))
@@ -455,8 +459,8 @@ class Stack:
             wait_for_port(c.llm_port, proc=llm)
         for name in SERVICES:
             self.start_service(name)
-        for name in c.reasoner_replicas:
-            self.start_replica(name, "reasoner", {})
+        for name, service in c.replicas:
+            self.start_replica(name, service, {})
         self._wait_ready(timeout_s)
         self.ensure_api_key()
         return made_admin_key
@@ -472,7 +476,7 @@ class Stack:
         waiting = [n for n in names if n == "gateway" or n in self.config.metrics_ports]
         last = "no answer"
         while waiting and time.monotonic() < deadline:
-            started = (*SERVICES, *self.config.reasoner_replicas)
+            started = (*SERVICES, *(name for name, _ in self.config.replicas))
             dead = [n for n in names if n in started and n not in self.running()]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}/<name>.log")
@@ -489,7 +493,7 @@ class Stack:
             raise TimeoutError(f"{', '.join(waiting)} not ready after {timeout_s}s: {last}")
 
     def _wait_ready(self, timeout_s: float) -> None:
-        self.wait_ready((*SERVICES, *self.config.reasoner_replicas), timeout_s)
+        self.wait_ready((*SERVICES, *(name for name, _ in self.config.replicas)), timeout_s)
 
     def down(self) -> None:
         procs = self.running()

@@ -44,7 +44,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config = StackConfig.isolated(
         run_dir,
         llm_script=script,
-        reasoners=2,  # as deployed (deploy/k8s/base, `make up`)
+        controllers=2,  # as deployed (deploy/k8s/base, `make up`)
+        reasoners=2,
         extra_env={
             "DECKHANDS_MAX_SANDBOXES": str(SEATS),
             "DECKHANDS_POOL_MIN_IDLE": "2",
@@ -230,18 +231,22 @@ def test_each_tenants_seats_and_waits_are_in_the_metrics(stack: Stack) -> None:
     assert float(waits[0].split()[-1]) < float(total[0].split()[-1])
 
 
-def test_both_reasoners_answered_steps(stack: Stack) -> None:
-    """The stack runs reasoners as deployed: two processes sharing the step requests."""
-    assert "reasoner-2" in stack.running()
-    for name in ("reasoner", "reasoner-2"):
+def test_both_controllers_and_both_reasoners_did_their_share(stack: Stack) -> None:
+    """The stack runs as deployed: two controllers sharing the inputs, two reasoners sharing
+    the step requests."""
+    for name, counter in (
+        ("controller", "deckhands_controller_turn_seconds_count"),
+        ("controller-2", "deckhands_controller_turn_seconds_count"),
+        ("reasoner", "deckhands_reasoner_answers_total{"),
+        ("reasoner-2", "deckhands_reasoner_answers_total{"),
+    ):
+        assert name in stack.running()
         port = stack.config.metrics_ports[name]
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-        answered = sum(
-            float(line.rpartition(" ")[2])
-            for line in text.splitlines()
-            if line.startswith("deckhands_reasoner_answers_total{")
+        done = sum(
+            float(line.rpartition(" ")[2]) for line in text.splitlines() if line.startswith(counter)
         )
-        assert answered > 0, f"{name} answered no step"
+        assert done > 0, f"{name} did nothing"
 
 
 def test_the_fair_order_survives_a_redis_loss_while_tasks_queue(stack: Stack) -> None:
