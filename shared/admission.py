@@ -14,9 +14,10 @@ furthest below its share, weighted fair queuing on seats held:
 Seats are given at the pace sandboxes start (`max_starting`, 0 for no such limit): a task seated
 but whose sandbox has not started yet is *starting*, and while `max_starting` tasks are, the
 next waits in the queue even if seats are free. The engine starts a few sandboxes at once as
-fast as many (and many at once all finish late), so this costs a burst nothing, and a tenant
-that comes after another's flood is seated at the next start, not after the flood's every
-start. A starting entry older than `start_stale_s` (its replica died mid-start) stops counting.
+fast as many (and many at once all finish late), so this costs a burst nothing. A tenant with
+no sandbox starting still takes a free seat past that pace (a start slot of its own): a tenant
+that comes during another's flood waits for no start of the flood. A starting entry older than
+`start_stale_s` (its replica died mid-start) stops counting.
 
 Weights are the operator's (per tenant, `seat_weight` in the tenant's limits, 1 by default),
 kept by the gateway in `deckhands:seat-weights` (HASH tenant -> weight); the scripts only read
@@ -75,7 +76,7 @@ _RATE_WINDOW_S = 600.0
 # The choice of the next seated task, shared by the scripts. prefix: the pool's key prefix.
 # Returns the task seated, or false when nobody waits.
 _SEAT_NEXT = """
-local function seat_next(prefix, weights, now)
+local function seat_next(prefix, weights, now, busy)
   local waiting = redis.call('HGETALL', prefix .. ':waiting')
   local best, best_rank, best_ticket = nil, nil, nil
   for i = 1, #waiting, 2 do
@@ -87,7 +88,7 @@ local function seat_next(prefix, weights, now)
     local head = redis.call('ZRANGE', prefix .. ':q:' .. tenant, 0, 0)
     if #head == 0 then
       redis.call('HDEL', prefix .. ':waiting', tenant)
-    else
+    elseif not (busy and busy[tenant]) then
       local ticket = tonumber(redis.call('ZSCORE', prefix .. ':queue', head[1]))
       if best == nil or rank < best_rank or (rank == best_rank and ticket < best_ticket) then
         best, best_rank, best_ticket = tenant, rank, ticket
@@ -117,21 +118,35 @@ end
 
 -- Seats the fairest while seats are free and fewer than `max_starting` (0: no limit) seated
 -- tasks wait for their sandbox to start (entries seated before `stale_before` no longer
--- count). Each task seated but `asking` waits in `admitted` (due now) for its order to be sent
--- again. Returns the entries {task, tenant, waited} of the tasks seated, and whether `asking`
--- was one.
+-- count). Past that pace, a tenant with no sandbox starting still gets a free seat: a start
+-- slot of its own, so that a tenant arriving during another's flood waits for no start of the
+-- flood (the engine takes a few more starts at once as fast). Each task seated but `asking`
+-- waits in `admitted` (due now) for its order to be sent again. Returns the entries
+-- {task, tenant, waited} of the tasks seated, and whether `asking` was one.
 local function seat_while_free(prefix, weights, now, max, asking, max_starting, stale_before)
   local seated, mine = {}, false
   local free = tonumber(max) - redis.call('HLEN', prefix .. ':seats')
+  local room = free
+  local busy = nil
   if tonumber(max_starting) > 0 then
     redis.call('ZREMRANGEBYSCORE', prefix .. ':starting', '-inf', '(' .. stale_before)
-    local room = tonumber(max_starting) - redis.call('ZCARD', prefix .. ':starting')
-    if room < free then free = room end
+    room = tonumber(max_starting) - redis.call('ZCARD', prefix .. ':starting')
+    busy = {}
+    for _, starting in ipairs(redis.call('ZRANGE', prefix .. ':starting', 0, -1)) do
+      busy[redis.call('HGET', prefix .. ':owner', starting) or ''] = true
+    end
   end
   while free > 0 do
-    local task = seat_next(prefix, weights, now)
+    local task
+    if room > 0 then
+      task = seat_next(prefix, weights, now, nil)
+    else
+      task = seat_next(prefix, weights, now, busy)
+    end
     if not task then break end
+    if busy then busy[redis.call('HGET', prefix .. ':owner', task) or ''] = true end
     free = free - 1
+    room = room - 1
     table.insert(seated, seated_entry(prefix, task, now))
     if task == asking then
       mine = true

@@ -119,8 +119,9 @@ class RuntimeSettings(CommonSettings):
         ge=0,
         description="Seated tasks whose sandbox is still starting, across every replica; the "
         "next seat waits until one started (0: no such limit). Seats go at the pace the engine "
-        "starts sandboxes (it starts a few at once as fast as many), so a tenant arriving during "
-        "another's flood is seated at the next start, not after every start of the flood.",
+        "starts sandboxes (it starts a few at once as fast as many); a tenant with none "
+        "starting still takes a free seat, so that a tenant arriving during another's flood "
+        "waits for no start of the flood.",
     )
 
     # -- hardening and resources

@@ -235,14 +235,20 @@ async def test_seats_go_at_the_pace_sandboxes_start(paced: SandboxSeats) -> None
     flood = [await paced.admit(f"f{i}", order(f"f{i}"), tenant_id="flood") for i in range(5)]
     assert [a.seated for a in flood] == [True, True, False, False, False]  # seats free, yet
     assert await paced.starting() == 2
-    # A tenant that comes during the flood is seated at the next start, ahead of the flood.
-    quiet = await paced.admit("q0", order("q0"), tenant_id="quiet")
+    # A tenant that comes during the flood, with no sandbox starting, takes a free seat at once:
+    # a start slot of its own, past the pace.
+    assert (await paced.admit("q0", order("q0"), tenant_id="quiet")).seated
+    assert await paced.starting() == 3
+    # Its next task waits for a start like anyone's, and goes first (it holds fewer seats).
+    quiet = await paced.admit("q1", order("q1"), tenant_id="quiet")
     assert not quiet.seated and quiet.position == 1
     assert await paced.started("f0")
     assert not await paced.started("f0")  # once
+    assert await paced.pump() == ([], [])  # f1 and q0 still start: the pace holds
+    assert await paced.started("q0")
     orders, seated = await paced.pump()
-    assert [s.task_id for s in seated] == ["q0"] and orders == [order("q0")]
-    assert await paced.counts() == (3, 3)  # f0 keeps its seat: its sandbox runs
+    assert [s.task_id for s in seated] == ["q1"] and orders == [order("q1")]
+    assert await paced.counts() == (4, 3)  # f0 and q0 keep their seats: their sandboxes run
     # A seat held by a sandbox that runs already (adopted) never waits for a start.
     await paced.hold("elsewhere", "quiet")
     assert await paced.starting() == 2
