@@ -52,6 +52,8 @@ REBUILT = Counter(
 )
 # A task whose last entry is younger than this may be in the middle of a turn.
 _SETTLE_S = 1.0
+# How many times one recovery round waits for such tasks before leaving them to the next round.
+_SETTLE_ROUNDS = 3
 # An overdue notice not yet applied (the controller busy or down) is looked at again after this.
 _OVERDUE_RECHECK_S = 30.0
 
@@ -194,31 +196,36 @@ class ControllerHandlers:
     async def recover_lost_states(self) -> int:
         """Rebuild the State of every task still going when Redis lost them (a FLUSHALL, a new
         Redis): its marker key is gone. Tasks that were waiting for an answer get it, but one
-        waiting for a person (or whose order's answer was lost) would hear nothing: rebuilt
-        here, the gateway shows it and the runtime runs its actions again. Ended tasks come
-        after every live one (nobody waits for them, but their owners look them up and list
-        them); the marker is set once all are back."""
-        if self.task_log is None or await self.store.intact():
+        waiting for a person or for a seat (the runtime's queue was in Redis too) would hear
+        nothing: rebuilt here, the gateway shows it and the runtime runs its actions again.
+        Live tasks come first, those caught mid-turn again once they settle; ended tasks after
+        every live one (nobody waits for them, but their owners look them up and list them);
+        the marker is set once all are back."""
+        task_log = self.task_log
+        if task_log is None or await self.store.intact():
             return 0
-        recovered = 0
-        busy = False
         ended: list[str] = []
-        for task_id in await self.task_log.task_ids():
-            if await self.store.exists(task_id):
-                continue
-            last = await self.task_log.last_entry(task_id)
-            if last is None:
-                continue
-            if has_ended(last):
+        settling: list[str] = []
+        recovered = 0
+        for task_id in await task_log.task_ids():
+            outcome = await self._recover_if_settled(task_log, task_id)
+            if outcome == "ended":
                 ended.append(task_id)
-                continue
-            if (utc_now() - last.timestamp).total_seconds() < _SETTLE_S:
-                # A turn may still be publishing what it logged: a rebuild from part of it
-                # would log the same seqs again. The next round, or the task's next input.
-                busy = True
-                continue
-            if await self._recover(task_id, None) is not None:
-                recovered += 1
+            elif outcome == "settling":
+                settling.append(task_id)
+            recovered += outcome == "rebuilt"
+        for _ in range(_SETTLE_ROUNDS):
+            if not settling:
+                break
+            # A task queued for a seat hears nothing until it is rebuilt: not after the ended.
+            await asyncio.sleep(_SETTLE_S)
+            still: list[str] = []
+            for task_id in settling:
+                outcome = await self._recover_if_settled(task_log, task_id)
+                if outcome == "settling":
+                    still.append(task_id)
+                recovered += outcome == "rebuilt"
+            settling = still
         restored = 0
         for task_id in ended:
             # An input may have rebuilt it meanwhile; create() below keeps the first anyway.
@@ -226,7 +233,7 @@ class ControllerHandlers:
                 await self._recover(task_id, None, quiet=True) is not None
             ):
                 restored += 1
-        if not busy:
+        if not settling:
             await self.store.mark_intact()
         if recovered or restored:
             log.warning(
@@ -235,6 +242,21 @@ class ControllerHandlers:
                 restored,
             )
         return recovered
+
+    async def _recover_if_settled(self, task_log: TaskLog, task_id: str) -> str:
+        """One live task's State rebuilt if Redis lost it: "rebuilt", "ended" (left for
+        later), "settling" (a turn may still be publishing what it logged: a rebuild from part
+        of it would log the same seqs again), or "kept" (nothing to do)."""
+        if await self.store.exists(task_id):
+            return "kept"
+        last = await task_log.last_entry(task_id)
+        if last is None:
+            return "kept"
+        if has_ended(last):
+            return "ended"
+        if (utc_now() - last.timestamp).total_seconds() < _SETTLE_S:
+            return "settling"
+        return "rebuilt" if await self._recover(task_id, None) is not None else "kept"
 
     async def watch_lost_states(self, every_s: float) -> None:
         """The recovery loop, for the life of the process."""
