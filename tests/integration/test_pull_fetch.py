@@ -117,8 +117,10 @@ async def test_a_service_consumer_takes_a_burst_and_a_lone_message_promptly(
     async with broker:
         await broker.start()
         began = time.monotonic()
+        # Acknowledged as the services' publishes are (FastStream's default wait is 0.5 s,
+        # short for 300 at once on a busy machine).
         await asyncio.gather(
-            *(broker.publish(Ping(n=n), subject, stream=WORK.name) for n in range(300))
+            *(broker.publish(Ping(n=n), subject, stream=WORK.name, timeout=10) for n in range(300))
         )
         for _ in range(200):
             if len(handled) == 300:
@@ -128,7 +130,7 @@ async def test_a_service_consumer_takes_a_burst_and_a_lone_message_promptly(
         burst_s = max(handled.values()) - began
         await asyncio.sleep(0.5)  # quiet: the consumer's fetch lingers
         published = time.monotonic()
-        await broker.publish(Ping(n=-1), subject, stream=WORK.name)
+        await broker.publish(Ping(n=-1), subject, stream=WORK.name, timeout=10)
         await asyncio.wait_for(lone.wait(), 5)
         lone_s = handled[-1] - published
     assert burst_s < 5, f"300 messages took {burst_s:.1f} s"
