@@ -15,10 +15,8 @@ Seats are given at the pace sandboxes start (`max_starting`, 0 for no such limit
 but whose sandbox has not started yet is *starting*, and while `max_starting` tasks are, the
 next waits in the queue even if seats are free. The engine starts a few sandboxes at once as
 fast as many (and many at once all finish late), so this costs a burst nothing. A tenant with
-no sandbox starting still takes a free seat past that pace (a start slot of its own), and so
-does its interactive work while only its batch work starts: a tenant that comes during
-another's flood waits for no start of the flood, nor a person for their team's batch. A starting
-entry older than
+no sandbox starting still takes a free seat past that pace (a start slot of its own): a tenant
+that comes during another's flood waits for no start of the flood. A starting entry older than
 `start_stale_s` (its replica died mid-start) stops counting.
 
 Weights are the operator's (per tenant, `seat_weight` in the tenant's limits, 1 by default),
@@ -34,7 +32,6 @@ keys (per sandbox pool, under `deckhands:seats:<pool>`):
 - `held`      HASH  tenant -> seats its tasks hold
 - `queue`     ZSET  task -> ticket (a counter: arrival order), every queued task
 - `q:<tenant>` ZSET task -> ticket, plus BATCH_OFFSET for a batch task: the tenant's own queue
-- `batch`     HASH  task -> 1 for a batch task, queued or seated
 - `waiting`   HASH  tenant -> tasks it has queued (only tenants with some)
 - `queued_at` HASH  task -> unix time it joined the queue
 - `ticket`    STRING the counter
@@ -79,12 +76,6 @@ _RATE_WINDOW_S = 600.0
 # The choice of the next seated task, shared by the scripts. prefix: the pool's key prefix.
 # Returns the task seated, or false when nobody waits.
 _SEAT_NEXT = """
--- A tenant's interactive and batch work each have a start slot of their own.
-local function start_class(prefix, tenant, task)
-  if redis.call('HEXISTS', prefix .. ':batch', task) == 1 then return tenant .. '/b' end
-  return tenant .. '/i'
-end
-
 local function seat_next(prefix, weights, now, busy)
   local waiting = redis.call('HGETALL', prefix .. ':waiting')
   local best, best_rank, best_ticket = nil, nil, nil
@@ -97,7 +88,7 @@ local function seat_next(prefix, weights, now, busy)
     local head = redis.call('ZRANGE', prefix .. ':q:' .. tenant, 0, 0)
     if #head == 0 then
       redis.call('HDEL', prefix .. ':waiting', tenant)
-    elseif not (busy and busy[start_class(prefix, tenant, head[1])]) then
+    elseif not (busy and busy[tenant]) then
       local ticket = tonumber(redis.call('ZSCORE', prefix .. ':queue', head[1]))
       if best == nil or rank < best_rank or (rank == best_rank and ticket < best_ticket) then
         best, best_rank, best_ticket = tenant, rank, ticket
@@ -129,8 +120,7 @@ end
 -- tasks wait for their sandbox to start (entries seated before `stale_before` no longer
 -- count). Past that pace, a tenant with no sandbox starting still gets a free seat: a start
 -- slot of its own, so that a tenant arriving during another's flood waits for no start of the
--- flood (the engine takes a few more starts at once as fast); the same for a tenant's
--- interactive work while only its batch work starts. Each task seated but `asking`
+-- flood (the engine takes a few more starts at once as fast). Each task seated but `asking`
 -- waits in `admitted` (due now) for its order to be sent again. Returns the entries
 -- {task, tenant, waited} of the tasks seated, and whether `asking` was one.
 local function seat_while_free(prefix, weights, now, max, asking, max_starting, stale_before)
@@ -143,8 +133,7 @@ local function seat_while_free(prefix, weights, now, max, asking, max_starting, 
     room = tonumber(max_starting) - redis.call('ZCARD', prefix .. ':starting')
     busy = {}
     for _, starting in ipairs(redis.call('ZRANGE', prefix .. ':starting', 0, -1)) do
-      local owner = redis.call('HGET', prefix .. ':owner', starting) or ''
-      busy[start_class(prefix, owner, starting)] = true
+      busy[redis.call('HGET', prefix .. ':owner', starting) or ''] = true
     end
   end
   while free > 0 do
@@ -155,9 +144,7 @@ local function seat_while_free(prefix, weights, now, max, asking, max_starting, 
       task = seat_next(prefix, weights, now, busy)
     end
     if not task then break end
-    if busy then
-      busy[start_class(prefix, redis.call('HGET', prefix .. ':owner', task) or '', task)] = true
-    end
+    if busy then busy[redis.call('HGET', prefix .. ':owner', task) or ''] = true end
     free = free - 1
     room = room - 1
     table.insert(seated, seated_entry(prefix, task, now))
@@ -193,10 +180,7 @@ end
 if redis.call('ZSCORE', prefix .. ':queue', task) == false then
   local ticket = redis.call('INCR', prefix .. ':ticket')
   local rank = ticket
-  if ARGV[8] == '1' then
-    rank = ticket + tonumber(ARGV[9])
-    redis.call('HSET', prefix .. ':batch', task, 1)
-  end
+  if ARGV[8] == '1' then rank = ticket + tonumber(ARGV[9]) end
   redis.call('ZADD', prefix .. ':queue', ticket, task)
   redis.call('ZADD', prefix .. ':q:' .. tenant, rank, task)
   redis.call('HINCRBY', prefix .. ':waiting', tenant, 1)
@@ -304,7 +288,6 @@ if held == 1 then
   redis.call('LTRIM', prefix .. ':released', 0, tonumber(ARGV[4]) - 1)
 end
 redis.call('HDEL', prefix .. ':owner', task)
-redis.call('HDEL', prefix .. ':batch', task)
 redis.call('HDEL', prefix .. ':orders', task)
 redis.call('ZREM', prefix .. ':admitted', task)
 redis.call('ZREM', prefix .. ':starting', task)

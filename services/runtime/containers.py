@@ -82,8 +82,6 @@ class Sandbox:
     client: ExecutorClient
     created_at: float = field(default_factory=time.monotonic)
     task_id: str | None = None
-    # Whose share of this replica's sandboxes it counts in (tenant and priority), once bound.
-    share: str | None = None
     network: str = NO_NETWORK
     # A /workspace quota of its task's own (None: the pool's default size).
     workspace_bytes: int | None = None

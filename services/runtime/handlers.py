@@ -67,7 +67,7 @@ from .pool import PoolExhausted, WarmPool
 from .recent_actions import RecentActions
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
-from .task_sandboxes import HeldElsewhere, TaskSandboxes, WorkspaceLost, share_of
+from .task_sandboxes import HeldElsewhere, TaskSandboxes, WorkspaceLost
 from .task_secrets import TaskSecrets
 from .workspace_ops import RuntimeWorkspace
 
@@ -579,10 +579,7 @@ class RuntimeService:
         network = self.settings.sandbox_network_name if command.network_egress else None
         try:
             sandbox = await self.tasks.get(
-                task_id,
-                network,
-                self.settings.task_workspace_bytes(command.workspace_mib),
-                share_of(command.tenant_id, command.priority),
+                task_id, network, self.settings.task_workspace_bytes(command.workspace_mib)
             )
             # The repository is fetched while the agent thinks (a failure: the first action
             # tries again, and ends the task with the reason).
@@ -648,10 +645,7 @@ class RuntimeService:
             network = self.settings.sandbox_network_name
         try:
             sandbox = await self.tasks.get(
-                command.task_id,
-                network,
-                self.settings.task_workspace_bytes(command.workspace_mib),
-                share_of(command.tenant_id, command.priority),
+                command.task_id, network, self.settings.task_workspace_bytes(command.workspace_mib)
             )
         except WorkspaceLost as exc:
             ACTIONS.labels(kind, "sandbox_lost").inc()

@@ -168,18 +168,12 @@ class WarmPool:
     # -- acquisition
 
     async def acquire(
-        self,
-        network: str | None = None,
-        workspace_bytes: int | None = None,
-        *,
-        from_reserve: bool = True,
+        self, network: str | None = None, workspace_bytes: int | None = None
     ) -> Sandbox:
         """A ready sandbox, used by nobody before; it now counts as busy.
 
         With a `network` other than the pool's, or a /workspace quota of the task's own
-        (`workspace_bytes`), the sandbox is started for the caller. Without `from_reserve`,
-        the last `pool_fair_reserve` idle ones are left for others (see TaskSandboxes), and
-        one is started for the caller instead, unless the pool is at its maximum.
+        (`workspace_bytes`), the sandbox is started for the caller.
         """
         dedicated = (
             network is not None and network != self.docker.pool_network
@@ -194,8 +188,7 @@ class WarmPool:
         self._waiting += demand
         try:
             while True:
-                reserve_too = from_reserve or self.total >= self.settings.pool_max_total
-                sandbox = None if dedicated else await self._take_idle(reserve_too)
+                sandbox = None if dedicated else await self._take_idle()
                 if sandbox is not None:
                     POOL_HITS.inc()
                     break
@@ -222,10 +215,8 @@ class WarmPool:
         self._publish_gauges()
         return sandbox
 
-    async def _take_idle(self, reserve_too: bool) -> Sandbox | None:
-        s = self.settings
-        kept = 0 if reserve_too else min(s.pool_fair_reserve, s.pool_max_idle)
-        while len(self._idle) > kept:
+    async def _take_idle(self) -> Sandbox | None:
+        while self._idle:
             sandbox = self._idle.popleft()
             # Counted busy while checked, so nobody else can take it or count it twice.
             self._busy[sandbox.container_id] = sandbox

@@ -77,15 +77,6 @@ class RuntimeSettings(CommonSettings):
         ge=0,
         description="Upper bound of ready sandboxes when scaling up for a burst of new tasks.",
     )
-    pool_fair_reserve: int = Field(
-        default=2,
-        ge=0,
-        description="The last idle sandboxes, kept for tasks of a tenant (or of a priority) "
-        "holding fewer sandboxes than the others on this replica: a team arriving during "
-        "another's flood, or an interactive task during its team's batch, starts on a warm "
-        "one while the flood's tasks start their own. A tenant alone takes them all; at most "
-        "pool_max_idle.",
-    )
     pool_max_total: int = Field(
         default=120,
         ge=1,

@@ -22,12 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
 import docker
-
-from shared.events import TaskPriority
 
 from .bindings import TaskBindings
 from .containers import (
@@ -62,21 +59,6 @@ class HeldElsewhere(Exception):
         self.replica = replica
 
 
-def share_of(tenant_id: str | None, priority: TaskPriority) -> str:
-    """Whose share of the sandboxes a task's counts in: its tenant's, per priority (an
-    interactive task is not held back by its own team's batch)."""
-    return f"{tenant_id or ''}/{priority.value}"
-
-
-def holds_fewest(held: Iterable[str], share: str) -> bool:
-    """Whether `share` holds no more sandboxes than any other share holding some: a tenant
-    alone always does, as do two even ones; a flooding one does not while another holds
-    fewer."""
-    counts = Counter(held)
-    mine = counts.pop(share, 0)
-    return all(mine <= theirs for theirs in counts.values())
-
-
 class TaskSandboxes:
     def __init__(self, pool: WarmPool, docker: DockerSandboxes, bindings: TaskBindings) -> None:
         self.pool = pool
@@ -104,18 +86,13 @@ class TaskSandboxes:
         return dict(self._local)
 
     async def get(
-        self,
-        task_id: str,
-        network: str | None = None,
-        workspace_bytes: int | None = None,
-        share: str | None = None,
+        self, task_id: str, network: str | None = None, workspace_bytes: int | None = None
     ) -> Sandbox:
         """The task's sandbox, acquiring and binding one on its first action.
 
         `network` names the network of a task that opted in to egress, `workspace_bytes` its
         own /workspace quota; the sandbox is chosen on the first action, so they hold for the
-        task's whole life. `share` names whose share it counts in (see `share_of`): a share
-        holding more than others leaves the pool's reserve of warm sandboxes to them.
+        task's whole life.
         Raises WorkspaceLost when the task had a sandbox that no longer works.
         """
         async with self._lock(task_id):
@@ -135,7 +112,7 @@ class TaskSandboxes:
                 if held is not None:
                     await self._check_holder(task_id, held[1])
                     return await self._attach_bound(task_id, held[0])
-                return await self._bind_fresh(task_id, network, workspace_bytes, share)
+                return await self._bind_fresh(task_id, network, workspace_bytes)
             finally:
                 if self.on_settled is not None:
                     await self.on_settled(task_id)
@@ -160,16 +137,9 @@ class TaskSandboxes:
         log.warning("task %s: runtime replica %s, which held its sandbox, is gone", task_id, holder)
 
     async def _bind_fresh(
-        self,
-        task_id: str,
-        network: str | None,
-        workspace_bytes: int | None = None,
-        share: str | None = None,
+        self, task_id: str, network: str | None, workspace_bytes: int | None = None
     ) -> Sandbox:
-        held = [s.share for s in self._local.values() if s.share is not None]
-        sandbox = await self.pool.acquire(
-            network, workspace_bytes, from_reserve=share is None or holds_fewest(held, share)
-        )
+        sandbox = await self.pool.acquire(network, workspace_bytes)
         winner, holder = await self.bindings.bind_held(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.
@@ -177,7 +147,6 @@ class TaskSandboxes:
             await self._check_holder(task_id, holder)
             return await self._attach_bound(task_id, winner)
         sandbox.task_id = task_id
-        sandbox.share = share
         self._local[task_id] = sandbox
         self._touched[task_id] = time.monotonic()
         # The name is for people and for adoption when Redis lost the binding; renaming takes

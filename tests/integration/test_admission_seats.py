@@ -258,31 +258,6 @@ async def test_seats_go_at_the_pace_sandboxes_start(paced: SandboxSeats) -> None
     assert [s.task_id for s in seated] == ["f2"]
 
 
-async def test_interactive_work_starts_past_its_teams_batch(paced: SandboxSeats) -> None:
-    batch = [
-        await paced.admit(f"b{i}", order(f"b{i}"), tenant_id="team", batch=True) for i in range(4)
-    ]
-    assert [a.seated for a in batch] == [True, True, False, False]
-    # A person's task waits for none of its team's batch starts: a start slot of its own...
-    assert (await paced.admit("i0", order("i0"), tenant_id="team")).seated
-    # ...one: the next waits for a start, ahead of the batch.
-    later = await paced.admit("i1", order("i1"), tenant_id="team")
-    assert not later.seated and later.position == 1
-    await paced.started("b0")
-    assert await paced.pump() == ([], [])  # b1 and i0 start: the pace holds
-    await paced.started("i0")
-    _, seated = await paced.pump()
-    assert [s.task_id for s in seated] == ["i1"]
-    # Past that, the batch goes on in its order at the pace.
-    await paced.started("b1")
-    queued = await paced.admit("b4", order("b4"), tenant_id="team", batch=True)
-    assert not queued.seated and [s.task_id for s in queued.seatings] == ["b2"]
-    assert not (await paced.admit("b5", order("b5"), tenant_id="team", batch=True)).seated
-    # Released, a batch task's class is forgotten with it.
-    await paced.release("b2")
-    assert not await paced.redis.hexists(f"{paced.prefix}:batch", "b2")
-
-
 async def test_a_start_its_replica_never_finished_stops_counting(paced: SandboxSeats) -> None:
     for i in range(3):
         await paced.admit(f"t{i}", order(f"t{i}"))

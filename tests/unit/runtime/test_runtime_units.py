@@ -13,9 +13,8 @@ from services.runtime.handlers import RuntimeService
 from services.runtime.main import build_app
 from services.runtime.pool import WarmPool
 from services.runtime.settings import RuntimeSettings
-from services.runtime.task_sandboxes import holds_fewest, share_of
 from shared.commands import ExecuteAction
-from shared.events import CmdRunAction, ErrorObservation, EventBase, EventSource, TaskPriority
+from shared.events import CmdRunAction, ErrorObservation, EventBase, EventSource
 
 
 def test_settings_defaults_and_validation() -> None:
@@ -171,16 +170,3 @@ def test_a_sandbox_network_that_shares_the_host_is_refused() -> None:
     for bad in ("host", "none", "container:abc"):
         with pytest.raises(ValidationError, match="not allowed"):
             RuntimeSettings(sandbox_network_name=bad)
-
-
-def test_the_warm_reserve_goes_to_the_share_holding_fewest() -> None:
-    flood, quiet = share_of("a", TaskPriority.INTERACTIVE), share_of("b", TaskPriority.INTERACTIVE)
-    assert holds_fewest([], flood)  # nobody holds any
-    assert holds_fewest([flood] * 30, flood)  # a tenant alone takes them all
-    assert not holds_fewest([flood] * 30 + [quiet], flood)
-    assert holds_fewest([flood] * 30 + [quiet], quiet)
-    assert holds_fewest([flood] * 3 + [quiet] * 3, flood)  # even: both may
-    # A team's interactive task is not held back by its own batch.
-    batch = share_of("a", TaskPriority.BATCH)
-    assert share_of(None, TaskPriority.BATCH) != batch
-    assert holds_fewest([batch] * 30, flood) and not holds_fewest([batch] * 30 + [flood], batch)
