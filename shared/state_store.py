@@ -23,6 +23,14 @@ end
 return 0
 """
 
+# The State, unless the caller holds its saved version already (1): one round trip either way.
+_LOAD_IF_CHANGED = """
+local current = redis.call('HGET', KEYS[1], 'version')
+if current == false then return false end
+if current == ARGV[1] then return 1 end
+return redis.call('HGET', KEYS[1], 'state')
+"""
+
 # Bumps an overdue entry forward unless a save moved it meanwhile (then that save's value wins).
 _POSTPONE = """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -44,6 +52,7 @@ class TaskStateStore:
         self.prefix = prefix
         self._cas = redis.register_script(_CAS)
         self._postpone = redis.register_script(_POSTPONE)
+        self._load_if_changed = redis.register_script(_LOAD_IF_CHANGED)
         self.deadlines_key = f"{prefix}:deadlines"
         self.intact_key = f"{prefix}:states-intact"
 
@@ -53,6 +62,17 @@ class TaskStateStore:
     async def load(self, task_id: str) -> TaskState | None:
         raw = await self.redis.hget(self._key(task_id), "state")  # type: ignore[misc]
         return None if raw is None else TaskState.model_validate_json(raw)
+
+    async def fresh(self, held: TaskState) -> TaskState | None:
+        """`held` while it is the version saved last, else the State saved since (None: gone),
+        in one round trip: a replica's own last write is not read or parsed again, and one
+        another writer replaced is never used."""
+        raw = await self._load_if_changed(keys=[self._key(held.task_id)], args=[str(held.version)])
+        if raw is None:
+            return None
+        if raw == 1:
+            return held
+        return TaskState.model_validate_json(raw)
 
     async def load_many(self, task_ids: list[str]) -> list[TaskState | None]:
         """The States of `task_ids` (None where there is none), in one round trip."""

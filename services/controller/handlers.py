@@ -116,7 +116,10 @@ class ControllerHandlers:
 
     async def _decide(self, event: Event) -> list[Outgoing]:
         for _ in range(self.cas_attempts):
-            state = self.cache.get(event.task_id) or await self.store.load(event.task_id)
+            cached = self.cache.get(event.task_id)
+            state = await (
+                self.store.fresh(cached) if cached is not None else self.store.load(event.task_id)
+            )
             if state is None:
                 state = await self._recover(event.task_id, event)
             if state is None:

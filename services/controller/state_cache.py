@@ -1,10 +1,12 @@
 """The States this replica saved last, so that a turn need not read its own write back.
 
-Redis stays the only truth: a cached State is used only as the version a turn starts from, and
-the compare-and-set save rejects it when any other writer (another replica, the gateway) saved
-a newer version since; the turn then reads Redis and decides again. A task's inputs usually
-come to the replica that handled its previous one only by chance, so a miss costs what a turn
-cost before (one read); a hit saves the read and the parse.
+Redis stays the only truth: a cached State is used only while Redis still holds its version
+(`TaskStateStore.fresh`, in the round trip that would otherwise read the State), so a hit saves
+the transfer and the parse, and a State another writer (another replica, the gateway) saved
+since is read instead. Deployed with two controllers, a task's inputs come to the replica that
+handled its previous one only by chance: a turn that started from the older cached State
+decided on it (an answer it awaits looked stale), lost its compare-and-set, and was done again.
+The compare-and-set save still refuses a State changed between the read and the write.
 """
 
 from __future__ import annotations
