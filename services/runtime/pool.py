@@ -43,6 +43,9 @@ __all__ = ["PoolExhausted", "WarmPool"]
 
 log = logging.getLogger("deckhands.runtime.pool")
 
+# Longer than a reconciliation pass takes, however slow the engine.
+_LET_GO_REMEMBERED_S = 300.0
+
 
 class PoolExhausted(Exception):
     """No sandbox became available within `acquire_timeout_s` (the pool is at max_total)."""
@@ -54,6 +57,8 @@ class WarmPool:
         self.docker = docker
         self._idle: deque[Sandbox] = deque()
         self._busy: dict[str, Sandbox] = {}
+        # Sandboxes this pool let go of for removal, and when: see let_go.
+        self._let_go: dict[str, float] = {}
         self._creating = 0
         self._waiting = 0
         self.queued_demand = 0  # see expect_queued
@@ -87,8 +92,25 @@ class WarmPool:
         return self.idle + self.busy + self.creating
 
     def knows(self, container_id: str) -> bool:
-        """Whether this pool holds the container (idle or handed out)."""
-        return container_id in self._busy or any(s.container_id == container_id for s in self._idle)
+        """Whether this pool holds the container (idle or handed out), or let go of it lately
+        to remove it."""
+        return (
+            container_id in self._busy
+            or container_id in self._let_go
+            or any(s.container_id == container_id for s in self._idle)
+        )
+
+    def let_go(self, container_id: str) -> None:
+        """The container is being removed (its task lost it or ended). Reconciliation works
+        from a list taken moments before, and must not take such a container, still named for
+        its task and unbound, for one whose binding Redis lost and bind it again: the task's
+        next action would find it gone. Remembered for a while after the removal, as that
+        list may be older than it."""
+        now = time.monotonic()
+        self._let_go[container_id] = now
+        for cid, since in list(self._let_go.items()):
+            if now - since > _LET_GO_REMEMBERED_S:
+                del self._let_go[cid]
 
     def expect_queued(self, tasks: int) -> None:
         """`tasks` wait for a seat while every seat is taken: each will want a sandbox when a
@@ -264,6 +286,7 @@ class WarmPool:
 
     async def discard(self, container_id: str, reason: str) -> None:
         """Destroy a busy sandbox (its task ended or it died); the pool replaces it."""
+        self.let_go(container_id)
         sandbox = self._busy.pop(container_id, None)
         if sandbox is not None:
             await self._destroy(sandbox, reason)

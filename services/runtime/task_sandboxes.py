@@ -346,7 +346,9 @@ class TaskSandboxes:
 
     async def _drop(self, task_id: str, container_id: str, reason: str) -> None:
         # Unbind first: once the container is gone nobody may find it through the binding,
-        # and a crash in between leaves an unbound container that reconcile removes.
+        # and a crash in between leaves an unbound container that reconcile removes. Let go
+        # of before that: reconciliation must not bind it again by its name meanwhile.
+        self.pool.let_go(container_id)
         await self.bindings.unbind(task_id, container_id)
         await self.pool.discard(container_id, reason)
 

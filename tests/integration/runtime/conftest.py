@@ -16,6 +16,7 @@ import docker
 import nats
 import pytest
 from nats.js import JetStreamContext
+from redis.asyncio import Redis
 from runtime_helpers import (  # type: ignore[import-not-found]
     Runtime,
     make_settings,
@@ -25,6 +26,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
 from services.runtime.containers import DockerSandboxes, Sandbox
 from services.runtime.settings import RuntimeSettings
 from shared.settings import CommonSettings
+from shared.state_store import TaskStateStore
 
 
 @pytest.fixture(scope="session")
@@ -110,6 +112,11 @@ def svc_settings(
 
 @pytest.fixture(scope="module")
 async def runtime(svc_settings: RuntimeSettings) -> AsyncIterator[Runtime]:
+    # The controller's marker, as a controller sets it on start: Redis has lost no State.
+    # Without it an order for an unknown task waits for a rebuild that never comes.
+    redis = Redis.from_url(svc_settings.redis_url)
+    await TaskStateStore(redis).mark_intact()
+    await redis.aclose()
     rt = Runtime(svc_settings)
     await rt.start()
     yield rt

@@ -331,3 +331,49 @@ async def test_a_sandbox_another_replica_starts_while_reconciliation_looks_is_ke
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
+
+
+async def test_a_sandbox_lost_while_reconciliation_looks_is_not_bound_again(
+    settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    redis: Redis,
+) -> None:
+    """A task's sandbox dies and is unbound, and reconciliation looks while the engine is still
+    removing it: the container, still running under its task's name and unbound, is not taken
+    for one whose binding Redis lost and bound again, and the task's next action gets a fresh
+    sandbox (under load it once found the removed one and heard its workspace was lost twice)."""
+    pool = f"test-letgo-{uuid.uuid4().hex[:6]}"
+    config = make_settings(settings, sandbox_image, pool)
+    service = RuntimeService(config, _ignore)
+    await service.start()
+    try:
+        store = TaskStateStore(redis)
+        task_id = uuid.uuid4().hex
+        assert await store.create(TaskState(task_id=task_id, task="t", max_iterations=3))
+        sandbox = await service.tasks.get(task_id)
+        await service.tasks.renamed(task_id)
+        real_remove = service.docker.remove
+        removing = asyncio.Event()
+        go_on = asyncio.Event()
+
+        async def slow_remove(container_id: str) -> None:
+            removing.set()
+            await go_on.wait()  # a busy engine
+            await real_remove(container_id)
+
+        service.docker.remove = slow_remove  # type: ignore[method-assign]
+        losing = asyncio.ensure_future(service.tasks.lost(task_id, sandbox))
+        await asyncio.wait_for(removing.wait(), 10)
+        assert await service.bindings.get(task_id) is None
+        report = await service.reconcile()
+        go_on.set()
+        await asyncio.wait_for(losing, 30)
+        service.docker.remove = real_remove  # type: ignore[method-assign]
+        assert report.rebound == 0
+        assert await service.bindings.get(task_id) is None
+        fresh = await service.tasks.get(task_id)
+        assert fresh.container_id != sandbox.container_id
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
