@@ -24,7 +24,7 @@ if [[ "$(id -u)" != "0" ]]; then
         SUDO="sudo"
     else
         echo "gvisor: not root and no sudo: runsc not installed or registered (sandboxes run" \
-            "under runc; see README, 'gVisor')" >&2
+            "under runc; see docs/runtime.md, 'gVisor')" >&2
         exit 0
     fi
 fi

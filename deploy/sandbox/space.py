@@ -1,6 +1,6 @@
 """What the agent is told when the sandbox's writable filesystems run out of room.
 
-/workspace and /tmp are tmpfs mounts the runtime sizes (bytes and files, see README's Limits):
+/workspace and /tmp are tmpfs mounts the runtime sizes (bytes and files, see docs/limits.md):
 writing past them fails with ENOSPC like on any full disk. A command's own error ("No space
 left on device") does not say that this is a quota, nor how large it is, so the executor adds
 a note naming the limit and the use, whenever the output mentions the error or a filesystem is
