@@ -144,7 +144,17 @@ def _is_union(annotation: Any) -> bool:
 
 
 def _broker_of(service: str) -> Any:
+    """The service's broker, with the receivers it runs outside FastStream declared on it
+    (`declare_direct_receivers(broker)` in its main module): this broker is never started."""
     main_module = importlib.import_module(f"services.{service}.main")
+    broker = _built_broker(service, main_module)
+    declare = getattr(main_module, "declare_direct_receivers", None)
+    if broker is not None and declare is not None:
+        declare(broker)
+    return broker
+
+
+def _built_broker(service: str, main_module: types.ModuleType) -> Any:
     try:
         app = main_module.build_app()
     except Exception as exc:
