@@ -85,7 +85,7 @@ test: setup
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy shared services tools
+	$(VENV)/bin/mypy shared services tools deploy/sandbox
 
 schemas: deps
 	$(PY) -m tools.gen_schemas

@@ -446,7 +446,7 @@ class SandboxSeats:
         return bool(held)
 
     async def seated(self) -> dict[str, float]:
-        raw = await self.redis.hgetall(self.seats_key)  # type: ignore[misc]
+        raw = await self.redis.hgetall(self.seats_key)
         return {_text(k): float(_text(v)) for k, v in raw.items()}
 
     async def counts(self) -> tuple[int, int]:

@@ -49,7 +49,7 @@ class PermanentError(Exception):
 
 
 def backoff_delay(delivered: int, first_s: float, max_s: float) -> float:
-    return min(max_s, first_s * (2 ** max(0, delivered - 1)))
+    return min(max_s, first_s * (2.0 ** max(0, delivered - 1)))
 
 
 _DLQ_BODY_MAX = 256 * 1024

@@ -324,7 +324,7 @@ def _answer(
             if task.cancelled():
                 answer.set_exception(TimeoutError())
             elif task.exception() is not None:
-                answer.set_exception(task.exception())  # type: ignore[arg-type]
+                answer.set_exception(task.exception())
             else:
                 answer.set_result(task.result())
 

@@ -386,25 +386,25 @@ class SecretsStore:
         """Set a secret; (what may be shown of it, whether it is new)."""
         key = self._tenant_key(tenant_id)
         now = utc_now()
-        raw = await self.redis.hget(key, name)  # type: ignore[misc]
+        raw = await self.redis.hget(key, name)
         created_at = now if raw is None else _Record.model_validate_json(raw).created_at
         key_id, sealed = self.cipher.seal(tenant_id, name, value)
         record = _Record(key_id=key_id, sealed=sealed, created_at=created_at, updated_at=now)
         raw_record = record.model_dump_json()
         if self.durable is not None:
             await self.durable.put(f"secret.{tenant_id}.{name}", raw_record.encode())
-        await self.redis.hset(key, name, raw_record)  # type: ignore[misc]
+        await self.redis.hset(key, name, raw_record)
         return SecretInfo(name=name, created_at=created_at, updated_at=now), raw is None
 
     async def count(self, tenant_id: str) -> int:
-        return int(await self.redis.hlen(self._tenant_key(tenant_id)))  # type: ignore[misc]
+        return int(await self.redis.hlen(self._tenant_key(tenant_id)))
 
     async def exists(self, tenant_id: str, name: str) -> bool:
-        return bool(await self.redis.hexists(self._tenant_key(tenant_id), name))  # type: ignore[misc]
+        return bool(await self.redis.hexists(self._tenant_key(tenant_id), name))
 
     async def names(self, tenant_id: str) -> list[SecretInfo]:
         """The tenant's secrets by name, without their values."""
-        raw = await self.redis.hgetall(self._tenant_key(tenant_id))  # type: ignore[misc]
+        raw = await self.redis.hgetall(self._tenant_key(tenant_id))
         infos = []
         for name, value in raw.items():
             record = _Record.model_validate_json(value)
@@ -418,21 +418,21 @@ class SecretsStore:
     async def delete(self, tenant_id: str, name: str) -> bool:
         if self.durable is not None:
             await self.durable.delete(f"secret.{tenant_id}.{name}")
-        return bool(await self.redis.hdel(self._tenant_key(tenant_id), name))  # type: ignore[misc]
+        return bool(await self.redis.hdel(self._tenant_key(tenant_id), name))
 
     async def missing(self, tenant_id: str, names: Iterable[str]) -> list[str]:
         """Those of `names` the tenant has no secret of."""
         wanted = list(dict.fromkeys(names))
         if not wanted:
             return []
-        found = await self.redis.hmget(self._tenant_key(tenant_id), wanted)  # type: ignore[misc]
+        found = await self.redis.hmget(self._tenant_key(tenant_id), wanted)
         return [name for name, raw in zip(wanted, found, strict=True) if raw is None]
 
     # -- reading values (the runtime, the controller, a checkout)
 
     async def read(self, tenant_id: str, name: str) -> str:
         """A secret's value; SecretNotFound if the tenant has none of that name."""
-        raw = await self.redis.hget(self._tenant_key(tenant_id), name)  # type: ignore[misc]
+        raw = await self.redis.hget(self._tenant_key(tenant_id), name)
         if raw is None:
             raise SecretNotFound(tenant_id, name)
         record = _Record.model_validate_json(raw)
@@ -443,7 +443,7 @@ class SecretsStore:
         wanted = list(dict.fromkeys(names))
         if not wanted:
             return {}
-        found = await self.redis.hmget(self._tenant_key(tenant_id), wanted)  # type: ignore[misc]
+        found = await self.redis.hmget(self._tenant_key(tenant_id), wanted)
         values = {}
         for name, raw in zip(wanted, found, strict=True):
             if raw is not None:
@@ -485,9 +485,7 @@ class SecretsStore:
         kind, _, rest = key.partition(".")
         if kind == "secret":
             tenant_id, _, name = rest.partition(".")
-            return bool(
-                await self.redis.hsetnx(self._tenant_key(tenant_id), name, value)  # type: ignore[misc]
-            )
+            return bool(await self.redis.hsetnx(self._tenant_key(tenant_id), name, value))
         if kind == "grant":
             return bool(await self.redis.set(self._grant_key(rest), value, nx=True))
         return False

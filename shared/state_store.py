@@ -60,7 +60,7 @@ class TaskStateStore:
         return f"{self.prefix}:task:{task_id}"
 
     async def load(self, task_id: str) -> TaskState | None:
-        raw = await self.redis.hget(self._key(task_id), "state")  # type: ignore[misc]
+        raw = await self.redis.hget(self._key(task_id), "state")
         return None if raw is None else TaskState.model_validate_json(raw)
 
     async def fresh(self, held: TaskState) -> TaskState | None:
@@ -92,7 +92,7 @@ class TaskStateStore:
             await tx.execute()
 
     async def exists(self, task_id: str) -> bool:
-        return bool(await self.redis.hexists(self._key(task_id), "state"))  # type: ignore[misc]
+        return bool(await self.redis.hexists(self._key(task_id), "state"))
 
     async def save(self, state: TaskState, new_version: int | None = None) -> TaskState:
         """Write `state` as the next version of the one it was loaded as (or as `new_version`)."""

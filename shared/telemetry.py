@@ -53,7 +53,8 @@ def _exporter(settings: CommonSettings) -> SpanExporter | None:
     if settings.otel_exporter == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        return OTLPSpanExporter(endpoint=settings.otel_endpoint)
+        exporter: SpanExporter = OTLPSpanExporter(endpoint=settings.otel_endpoint)
+        return exporter
     return None
 
 

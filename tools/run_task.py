@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,13 @@ SEED_TASK = "Write a Python script that prints the squares of 1 to 10 and run it
 _ENDED = {"FINISHED", "ERROR", "STOPPED", "REJECTED", "AWAITING_USER_INPUT"}
 
 
+def _as_json(event: dict[str, Any]) -> str:
+    return json.dumps(event)[:300]
+
+
 def _describe(event: dict[str, Any]) -> str:
     kind = event["kind"]
-    detail = {
+    describers: dict[str, Callable[[dict[str, Any]], str]] = {
         "message": lambda e: e["content"],
         "run": lambda e: f"$ {e['command']}",
         "run_python": lambda e: e["code"],
@@ -45,7 +50,8 @@ def _describe(event: dict[str, Any]) -> str:
             f"{e['previous_state']} -> {e['agent_state']} {e['reason']}"
         ),
         "security_verdict": lambda e: f"{e['verdict']} risk={e['risk']} {e['reason']}".rstrip(),
-    }.get(kind, lambda e: json.dumps(e)[:300])(event)
+    }
+    detail = describers.get(kind, _as_json)(event)
     body = str(detail).replace("\n", "\n        ")
     return f"#{event['seq']:<3} {event['source']:<11} {kind:<20} {body}"
 

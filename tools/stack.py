@@ -92,7 +92,7 @@ class StackConfig:
     # Controller and reasoner processes, as deploy/k8s/base runs them (2 each). Each service
     # handles its messages on one event loop; when hundreds of tasks move at once (a tenant's
     # batch), a single controller or reasoner falls seconds behind and every tenant's next step
-    # waits in its queue (README, "Quotas"). `isolated` stacks run one of each unless told.
+    # waits in its queue (docs/tenants.md, "Quotas"). `isolated` stacks run one of each unless told.
     controllers: int = int(os.environ.get("DECKHANDS_STACK_CONTROLLERS", "2"))
     reasoners: int = int(os.environ.get("DECKHANDS_STACK_REASONERS", "2"))
 

@@ -42,8 +42,10 @@ from shared.events import (
 from shared.state import Approval, ApprovedBy, Awaiting, TaskResult, TaskState, TaskUsage
 from shared.subjects import Service
 
+from .errors import IllegalTransition
+from .metrics import DELEGATIONS_REFUSED, QUEUED, RE_REQUESTS, STALE, STEPS, STUCK
 from .stuck import SIGNATURES_KEPT, detect, signature
-from .turn import IllegalTransition, Turn
+from .turn import Turn
 
 __all__ = [
     "CONTROLLER_ERROR_CODES",
@@ -57,25 +59,6 @@ __all__ = [
 
 log = logging.getLogger("deckhands.controller")
 
-STALE = Counter(
-    "deckhands_controller_stale_answers_total",
-    "Answers that arrived after the task stopped waiting for them",
-    ["kind"],
-)
-STEPS = Counter("deckhands_controller_steps_total", "Step requests sent to the reasoner")
-QUEUED = Counter(
-    "deckhands_controller_actions_queued_total", "Actions that waited for a sandbox seat"
-)
-RE_REQUESTS = Counter(
-    "deckhands_controller_re_requests_total",
-    "Orders sent again because their answer was overdue",
-    ["awaiting"],
-)
-STUCK = Counter("deckhands_controller_stuck_total", "Tasks ended by the stuck detector")
-DELEGATIONS_REFUSED = Counter(
-    "deckhands_controller_delegations_refused_total",
-    "Delegations refused: past the depth or fan-out limit, or the parent's iterations or budget",
-)
 # The error codes of the ErrorObservations the controller itself logs (the other services'
 # errors come to it as inputs): a rebuild tells the two apart by them.
 ILLEGAL_TRANSITION = "illegal_transition"

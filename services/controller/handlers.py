@@ -7,7 +7,6 @@ import logging
 import time
 
 from faststream.nats import NatsBroker
-from prometheus_client import Counter, Histogram
 
 from shared.delivery import PermanentError
 from shared.events import (
@@ -25,31 +24,18 @@ from shared.subjects import EVENTS_STREAM, Service
 
 from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
-from .rebuild import RebuildError, rebuild_state, waits_for_a_seat
+from .errors import RebuildError
+from .metrics import CONFLICTS, OVERDUE, REBUILT, REPLAYED, TURN_SECONDS, count_task_end
+from .rebuild import rebuild_state, waits_for_a_seat
 from .secret_filter import SecretFilter
 from .state_cache import StateCache
 from .task_log import TaskLog, has_ended
-from .task_metrics import count_task_end
 from .turn import Turn
 
 __all__ = ["ControllerHandlers"]
 
 log = logging.getLogger("deckhands.controller")
 
-CONFLICTS = Counter("deckhands_controller_cas_conflicts_total", "State writes lost to a replica")
-REPLAYED = Counter(
-    "deckhands_controller_redelivered_inputs_total", "Inputs recognised as already applied"
-)
-TURN_SECONDS = Histogram("deckhands_controller_turn_seconds", "Time to apply one input event")
-
-
-OVERDUE = Counter(
-    "deckhands_controller_overdue_answers_total", "Awaited answers found past their deadline"
-)
-REBUILT = Counter(
-    "deckhands_controller_states_rebuilt_total",
-    "Task States rebuilt from the event log because Redis had lost them",
-)
 # A task whose last entry is younger than this may be in the middle of a turn.
 _SETTLE_S = 1.0
 # How many times one recovery round waits for such tasks before leaving them to the next round.

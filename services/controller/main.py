@@ -6,14 +6,28 @@ import asyncio
 
 from faststream import FastStream
 
-from shared.broker import NOTICES, WORK, build_broker, durable_subscription
+from shared.broker import EVENTS, NOTICES, ROUTED, WORK, build_broker, durable_subscription
+from shared.commands import (
+    ExecuteAction,
+    PrepareSandbox,
+    ReleaseSandbox,
+    ReviewAction,
+    StepRequest,
+)
 from shared.event_loop import run
-from shared.events import AgentStateChangedObservation, AnswerMissingObservation
+from shared.events import AgentStateChangedObservation, AnswerMissingObservation, Event
 from shared.redis_client import connect_redis
 from shared.secrets_store import SecretsStore
+from shared.startup import settings_or_exit
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
-from shared.subjects import Service, notice_subject, work_subject
+from shared.subjects import (
+    Service,
+    event_subject,
+    notice_subject,
+    routed_subject,
+    work_subject,
+)
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 
 from .deadlines import AnswerDeadlines
@@ -47,6 +61,48 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         **durable_subscription(settings, WORK, "controller", workers=settings.workers),
     )(handlers.on_input)
 
+    # Its sends, declared for the AsyncAPI document: a turn publishes what it decided through
+    # turn.py, which adds the Nats-Msg-Id.
+    broker.publisher(
+        event_subject("*"),
+        stream=EVENTS,
+        title="controller.log",
+        description="The task's log: every event the controller accepted, in order, one "
+        "subject per task (storage keeps it; the gateway streams it live).",
+        schema=Event,
+    )
+    broker.publisher(
+        work_subject(Service.REASONER, "*"),
+        stream=WORK,
+        title="controller.steps",
+        description="A StepRequest when the task needs its next action from the LLM.",
+        schema=StepRequest,
+    )
+    broker.publisher(
+        work_subject(Service.SECURITY, "*"),
+        stream=WORK,
+        title="controller.reviews",
+        description="A ReviewAction for a runnable action the controller holds (a user's "
+        "command, or one confirmed or resumed), before it is run.",
+        schema=ReviewAction,
+    )
+    broker.publisher(
+        work_subject(Service.RUNTIME, "*"),
+        stream=WORK,
+        title="controller.orders",
+        description="ExecuteAction for an approved action, PrepareSandbox with a task's first "
+        "step, ReleaseSandbox when it ends: to any runtime replica while no replica holds the "
+        "task's sandbox.",
+        schema=ExecuteAction | PrepareSandbox | ReleaseSandbox,
+    )
+    broker.publisher(
+        routed_subject(Service.RUNTIME, "*"),
+        stream=ROUTED,
+        title="controller.routed_orders",
+        description="The same orders, to the runtime replica whose engine holds the task's "
+        "sandbox.",
+        schema=ExecuteAction | PrepareSandbox | ReleaseSandbox,
+    )
     broker.publisher(
         work_subject(Service.CONTROLLER, "*"),
         stream=WORK,
@@ -95,7 +151,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
 
 
 def main() -> None:
-    settings = ControllerSettings()
+    settings = settings_or_exit(ControllerSettings, "controller")
     setup_logging(settings, "controller")
     run(build_app(settings).run())
 

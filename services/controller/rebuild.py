@@ -41,18 +41,14 @@ from shared.events import (
 from shared.state import PROCESSED_KEPT, Awaiting, TaskState
 
 from .agent_loop import CONTROLLER_ERROR_CODES, apply
+from .errors import RebuildError
 from .turn import Turn
 
-__all__ = ["RebuildError", "is_logged_input", "rebuild_state", "waits_for_a_seat"]
+__all__ = ["is_logged_input", "rebuild_state", "waits_for_a_seat"]
 
 log = logging.getLogger("deckhands.controller.rebuild")
 
 _ENDED = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED, AgentState.ERROR})
-
-
-class RebuildError(Exception):
-    """The log cannot rebuild a State: it is empty, has a hole, or does not open with the
-    task's creation (a task created before TaskCreatedObservation existed)."""
 
 
 def is_logged_input(entry: EventBase) -> bool:

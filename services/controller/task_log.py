@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from shared.events import TERMINAL_STATES, AgentStateChangedObservation, EventAdapter, EventBase
 from shared.subjects import EVENTS_STREAM, event_subject
 
-from .rebuild import RebuildError
+from .errors import RebuildError
 
 __all__ = ["TaskLog", "has_ended"]
 

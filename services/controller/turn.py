@@ -38,7 +38,9 @@ from shared.subjects import (
     work_subject,
 )
 
-__all__ = ["UNSEEN_MAX_BYTES", "IllegalTransition", "Turn"]
+from .errors import IllegalTransition
+
+__all__ = ["UNSEEN_MAX_BYTES", "Turn"]
 
 # Log entries a step request carries at most (their JSON): well below NATS' max_payload, and
 # what the State keeps between turns. Past it the reasoner reads storage, as before.
@@ -47,12 +49,6 @@ UNSEEN_MAX_BYTES = 256 * 1024
 Command = StepRequest | ReviewAction | ExecuteAction | PrepareSandbox | ReleaseSandbox
 # What a turn may send: a work order, or an event into some task's controller inbox.
 Message = Command | EventBase
-
-
-class IllegalTransition(Exception):
-    def __init__(self, current: AgentState, target: AgentState) -> None:
-        super().__init__(f"cannot go from {current.value} to {target.value}")
-        self.current, self.target = current, target
 
 
 class Turn:

@@ -13,19 +13,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from prometheus_client import Counter, Gauge
-
 from .errors import Overloaded
+from .metrics import CREATIONS_IN_FLIGHT, CREATIONS_REFUSED
 
 __all__ = ["CreationSlots"]
 
-CREATIONS_IN_FLIGHT = Gauge(
-    "deckhands_gateway_creations_in_flight", "Task creations this gateway is handling now"
-)
-CREATIONS_REFUSED = Counter(
-    "deckhands_gateway_creations_refused_total",
-    "Task creations answered 503 because max_creations_in_flight were being handled",
-)
 _RETRY_AFTER_S = 1
 
 

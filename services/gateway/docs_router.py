@@ -20,4 +20,5 @@ router = APIRouter()
 
 @router.get("/openapi.json", include_in_schema=False, dependencies=[AnyKeyDep])
 async def openapi_document(request: Request) -> dict[str, Any]:
-    return request.app.openapi()
+    document: dict[str, Any] = request.app.openapi()
+    return document

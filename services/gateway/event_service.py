@@ -23,7 +23,6 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from prometheus_client import Gauge
 
 from shared.commands import HistoryReply
 from shared.events import TERMINAL_STATES
@@ -31,6 +30,7 @@ from shared.subjects import event_subject
 
 from .errors import GatewayError, QuotaExceeded, TooManyStreams
 from .history import HistoryClient, event_seq
+from .metrics import OPEN_STREAMS
 from .models import EventPage, Trajectory
 from .sse import sse_comment, sse_event, sse_retry
 from .task_service import TaskService
@@ -38,8 +38,6 @@ from .task_service import TaskService
 __all__ = ["EventSequencer", "EventService", "EventStream", "is_terminal_event"]
 
 log = logging.getLogger("deckhands.gateway.events")
-
-OPEN_STREAMS = Gauge("deckhands_gateway_event_streams_open", "Event streams (SSE) now open")
 
 _RECONNECT_HINT_MS = 2000
 _INBOX_SIZE = 10_000

@@ -20,19 +20,14 @@ import re
 from typing import Any
 
 import h11
-from prometheus_client import Counter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .metrics import REFUSED_REQUESTS
 
 __all__ = ["BodyLimitMiddleware", "bounded_h11_protocol"]
 
 log = logging.getLogger("deckhands.gateway")
-
-REFUSED_REQUESTS = Counter(
-    "deckhands_gateway_http_refused_total",
-    "HTTP requests refused for passing a limit before the app saw them",
-    ["limit"],
-)
 
 _BODY_VARIABLE = "DECKHANDS_MAX_REQUEST_BODY_BYTES"
 # Uploads into a task's workspace (PUT /v1/tasks/{id}/workspace) stream to a temporary file,

@@ -16,18 +16,23 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from shared.broker import WORK, build_broker
 from shared.commands import ForgetTaskRequest, HistoryRequest
-from shared.events import ChangeAgentStateAction, MessageAction
+from shared.events import AgentStateChangedObservation, ChangeAgentStateAction, Event, MessageAction
 from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
+from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import (
     DELETIONS_STREAM,
+    FORGET_SUBJECT,
     HISTORY_SUBJECT,
     Service,
     deletion_subject,
+    event_subject,
+    notice_subject,
     work_subject,
 )
 from shared.telemetry import setup_logging, setup_tracing
+from shared.workspace import WORKSPACE_SUBJECT, WorkspaceRequest
 
 from . import (
     admin_router,
@@ -53,7 +58,7 @@ from .webhook_delivery import WebhookDeliverer, build_deliverer
 from .workspace_router import router as workspace_routes
 from .workspace_service import build_workspace
 
-__all__ = ["build_app", "build_gateway_broker", "main"]
+__all__ = ["build_app", "build_gateway_broker", "declare_direct_receivers", "main"]
 
 log = logging.getLogger("deckhands.gateway")
 
@@ -85,7 +90,48 @@ def build_gateway_broker(
         description="A deleted task, for every storage replica to remove its copy of the log.",
         schema=ForgetTaskRequest,
     )
+    broker.publisher(
+        FORGET_SUBJECT,
+        title="gateway.forget_query",
+        description="Request/reply with the storage replicas that are up: remove a deleted "
+        "task's events now (the deletion stream reaches the others when they are back).",
+        schema=ForgetTaskRequest,
+    )
+    broker.publisher(
+        WORKSPACE_SUBJECT,
+        title="gateway.workspace_request",
+        description="Request/reply with a runtime replica: a task's workspace in or out "
+        "(archive, file, diff), answered with a WorkspaceReply.",
+        schema=WorkspaceRequest,
+    )
     return broker
+
+
+def declare_direct_receivers(broker: NatsBroker) -> None:
+    """What the gateway receives with nats-py directly rather than through a FastStream
+    subscriber, declared on a broker that is never started (tools/gen_schemas.py) so that
+    the AsyncAPI document names every receiver of every send."""
+    broker.subscriber(
+        notice_subject("*"),
+        title="gateway.webhooks",
+        description="The tasks' state changes, for webhook delivery: one durable pull consumer "
+        "(`webhooks`) shared by the gateway replicas (webhook_delivery.py).",
+    )(_a_notice)
+    broker.subscriber(
+        event_subject("*"),
+        title="gateway.live_events",
+        description="A task's log as it grows, for a client following its Server-Sent Events "
+        "stream: a core NATS subscription per stream (event_service.py).",
+    )(_a_live_event)
+
+
+# Their message types, for the document; never called.
+async def _a_notice(body: AgentStateChangedObservation) -> None:
+    raise RuntimeError("declared for the AsyncAPI document only")
+
+
+async def _a_live_event(body: Event) -> None:
+    raise RuntimeError("declared for the AsyncAPI document only")
 
 
 @asynccontextmanager
@@ -101,7 +147,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         ) from exc
     redis = connect_redis(settings.redis_url, settings)
     try:
-        await redis.ping()  # type: ignore[misc]
+        await redis.ping()
     except Exception as exc:
         await redis.aclose()
         raise RuntimeError(
@@ -211,7 +257,7 @@ class _GatewayServer(uvicorn.Server):
 
 
 def main() -> None:
-    settings = GatewaySettings()
+    settings = settings_or_exit(GatewaySettings, "gateway")
     setup_logging(settings, "gateway")
     provider = setup_tracing(settings, "gateway")
     app = build_app(settings, provider)

@@ -8,19 +8,11 @@ from typing import Any
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HttpObservabilityMiddleware"]
+from .metrics import HTTP_LATENCY, HTTP_REQUESTS
 
-HTTP_REQUESTS = Counter(
-    "deckhands_gateway_http_requests_total", "HTTP requests", ["method", "route", "status"]
-)
-HTTP_LATENCY = Histogram(
-    "deckhands_gateway_http_request_duration_seconds",
-    "Time to answer an HTTP request (for streams: how long they stayed open)",
-    ["method", "route"],
-)
+__all__ = ["HttpObservabilityMiddleware"]
 
 
 def _route_template(scope: Scope) -> str:

@@ -307,9 +307,9 @@ class TenantQuotas:
         every tenant the operator did not weigh, whatever the default."""
         weight = limits.seat_weight if limits.seat_weight is not None else self.defaults.seat_weight
         if weight == 1.0:
-            await self.redis.hdel(WEIGHTS_KEY, tenant_id)  # type: ignore[misc]
+            await self.redis.hdel(WEIGHTS_KEY, tenant_id)
         else:
-            await self.redis.hset(WEIGHTS_KEY, tenant_id, repr(weight))  # type: ignore[misc]
+            await self.redis.hset(WEIGHTS_KEY, tenant_id, repr(weight))
 
     async def quotas(self, tenant_id: str) -> Quotas:
         return self.quotas_of(await self.limits(tenant_id))
@@ -333,7 +333,7 @@ class TenantQuotas:
         """The tenant's running tasks (settled), and the trees that may hold a sandbox."""
         try:
             running = await self._running(tenant_id)
-            holders = await self.redis.hkeys(self._holders_key(tenant_id))  # type: ignore[misc]
+            holders = await self.redis.hkeys(self._holders_key(tenant_id))
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return list(dict.fromkeys([*running, *(_text(h) for h in holders)]))
@@ -373,7 +373,7 @@ class TenantQuotas:
         today = _day(now)
         try:
             await self._ensure_counts(tenant_id)
-            if await self.redis.hexists(self._running_key(tenant_id), task_id):  # type: ignore[misc]
+            if await self.redis.hexists(self._running_key(tenant_id), task_id):
                 return budget_usd  # admitted already (a retried request)
             sandboxes = await self.seats_held(tenant_id)
             if sandboxes >= quotas.max_sandboxes:
@@ -411,14 +411,14 @@ class TenantQuotas:
     async def seats_held(self, tenant_id: str) -> int:
         """The sandbox seats the tenant's tasks hold (roots and sub-tasks), as the pool counts
         them (shared.admission)."""
-        held = await self.redis.hget(self._held_key, tenant_id)  # type: ignore[misc]
+        held = await self.redis.hget(self._held_key, tenant_id)
         return int(held or 0)
 
     async def _prune_holders(self, tenant_id: str) -> None:
         """Let go of the trees that ended and hold nothing, once they are many: a walk over the
         tenant's trees now and then, not on every admission."""
-        holders = await self.redis.hlen(self._holders_key(tenant_id))  # type: ignore[misc]
-        running = await self.redis.hlen(self._running_key(tenant_id))  # type: ignore[misc]
+        holders = await self.redis.hlen(self._holders_key(tenant_id))
+        running = await self.redis.hlen(self._running_key(tenant_id))
         if holders > 2 * running + _HOLDERS_SLACK:
             await self._sandboxes(tenant_id)
 
@@ -438,7 +438,7 @@ class TenantQuotas:
         try:
             # Its tree may take seats again, whether or not it still counts as running.
             holder = Holder(at=now, state_version=state.version)
-            await self.redis.hset(  # type: ignore[misc]
+            await self.redis.hset(
                 self._holders_key(tenant_id), state.task_id, holder.model_dump_json()
             )
             running = await self._running(tenant_id)
@@ -460,8 +460,8 @@ class TenantQuotas:
         """A deleted task runs no more: its place is free at once, its reservation stays
         charged to its day (what it spent is gone with its State)."""
         try:
-            await self.redis.hdel(self._holders_key(tenant_id), task_id)  # type: ignore[misc]
-            raw = await self.redis.hget(self._running_key(tenant_id), task_id)  # type: ignore[misc]
+            await self.redis.hdel(self._holders_key(tenant_id), task_id)
+            raw = await self.redis.hget(self._running_key(tenant_id), task_id)
             if raw is not None:
                 day = Reservation.model_validate_json(raw).day
                 await self._settle(
@@ -474,8 +474,8 @@ class TenantQuotas:
     async def release(self, tenant_id: str, task_id: str) -> None:
         """A task refused after its admission (nothing was created): give its place back."""
         try:
-            await self.redis.hdel(self._holders_key(tenant_id), task_id)  # type: ignore[misc]
-            raw = await self.redis.hget(self._running_key(tenant_id), task_id)  # type: ignore[misc]
+            await self.redis.hdel(self._holders_key(tenant_id), task_id)
+            raw = await self.redis.hget(self._running_key(tenant_id), task_id)
             if raw is not None:
                 reservation = Reservation.model_validate_json(raw)
                 await self._settle(
@@ -605,10 +605,7 @@ class TenantQuotas:
         """The tenant's running tasks with their States, after settling those that ended."""
         await self._ensure_counts(tenant_id)
         key = self._running_key(tenant_id)
-        entries = {
-            _text(task): _text(raw)
-            for task, raw in (await self.redis.hgetall(key)).items()  # type: ignore[misc]
-        }
+        entries = {_text(task): _text(raw) for task, raw in (await self.redis.hgetall(key)).items()}
         if not entries:
             return {}
         ids = list(entries)
@@ -637,10 +634,7 @@ class TenantQuotas:
         list); a tree that has ended and holds none is let go."""
         await self._ensure_counts(tenant_id)
         key = self._holders_key(tenant_id)
-        entries = {
-            _text(task): _text(raw)
-            for task, raw in (await self.redis.hgetall(key)).items()  # type: ignore[misc]
-        }
+        entries = {_text(task): _text(raw) for task, raw in (await self.redis.hgetall(key)).items()}
         if not entries:
             return 0
         roots = list(entries)
@@ -666,7 +660,7 @@ class TenantQuotas:
                 if state is not None
             ]
         tasks = list(tree_of)
-        held = await self.redis.hmget(self._seats_key, tasks)  # type: ignore[misc]
+        held = await self.redis.hmget(self._seats_key, tasks)
         per_root = dict.fromkeys(roots, 0)
         for task, seat in zip(tasks, held, strict=True):
             if seat is not None:

@@ -35,7 +35,7 @@ class ReadinessService:
 
     async def _redis(self) -> str:
         try:
-            await asyncio.wait_for(self.redis.ping(), self.timeout_s)  # type: ignore[misc]
+            await asyncio.wait_for(self.redis.ping(), self.timeout_s)
         except Exception as exc:
             return f"error: {type(exc).__name__}: {exc}".strip()
         return "ok"

@@ -3,8 +3,9 @@ resume, confirmation). Logic lives in TaskService, TaskListing and TaskDeletion.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Header, Query, Response, status
 
@@ -246,7 +247,10 @@ async def _change_state(
     return _accepted(task_id, event.id, "change_agent_state")
 
 
-def _control_route(path: str, summary: str) -> Any:
+_Route = TypeVar("_Route", bound=Callable[..., Any])
+
+
+def _control_route(path: str, summary: str) -> Callable[[_Route], _Route]:
     return router.post(
         path,
         status_code=status.HTTP_202_ACCEPTED,

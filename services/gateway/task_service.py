@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from faststream.nats import NatsBroker
-from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from shared.admission import QueuePlace, queue_place
@@ -44,6 +43,7 @@ from .errors import (
     WorkspaceTooLarge,
 )
 from .idempotency import IdempotencyKeys, request_fingerprint
+from .metrics import QUOTA_REFUSALS, TASKS_CREATED, USER_EVENTS
 from .quotas import QuotaDefaults, Quotas, TenantQuotas
 from .repositories import RepositoryCheck, RepositoryRefused
 from .secret_service import SecretsOff
@@ -62,14 +62,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("deckhands.gateway.tasks")
-
-TASKS_CREATED = Counter("deckhands_gateway_tasks_created_total", "Tasks created by the gateway")
-QUOTA_REFUSALS = Counter(
-    "deckhands_gateway_quota_refusals_total", "Requests refused (429) at a tenant's quota"
-)
-USER_EVENTS = Counter(
-    "deckhands_gateway_user_events_total", "User events queued for the controller", ["kind"]
-)
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # A sub-task belongs to its root task's tenant; delegation is far shallower than this.

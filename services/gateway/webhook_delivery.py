@@ -38,7 +38,6 @@ from faststream.nats import NatsBroker
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from prometheus_client import Counter
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
@@ -58,6 +57,7 @@ from shared.state_store import TaskStateStore
 from shared.subjects import NOTICES_STREAM, notice_subject
 
 from .context import GatewayContext
+from .metrics import DELIVERIES
 from .settings import GatewaySettings
 from .task_records import TaskRecords
 from .webhooks import (
@@ -88,12 +88,6 @@ _ACK_WAIT_S = 60.0
 _FETCH_BATCH = 64
 _MARKER = b'"agent_state_changed"'
 
-DELIVERIES = Counter(
-    "deckhands_gateway_webhook_attempts_total",
-    "Webhook POSTs (or refusals to send one) by outcome",
-    ["outcome"],
-)
-
 
 class DeliveryPolicy:
     def __init__(
@@ -117,7 +111,7 @@ class DeliveryPolicy:
 
     def backoff(self, attempts: int) -> float:
         """Delay after the `attempts`-th failure: doubling, capped, up to 10% jitter."""
-        delay = min(self.backoff_s * 2 ** (attempts - 1), self.backoff_max_s)
+        delay = min(self.backoff_s * 2.0 ** (attempts - 1), self.backoff_max_s)
         return delay * (1 + random.random() / 10)
 
 

@@ -3,7 +3,7 @@ signed, which targets are refused, and the record of every attempt, in Redis.
 
 A webhook names a URL and the tenant secret (shared/secrets_store.py) whose value signs its
 deliveries: `Deckhands-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, the
-scheme Stripe uses, so a receiver checks both the body and its age (README: Webhooks).
+scheme Stripe uses, so a receiver checks both the body and its age (docs/tenants.md: Webhooks).
 
 Redis keys (the `deckhands:` namespace):
 - `deckhands:webhook:tenant:<tenant>`: the tenant's default webhook (JSON);
@@ -221,7 +221,7 @@ class WebhookStore:
     # -- deliveries
 
     async def delivery(self, delivery_id: str) -> DeliveryRecord | None:
-        raw = await self.redis.hgetall(self._delivery(delivery_id))  # type: ignore[misc]
+        raw = await self.redis.hgetall(self._delivery(delivery_id))
         if not raw:
             return None
         fields = {_text(k): _text(v) for k, v in raw.items()}
@@ -258,7 +258,7 @@ class WebhookStore:
             await tx.execute()
 
     async def attempts(self, task_id: str) -> list[DeliveryAttempt]:
-        raws = await self.redis.lrange(self._log(task_id), 0, -1)  # type: ignore[misc]
+        raws = await self.redis.lrange(self._log(task_id), 0, -1)
         return [DeliveryAttempt.model_validate_json(raw) for raw in raws]
 
 

@@ -32,11 +32,12 @@ from shared.trajectory import TrajectoryError, load_trajectory
 from shared.workspace import RepositoryRecords
 
 from .condenser import Condensation, TokenCounter, plan_condensation, summary_lines
-from .history import HistoryCache, HistoryNotReady
+from .errors import ContextWindowExceeded, HistoryNotReady, LLMCallError, NoTaskError
+from .history import HistoryCache
 from .instructions import RepoInstructions, noting
-from .llm import ContextWindowExceeded, LLMCallError, LLMClient, RateLimitNotice
+from .llm import LLMClient, RateLimitNotice
 from .metrics import REASONER_CONDENSATIONS, REASONER_REPLAYED, STEP_ANSWERS, STEP_PHASE
-from .prompt import NoTaskError, PromptView, prompt_view
+from .prompt import PromptView, prompt_view
 from .replay import recorded_actions, replay_index, replayed_action
 from .replies import (
     ReasonerEvent,

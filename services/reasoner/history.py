@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faststream.nats import NatsBroker
-from prometheus_client import Counter, Gauge
 from pydantic import ValidationError
 
 from shared.commands import HistoryReply, HistoryRequest
 from shared.events import EventAdapter
 from shared.subjects import HISTORY_SUBJECT
 
-__all__ = ["HistoryCache", "HistoryNotReady"]
+from .errors import HistoryNotReady
+from .metrics import HISTORY_CACHE_BYTES, HISTORY_EVENTS_GIVEN, HISTORY_EVENTS_READ
+
+__all__ = ["HistoryCache"]
 
 log = logging.getLogger("deckhands.reasoner.history")
 
@@ -33,21 +35,6 @@ log = logging.getLogger("deckhands.reasoner.history")
 # less often.
 _FIRST_POLL_S = 0.005
 _MAX_POLL_S = 0.1
-
-HISTORY_EVENTS_READ = Counter(
-    "deckhands_reasoner_history_events_read_total", "Events read from storage for prompts"
-)
-HISTORY_EVENTS_GIVEN = Counter(
-    "deckhands_reasoner_history_events_given_total",
-    "Log entries that came with step requests (no storage read needed for them)",
-)
-HISTORY_CACHE_BYTES = Gauge(
-    "deckhands_reasoner_history_cache_bytes", "Bytes of task history held for the next steps"
-)
-
-
-class HistoryNotReady(Exception):
-    """Storage could not give the history the step needs; the step is redelivered later."""
 
 
 @dataclass

@@ -33,6 +33,7 @@ from shared.events import LLMUsage, TaskPriority
 from shared.fair_slots import FairSlots
 
 from .capacity import CapacityGate, CapacityWait, Lease
+from .errors import ContextWindowExceeded, LLMCallError
 from .metrics import (
     LLM_CALLS,
     LLM_COMPLETION_TOKENS,
@@ -47,7 +48,7 @@ from .settings import ReasonerSettings
 from .tools import TOOL_SPECS, ToolCall
 from .warm_up import speaks_openai, warm_up
 
-__all__ = ["ContextWindowExceeded", "LLMCallError", "LLMClient", "RateLimitNotice", "retry_after_s"]
+__all__ = ["LLMClient", "RateLimitNotice", "retry_after_s"]
 
 log = logging.getLogger("deckhands.reasoner.llm")
 
@@ -56,14 +57,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 # OpenAI-compatible local servers ignore the key, but litellm's OpenAI client insists on one.
 _PLACEHOLDER_KEY = "no-key"
-
-
-class LLMCallError(Exception):
-    """The LLM could not be reached or failed, after our retries."""
-
-
-class ContextWindowExceeded(LLMCallError):
-    """The provider refused the prompt as longer than the model's context window."""
 
 
 # Called before each wait on a rate limit with the attempt number (1, 2...), the wait in s and
@@ -291,7 +284,7 @@ class LLMClient:
 
     def _backoff(self, attempt: int, exc: BaseException) -> float:
         s = self.settings
-        wait = s.llm_retry_backoff_s * 2 ** (attempt - 1)
+        wait = s.llm_retry_backoff_s * 2.0 ** (attempt - 1)
         asked = retry_after_s(exc)
         if asked is not None:
             # Never sooner than the provider asks; never a busy loop on "Retry-After: 0".

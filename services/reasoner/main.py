@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 
 from faststream import FastStream
-from pydantic import ValidationError
 
 from shared.blobs import BlobStore
 from shared.broker import WORK, build_broker, durable_subscription
@@ -15,6 +13,7 @@ from shared.commands import HistoryRequest, ReviewAction
 from shared.event_loop import run
 from shared.periodic import every
 from shared.redis_client import connect_redis
+from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
@@ -112,11 +111,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
 
 
 def main() -> None:
-    try:
-        settings = ReasonerSettings()
-        settings.require_llm()
-    except (ValidationError, RuntimeError) as exc:
-        sys.exit(f"reasoner: bad configuration: {exc}")
+    settings = settings_or_exit(ReasonerSettings, "reasoner", ReasonerSettings.require_llm)
     setup_logging(settings, "reasoner")
     run(build_app(settings).run())
 

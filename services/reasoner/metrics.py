@@ -1,10 +1,14 @@
-"""Prometheus metrics of the reasoner: LLM tokens, cost, latency, and what each step produced."""
+"""Prometheus metrics of the reasoner: LLM tokens, cost, latency, what each step produced, and the
+history it read."""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "HISTORY_CACHE_BYTES",
+    "HISTORY_EVENTS_GIVEN",
+    "HISTORY_EVENTS_READ",
     "LLM_CALLS",
     "LLM_CAPACITY_WAIT",
     "LLM_CAPACITY_WAITING",
@@ -21,6 +25,18 @@ __all__ = [
     "STEP_ANSWERS",
     "STEP_PHASE",
 ]
+
+# A task's history, read from storage or given with the step requests (history.py).
+HISTORY_EVENTS_READ = Counter(
+    "deckhands_reasoner_history_events_read_total", "Events read from storage for prompts"
+)
+HISTORY_EVENTS_GIVEN = Counter(
+    "deckhands_reasoner_history_events_given_total",
+    "Log entries that came with step requests (no storage read needed for them)",
+)
+HISTORY_CACHE_BYTES = Gauge(
+    "deckhands_reasoner_history_cache_bytes", "Bytes of task history held for the next steps"
+)
 
 LLM_PROMPT_TOKENS = Counter(
     "deckhands_llm_prompt_tokens_total", "Prompt tokens sent to the LLM", ["model"]

@@ -41,6 +41,7 @@ from shared.events import (
     UserRejectObservation,
 )
 
+from .errors import NoTaskError
 from .instructions import RepoInstructions, with_instructions
 from .tools import call_for_action, describe_tools
 
@@ -51,7 +52,6 @@ __all__ = [
     "LLM_ERROR",
     "REPEATED_FAILURE",
     "Chunk",
-    "NoTaskError",
     "PromptView",
     "answers_by_action",
     "build_messages",
@@ -117,10 +117,6 @@ _ANSWER_TYPES = (
     AgentDelegateObservation,
     MCPCallObservation,
 )
-
-
-class NoTaskError(ValueError):
-    """The history has no user message to start from."""
 
 
 def system_prompt(native: bool) -> str:

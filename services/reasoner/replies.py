@@ -32,11 +32,11 @@ from shared.events import (
     MessageAction,
 )
 
+from .errors import BadReply
 from .prompt import BAD_REPLY_ERROR, LLM_ERROR
 from .tools import (
     TOOL_SPECS,
     AgentToolAction,
-    BadReply,
     ToolCall,
     action_for_call,
     tool_offered,
@@ -198,7 +198,9 @@ def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str
     return None
 
 
-def _fields(step: StepRequest, usage: LLMUsage | None, thought: str, call_id: str | None) -> dict:
+def _fields(
+    step: StepRequest, usage: LLMUsage | None, thought: str, call_id: str | None
+) -> dict[str, Any]:
     return {
         "id": step_event_id(step),
         "task_id": step.task_id,

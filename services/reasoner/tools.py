@@ -28,12 +28,13 @@ from shared.events import (
 )
 from shared.mcp_config import McpTool, function_name
 
+from .errors import BadReply
+
 __all__ = [
     "TOOL_ARGUMENTS",
     "TOOL_NAMES",
     "TOOL_SPECS",
     "AgentToolAction",
-    "BadReply",
     "ToolCall",
     "action_for_call",
     "call_for_action",
@@ -56,10 +57,6 @@ AgentToolAction = (
 )
 
 
-class BadReply(Exception):
-    """The model's reply is not a usable action; the message tells the model what was wrong."""
-
-
 @dataclass(frozen=True)
 class ToolCall:
     name: str
@@ -67,7 +64,9 @@ class ToolCall:
     id: str | None = None
 
 
-def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
+def _fn(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {

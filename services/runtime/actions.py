@@ -29,7 +29,7 @@ from shared.events import (
 from shared.secret_redaction import Redactor
 
 from .containers import Sandbox
-from .executor_client import ExecutorError, SandboxLost
+from .errors import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
 from .task_secrets import exported
 

@@ -55,11 +55,11 @@ from shared.address_policy import (
 )
 from shared.workspace import RepositorySpec, bad_ref, bad_repository_url
 
+from .errors import CheckoutFailed
 from .workspace_archive import SANDBOX_UID
 
 __all__ = [
     "START_REF",
-    "CheckoutFailed",
     "Fetched",
     "fetch",
     "tar_git_dir",
@@ -76,10 +76,6 @@ REFUSED = f"{_NOT_FETCHED}: host refused by the address policy"
 # A name that does not resolve and one that resolves to a refused address get the same
 # answer: a tenant learns nothing of which internal names exist.
 NAME_REFUSED = f"{_NOT_FETCHED}: host not found or refused by the address policy"
-
-
-class CheckoutFailed(Exception):
-    """The repository could not be fetched or checked out; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DriverConfig, LogConfig, Mount
 
-from .executor_client import ExecutorClient, SandboxLost, open_attach_socket
+from .errors import SandboxLost, SandboxStartError
+from .executor_client import ExecutorClient, open_attach_socket
 from .isolation import confinement
 from .keepers import ROLE_KEEPER, remove_keeper, remove_stray_keepers, start_keeper
 from .settings import RuntimeSettings
@@ -42,7 +43,6 @@ __all__ = [
     "ContainerInfo",
     "DockerSandboxes",
     "Sandbox",
-    "SandboxStartError",
     "task_container_name",
 ]
 
@@ -60,10 +60,6 @@ NO_NETWORK = "none"
 IDLE_PREFIX = "deckhands-idle-"
 TASK_PREFIX = "deckhands-task-"
 _NAME_SAFE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
-
-
-class SandboxStartError(Exception):
-    """A sandbox could not be created or its executor never answered."""
 
 
 def task_container_name(task_id: str) -> str:
@@ -243,7 +239,7 @@ class DockerSandboxes:
     def host_config(
         self, network: str | None = None, workspace_bytes: int | None = None
     ) -> dict[str, Any]:
-        """The hardening every sandbox gets; see README's runtime section. `workspace_bytes`:
+        """The hardening every sandbox gets; see docs/runtime.md. `workspace_bytes`:
         a task's own /workspace quota instead of the default."""
         s = self.settings
         files = f"nr_inodes={s.sandbox_inodes}"

@@ -19,25 +19,15 @@ import socket
 import struct
 from typing import Any
 
-__all__ = ["ExecutorClient", "ExecutorError", "SandboxLost", "open_attach_socket"]
+from .errors import ExecutorError, SandboxLost
+
+__all__ = ["ExecutorClient", "open_attach_socket"]
 
 log = logging.getLogger("deckhands.runtime.executor")
 
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT = 1
 _ids = itertools.count(1)
-
-
-class SandboxLost(Exception):
-    """The container (or its executor) is gone; its workspace and sessions with it."""
-
-
-class ExecutorError(Exception):
-    """The executor answered a request with ok=false."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def open_attach_socket(api: Any, container_id: str) -> socket.socket:

@@ -51,9 +51,15 @@ from shared.waiting import wait_up_to
 
 from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger, TaskBindings
-from .checkout import CheckoutFailed
-from .containers import DockerSandboxes, Sandbox, SandboxStartError
-from .executor_client import SandboxLost
+from .containers import DockerSandboxes, Sandbox
+from .errors import (
+    CheckoutFailed,
+    HeldElsewhere,
+    PoolExhausted,
+    SandboxLost,
+    SandboxStartError,
+    WorkspaceLost,
+)
 from .mcp_calls import McpCalls
 from .metrics import (
     ACTION_SECONDS,
@@ -63,11 +69,11 @@ from .metrics import (
     publish_seat_gauges,
 )
 from .order_check import OrderCheck
-from .pool import PoolExhausted, WarmPool
+from .pool import WarmPool
 from .recent_actions import RecentActions
 from .reconcile import ReconcileReport, reconcile, reconcile_quietly
 from .settings import RuntimeSettings
-from .task_sandboxes import HeldElsewhere, TaskSandboxes, WorkspaceLost
+from .task_sandboxes import TaskSandboxes
 from .task_secrets import TaskSecrets
 from .workspace_ops import RuntimeWorkspace
 

@@ -26,6 +26,7 @@ from shared.events import (
 )
 from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
+from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, routed_subject, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
@@ -36,10 +37,10 @@ from shared.workspace import (
     WorkspaceTransfers,
 )
 
+from .errors import HeldElsewhere
 from .handlers import RuntimeService
 from .routing import QUEUE_INACTIVE_S, ReplicaQueues, consumer_name, relay_id
 from .settings import RuntimeSettings
-from .task_sandboxes import HeldElsewhere
 
 __all__ = ["RuntimeWork", "build_app", "build_runtime", "main"]
 
@@ -143,18 +144,21 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
     async def on_own_workspace(body: WorkspaceRequest) -> WorkspaceReply:
         return await service.workspace.handle(body)
 
-    @broker.subscriber(
+    async def on_work(body: RuntimeWork) -> None:
+        await handle(body)
+
+    async def on_routed(body: RuntimeWork) -> None:
+        await handle(body)
+
+    broker.subscriber(
         work_subject(Service.RUNTIME),
         title="runtime.work",
         description="Approved actions to run in the task's sandbox (ExecuteAction), "
         "PrepareSandbox with a task's first step, and ReleaseSandbox when a task ends, one "
         "subject per task.",
         **durable_subscription(settings, WORK, "runtime", workers=settings.workers),
-    )
-    async def on_work(body: RuntimeWork) -> None:
-        await handle(body)
-
-    @broker.subscriber(
+    )(on_work)
+    broker.subscriber(
         routed_subject(Service.RUNTIME, replica),
         title="runtime.work.replica",
         description="The orders of tasks whose sandbox this replica's engine holds (the "
@@ -167,9 +171,7 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
             workers=settings.workers,
             inactive_s=QUEUE_INACTIVE_S,
         ),
-    )
-    async def on_routed(body: RuntimeWork) -> None:
-        await handle(body)
+    )(on_routed)
 
     # Declared for the AsyncAPI document; publishing goes through shared.publishing.
     broker.publisher(
@@ -198,6 +200,13 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         title="runtime.passed_on",
         description="An order passed on to the replica whose engine holds the task's sandbox.",
         schema=RuntimeWork,
+    )
+    broker.publisher(
+        f"{WORKSPACE_SUBJECT}.*",
+        title="runtime.workspace_passed_on",
+        description="Request/reply: a workspace request passed on to the replica whose engine "
+        "holds the task's sandbox (the subject names that replica).",
+        schema=WorkspaceRequest,
     )
 
     app = FastStream(broker)
@@ -237,7 +246,7 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
 
 
 def main() -> None:
-    settings = RuntimeSettings()
+    settings = settings_or_exit(RuntimeSettings, "runtime")
     setup_logging(settings, "runtime")
     run(build_app(settings).run())
 

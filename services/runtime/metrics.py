@@ -19,6 +19,7 @@ __all__ = [
     "POOL_MISSES",
     "POOL_TARGET_IDLE",
     "PREPARED",
+    "REFUSED",
     "SANDBOXES",
     "SANDBOXES_IDLE_STOPPED",
     "SANDBOXES_LOST",
@@ -127,4 +128,10 @@ ORDERS_RELAYED = Counter(
     "Orders a replica did not run itself: passed on to the replica holding the task's sandbox, "
     "or handed back to every replica from the queue of a replica that is gone",
     ["how"],
+)
+# Orders refused before they reach a sandbox (order_check.py).
+REFUSED = Counter(
+    "deckhands_runtime_orders_refused_total",
+    "ExecuteActions the runtime refused to run: not the reviewed action the task awaits",
+    ["why"],
 )

@@ -28,25 +28,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import Counter
-
 from shared.commands import ORDER_REFUSED, ExecuteAction
 from shared.delivery import PermanentError
 from shared.events import AgentState, ErrorObservation, EventBase, EventSource
 from shared.state import Awaiting, TaskState
 from shared.state_store import TaskStateStore
 
-__all__ = ["OrderCheck", "StateBeingRebuilt", "refusal_of"]
+from .errors import StateBeingRebuilt
+from .metrics import REFUSED
+
+__all__ = ["OrderCheck", "refusal_of"]
 
 security_log = logging.getLogger("deckhands.security")
 
 _REBUILD_POLL_S = 0.25
-
-REFUSED = Counter(
-    "deckhands_runtime_orders_refused_total",
-    "ExecuteActions the runtime refused to run: not the reviewed action the task awaits",
-    ["why"],
-)
 
 
 def refusal_of(state: TaskState, order: ExecuteAction) -> tuple[str, str] | None:
@@ -66,11 +61,6 @@ def refusal_of(state: TaskState, order: ExecuteAction) -> tuple[str, str] | None
     if order.network_egress != state.network_egress:
         return "egress_mismatch", "the order's network egress is not the task's"
     return None
-
-
-class StateBeingRebuilt(Exception):
-    """Redis lost the task's State and the controller has not rebuilt it yet: the order is
-    tried again later (a retryable failure, not a dead letter)."""
 
 
 class OrderCheck:

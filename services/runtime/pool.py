@@ -25,7 +25,8 @@ from collections.abc import Awaitable, Callable
 
 from shared.waiting import wait_up_to
 
-from .containers import IDLE_PREFIX, LABEL_REPLICA, DockerSandboxes, Sandbox, SandboxStartError
+from .containers import IDLE_PREFIX, LABEL_REPLICA, DockerSandboxes, Sandbox
+from .errors import PoolExhausted, SandboxStartError
 from .metrics import (
     ACQUIRE_SECONDS,
     ACQUISITIONS,
@@ -39,16 +40,12 @@ from .metrics import (
 )
 from .settings import RuntimeSettings
 
-__all__ = ["PoolExhausted", "WarmPool"]
+__all__ = ["WarmPool"]
 
 log = logging.getLogger("deckhands.runtime.pool")
 
 # Longer than a reconciliation pass takes, however slow the engine.
 _LET_GO_REMEMBERED_S = 300.0
-
-
-class PoolExhausted(Exception):
-    """No sandbox became available within `acquire_timeout_s` (the pool is at max_total)."""
 
 
 class WarmPool:
@@ -343,7 +340,7 @@ class WarmPool:
 
     def _next_wait(self) -> float:
         if self._refill_failures:
-            return min(30.0, 0.5 * 2**self._refill_failures)
+            return min(30.0, 0.5 * 2.0**self._refill_failures)
         return min(self.settings.pool_health_interval_s, 5.0)
 
     def _refill(self) -> None:

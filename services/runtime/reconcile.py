@@ -28,9 +28,9 @@ from .containers import (
     TASK_PREFIX,
     ContainerInfo,
     DockerSandboxes,
-    SandboxStartError,
     task_container_name,
 )
+from .errors import SandboxStartError
 from .metrics import SANDBOXES_REMOVED
 from .pool import WarmPool
 from .task_sandboxes import TaskSandboxes

@@ -33,30 +33,17 @@ from .containers import (
     ContainerInfo,
     DockerSandboxes,
     Sandbox,
-    SandboxStartError,
     task_container_name,
 )
+from .errors import HeldElsewhere, SandboxStartError, WorkspaceLost
 from .metrics import SANDBOXES_IDLE_STOPPED, SANDBOXES_LOST, SANDBOXES_RESTARTED
 from .pool import WarmPool
 
-__all__ = ["HeldElsewhere", "TaskSandboxes", "WorkspaceLost", "describe_loss"]
+__all__ = ["TaskSandboxes", "describe_loss"]
 
 log = logging.getLogger("deckhands.runtime.tasks")
 
 _TOUCH_EVERY_S = 3600.0
-
-
-class WorkspaceLost(Exception):
-    """The task's sandbox died or vanished; its files and sessions are gone."""
-
-
-class HeldElsewhere(Exception):
-    """The task's sandbox is held by another replica, which is alive: its orders go there."""
-
-    def __init__(self, task_id: str, replica: str) -> None:
-        super().__init__(f"task {task_id}: its sandbox is held by runtime replica {replica}")
-        self.task_id = task_id
-        self.replica = replica
 
 
 class TaskSandboxes:

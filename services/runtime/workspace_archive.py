@@ -30,11 +30,11 @@ import zlib
 from collections.abc import Iterator
 from typing import IO, cast
 
+from .errors import ArchiveRefused, ArchiveTooLarge
+
 __all__ = [
     "SANDBOX_UID",
     "STATE_DIR",
-    "ArchiveRefused",
-    "ArchiveTooLarge",
     "ChunkReader",
     "check_path",
     "check_upload_path",
@@ -50,14 +50,6 @@ MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4096 - len("/workspace/") - 1
 MAX_PATH_DEPTH = 256
 _COPY_CHUNK = 1 << 20
-
-
-class ArchiveRefused(ValueError):
-    """The upload or the path cannot go into a workspace (the message says why)."""
-
-
-class ArchiveTooLarge(ValueError):
-    """Past a size or file-count limit."""
 
 
 def check_path(path: str) -> str:

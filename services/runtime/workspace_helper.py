@@ -32,6 +32,7 @@ from docker.errors import APIError, NotFound
 from docker.types import LogConfig, Mount
 
 from .containers import LABEL_POOL, LABEL_ROLE, DockerSandboxes
+from .errors import HelperTimeout
 from .isolation import confinement
 from .keepers import WORKSPACE, workspace_volume
 
@@ -39,7 +40,6 @@ __all__ = [
     "HELPER_PREFIX",
     "ROLE_HELPER",
     "HelperResult",
-    "HelperTimeout",
     "remove_stray_helpers",
     "run_helper",
 ]
@@ -67,10 +67,6 @@ _GIT_ENV = {
 # One helper at a time per sandbox (by container id): a tenant's helpers are bounded by its
 # sandboxes, however many requests it sends at once.
 _per_sandbox: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-
-class HelperTimeout(Exception):
-    """The helper did not finish in time (it was killed)."""
 
 
 @dataclass(frozen=True)

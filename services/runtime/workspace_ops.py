@@ -44,12 +44,11 @@ from shared.workspace import (
     transfer_name,
 )
 
-from .checkout import CheckoutFailed, fetch, tar_git_dir
+from .checkout import fetch, tar_git_dir
 from .containers import DockerSandboxes, Sandbox, task_container_name
+from .errors import ArchiveRefused, ArchiveTooLarge, CheckoutFailed, HelperTimeout
 from .task_facts import TaskFacts
 from .workspace_archive import (
-    ArchiveRefused,
-    ArchiveTooLarge,
     ChunkReader,
     check_path,
     clean_upload,
@@ -62,7 +61,7 @@ from .workspace_git import (
     parse_instructions,
     upload_script,
 )
-from .workspace_helper import HelperTimeout, remove_stray_helpers, run_helper
+from .workspace_helper import remove_stray_helpers, run_helper
 
 __all__ = ["Retention", "RuntimeWorkspace"]
 

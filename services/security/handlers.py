@@ -9,20 +9,17 @@ from __future__ import annotations
 import uuid
 
 from faststream.nats import NatsBroker
-from prometheus_client import Counter
 
 from shared.commands import ReviewAction
 from shared.events import EventSource, ReviewedAction, SecurityVerdictObservation
 from shared.publishing import publish_event_to
 from shared.subjects import Service
 
+from .metrics import VERDICTS
 from .rules import review
 
 __all__ = ["SecurityHandlers", "reviewed", "verdict_for"]
 
-VERDICTS = Counter(
-    "deckhands_security_verdicts_total", "Security verdicts", ["verdict", "risk", "rule"]
-)
 _VERDICT_NS = uuid.UUID("8f5b7f0e-3c1a-4c39-9d0e-4a3e59d0b1a7")
 _REVIEWED_NS = uuid.UUID("2c0d9a4e-61b7-4f0a-8e3d-5b9c7a1f2e64")
 

@@ -7,6 +7,7 @@ from faststream import FastStream
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.event_loop import run
 from shared.events import ReviewedAction
+from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
@@ -49,7 +50,7 @@ def build_app(settings: SecuritySettings | None = None) -> FastStream:
 
 
 def main() -> None:
-    settings = SecuritySettings()
+    settings = settings_or_exit(SecuritySettings, "security")
     setup_logging(settings, "security")
     run(build_app(settings).run())
 

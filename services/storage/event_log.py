@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import Histogram
-
 from shared.delivery import PermanentError
+
+from .metrics import GROUP_SIZE
 
 __all__ = ["EventLog", "HistoryPage"]
 
@@ -38,12 +38,6 @@ CREATE TABLE IF NOT EXISTS deleted_tasks (
 
 # More rows than this in one transaction would make the first of them wait for the last.
 _MAX_GROUP = 512
-
-GROUP_SIZE = Histogram(
-    "deckhands_storage_commit_group_events",
-    "Events written by one SQLite commit",
-    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import json
 import logging
 
 from nats.aio.msg import Msg
-from prometheus_client import Counter
 from pydantic import ValidationError
 
 from shared.commands import ForgetTaskReply, ForgetTaskRequest, HistoryReply, HistoryRequest
@@ -14,16 +13,11 @@ from shared.delivery import DeliveryGuard, PermanentError
 from shared.events import Event, EventAdapter
 
 from .event_log import EventLog
+from .metrics import DUPLICATES, HISTORY_ERRORS, STORED
 
 __all__ = ["StorageHandlers"]
 
 log = logging.getLogger("deckhands.storage")
-
-STORED = Counter("deckhands_storage_events_stored_total", "Events persisted", ["kind"])
-DUPLICATES = Counter("deckhands_storage_duplicates_total", "Redelivered events already stored")
-HISTORY_ERRORS = Counter(
-    "deckhands_storage_history_errors_total", "History requests answered with an error", ["why"]
-)
 
 # Room in a reply for its envelope (task id, last seq, the JSON list) and its headers.
 _REPLY_ENVELOPE_BYTES = 16 * 1024

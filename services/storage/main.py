@@ -8,6 +8,7 @@ from faststream.nats.message import NatsBatchMessage
 from shared.broker import DELETIONS, EVENTS, build_broker, durable_subscription, handled_message
 from shared.commands import HistoryReply
 from shared.event_loop import run
+from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import (
     FORGET_SUBJECT,
@@ -32,7 +33,11 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
     # NATS' default max_payload until the server's own is known (after connecting).
     handlers = StorageHandlers(log, max_reply_bytes=1024 * 1024)
 
-    @broker.subscriber(
+    async def on_events() -> None:
+        batch: NatsBatchMessage = handled_message(broker)
+        await handlers.on_events(batch.raw_message, broker.guard, broker)
+
+    broker.subscriber(
         event_subject("*"),
         title="storage.events",
         description="Persists every logged event of every task (in batches).",
@@ -44,10 +49,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
             batch_wait_s=settings.batch_wait_s,
             inactive_s=settings.consumer_inactive_s,
         ),
-    )
-    async def on_events() -> None:
-        batch: NatsBatchMessage = handled_message(broker)
-        await handlers.on_events(batch.raw_message, broker.guard, broker)
+    )(on_events)
 
     @broker.subscriber(
         HISTORY_SUBJECT,
@@ -94,7 +96,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
 
 
 def main() -> None:
-    settings = StorageSettings()
+    settings = settings_or_exit(StorageSettings, "storage")
     setup_logging(settings, "storage")
     run(build_app(settings).run())
 

@@ -1,8 +1,8 @@
 """The web console (issue 13) in a real browser: Debian's headless Chromium driven by Selenium,
 against the whole stack (tests/console/conftest.py) on the scripted LLM.
 
-Set DECKHANDS_UPDATE_SCREENSHOT=1 to write docs/console.png (the README shows it) from the
-seed task's page.
+Set DECKHANDS_UPDATE_SCREENSHOT=1 to write docs/console.png (the README and docs/console.md show
+it) from the seed task's page.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Helpers shared by the e2e tests: a GET that outlasts a killed part of the stack, a wait
 for tasks to end while parts are killed, and a webhook receiver on loopback with the
-signature check the README documents."""
+signature check docs/tenants.md ("Webhooks") documents."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class Receiver:
 
 
 def verify_signature(secret: str, header: str, body: bytes, tolerance_s: int = 300) -> bool:
-    """The receiver's check, as the README documents it."""
+    """The receiver's check, as docs/tenants.md ("Webhooks") documents it."""
     fields = dict(part.split("=", 1) for part in header.split(","))
     timestamp = int(fields["t"])
     expected = hmac.new(

@@ -7,9 +7,9 @@ TARGETS).
   unknown secret is refused naming it;
 - a task whose command echoes its secret: the observation, the log (events and trajectory) and
   every service's log file show `<secret:NAME>`, never the value;
-- webhooks: a FINISHED body signed as the README says; a receiver failing twice gets the
-  notification on the third attempt, the delivery log showing all three; a gateway killed
-  between attempts does not lose the notification;
+- webhooks: a FINISHED body signed as docs/tenants.md ("Webhooks") says; a receiver failing
+  twice gets the notification on the third attempt, the delivery log showing all three; a
+  gateway killed between attempts does not lose the notification;
 - a Redis that lost its data (FLUSHALL): the secrets and the tenant's default webhook are put
   back from NATS key-value, and a task uses them as before.
 """

@@ -240,7 +240,7 @@ def _mebibytes(quantity: str) -> float:
     return float(quantity[:-2]) * units[quantity[-2:]]
 
 
-# Peak RSS measured on `make up` with 100 tasks at once (README, Kubernetes), in MiB.
+# Peak RSS measured on `make up` with 100 tasks at once (docs/deployment.md, "Kubernetes"), in MiB.
 MEASURED_PEAK_RSS_MIB = {
     "gateway": 82,
     "controller": 70,

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-MYPY_TARGETS = ["shared", "services", "tools"]
+MYPY_TARGETS = ["shared", "services", "tools", "deploy/sandbox"]
 
 
 def _run(tool: str, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from services.controller.handlers import CONFLICTS, ControllerHandlers
+from services.controller.handlers import ControllerHandlers
+from services.controller.metrics import CONFLICTS
 from services.controller.state_cache import StateCache
 from shared.broker import ServiceBroker, build_broker
 from shared.events import EventSource, MessageAction

@@ -14,8 +14,8 @@ import pytest
 from nats.aio.client import Client
 from reasoner_doubles import reasoner_settings
 
-from services.reasoner.history import HISTORY_EVENTS_READ
 from services.reasoner.main import build_app as build_reasoner
+from services.reasoner.metrics import HISTORY_EVENTS_READ
 from services.storage.main import build_app as build_storage
 from services.storage.settings import StorageSettings
 from shared.commands import ReviewAction, StepRequest

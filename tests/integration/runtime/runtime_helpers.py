@@ -50,15 +50,15 @@ __all__ = [
 
 
 # The OCI runtime these tests start sandboxes with: the engine's default (runc) unless
-# DECKHANDS_DOCKER_RUNTIME names another (`runsc`: gVisor, see README "gVisor"). Where gVisor's
-# kernel answers differently, a test states both exact results.
+# DECKHANDS_DOCKER_RUNTIME names another (`runsc`: gVisor, see docs/runtime.md, "gVisor").
+# Where gVisor's kernel answers differently, a test states both exact results.
 SANDBOX_RUNTIME = os.environ.get("DECKHANDS_DOCKER_RUNTIME") or "runc"
 GVISOR = SANDBOX_RUNTIME.startswith("runsc")
 
 
 def differs_under_gvisor(reason: str) -> pytest.MarkDecorator:
-    """A test whose runc result gVisor does not give, for the reason stated (README, "gVisor").
-    Strict: a test that starts passing under gVisor fails, and its mark must go."""
+    """A test whose runc result gVisor does not give, for the reason stated (docs/runtime.md,
+    "gVisor"). Strict: a test that starts passing under gVisor fails, and its mark must go."""
     return pytest.mark.xfail(
         GVISOR, reason=f"gVisor (Debian's runsc 0.0~20221219): {reason}", strict=True
     )

@@ -22,7 +22,8 @@ import pytest
 from net_listener import Listener  # type: ignore[import-not-found]
 
 from services.runtime import checkout
-from services.runtime.checkout import NAME_REFUSED, REFUSED, START_REF, CheckoutFailed, fetch
+from services.runtime.checkout import NAME_REFUSED, REFUSED, START_REF, fetch
+from services.runtime.errors import CheckoutFailed
 from shared.workspace import RepositorySpec
 from tools.stack import free_port
 

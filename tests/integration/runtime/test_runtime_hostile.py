@@ -3,7 +3,7 @@ suite), through the real runtime service on Docker: each attempt with the exact 
 
 Runs under the engine's default runtime (runc), or under gVisor with
 DECKHANDS_DOCKER_RUNTIME=runsc; where gVisor's kernel answers differently, both exact results
-are stated (README, "gVisor").
+are stated (docs/runtime.md, "gVisor").
 
 Also in the suite elsewhere: what the runtime does with a foreign writer on the executor's
 channel (test_runtime_service), the memory and fork bombs (test_runtime_limits), the network

@@ -13,7 +13,8 @@ import pytest
 from runtime_helpers import eventually, make_settings, remove_pool_containers  # type: ignore[import-not-found]
 
 from services.runtime.containers import DockerSandboxes
-from services.runtime.pool import PoolExhausted, WarmPool
+from services.runtime.errors import PoolExhausted
+from services.runtime.pool import WarmPool
 from shared.settings import CommonSettings
 
 pytestmark = pytest.mark.docker

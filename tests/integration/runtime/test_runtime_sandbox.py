@@ -10,7 +10,8 @@ import pytest
 from runtime_helpers import GVISOR, differs_under_gvisor  # type: ignore[import-not-found]
 
 from services.runtime.actions import observation_id, run_action
-from services.runtime.containers import DockerSandboxes, Sandbox, SandboxStartError
+from services.runtime.containers import DockerSandboxes, Sandbox
+from services.runtime.errors import SandboxStartError
 from services.runtime.settings import RuntimeSettings
 from shared.events import (
     CmdOutputObservation,

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from services.controller.agent_loop import STEPS, apply, send_queued_action, sub_task_id
-from services.controller.rebuild import RebuildError, rebuild_state, waits_for_a_seat
+from services.controller.agent_loop import apply, send_queued_action, sub_task_id
+from services.controller.errors import RebuildError
+from services.controller.metrics import STEPS
+from services.controller.rebuild import rebuild_state, waits_for_a_seat
 from services.controller.turn import Turn
 from shared.commands import ExecuteAction
 from shared.events import (

@@ -1,4 +1,4 @@
-"""services.controller.task_metrics: a task's end is counted once, by its end state, with the
+"""services.controller.metrics: a task's end is counted once, by its end state, with the
 time from its creation; other changes count nothing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from prometheus_client import REGISTRY
 
-from services.controller.task_metrics import count_task_end
+from services.controller.metrics import count_task_end
 from shared.events import AgentState
 from shared.state import TaskState
 

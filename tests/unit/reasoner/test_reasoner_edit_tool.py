@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from services.reasoner.tools import BadReply, ToolCall, action_for_call, call_for_action
+from services.reasoner.errors import BadReply
+from services.reasoner.tools import ToolCall, action_for_call, call_for_action
 from shared.events import CmdRunAction, FileEditAction
 
 FIELDS = {"task_id": "t", "source": "AGENT", "cause": "s"}

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from services.reasoner.errors import NoTaskError
 from services.reasoner.prompt import (
     INVALID_REPLY_PREFIX,
     REPEATED_FAILURE,
-    NoTaskError,
     build_messages,
     system_prompt,
 )

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.reasoner.errors import BadReply
 from services.reasoner.prompt import system_prompt
 from services.reasoner.replies import parse_text_tool_call
 from services.reasoner.tools import (
-    BadReply,
     ToolCall,
     action_for_call,
     describe_tools,

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.runtime.order_check import OrderCheck, StateBeingRebuilt, refusal_of
+from services.runtime.errors import StateBeingRebuilt
+from services.runtime.order_check import OrderCheck, refusal_of
 from shared.commands import ORDER_REFUSED, ExecuteAction
 from shared.delivery import PermanentError
 from shared.events import AgentState, CmdRunAction, ErrorObservation, EventBase, EventSource

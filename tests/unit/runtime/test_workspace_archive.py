@@ -10,9 +10,8 @@ import zipfile
 
 import pytest
 
+from services.runtime.errors import ArchiveRefused, ArchiveTooLarge
 from services.runtime.workspace_archive import (
-    ArchiveRefused,
-    ArchiveTooLarge,
     check_path,
     clean_upload,
     gzip_tree,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.storage.event_log import GROUP_SIZE, EventLog
+from services.storage.event_log import EventLog
+from services.storage.metrics import GROUP_SIZE
 from shared.delivery import PermanentError
 
 
