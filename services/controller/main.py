@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from faststream import FastStream
+from faststream.nats import NatsBroker
 
 from shared.broker import EVENTS, NOTICES, ROUTED, WORK, build_broker, durable_subscription
 from shared.commands import (
@@ -61,8 +62,39 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         **durable_subscription(settings, WORK, "controller", workers=settings.workers),
     )(handlers.on_input)
 
-    # Its sends, declared for the AsyncAPI document: a turn publishes what it decided through
-    # turn.py, which adds the Nats-Msg-Id.
+    _declare_sends(broker)
+
+    app = FastStream(broker)
+    sweeper: list[asyncio.Task[None]] = []
+
+    @app.on_startup
+    async def _start() -> None:
+        setup_metrics(settings)
+        await redis.ping()
+        await ensure_streams(settings)
+
+    @app.after_startup
+    async def _watch() -> None:
+        sweeper.append(asyncio.create_task(handlers.watch_deadlines(settings.deadline_poll_s)))
+        # Same pace: a task whose State Redis lost waits for it no longer than for a deadline.
+        sweeper.append(asyncio.create_task(handlers.watch_lost_states(settings.deadline_poll_s)))
+
+    @app.on_shutdown
+    async def _unwatch() -> None:
+        for task in sweeper:
+            task.cancel()
+        await asyncio.gather(*sweeper, return_exceptions=True)
+
+    @app.after_shutdown
+    async def _stop() -> None:
+        await redis.aclose()
+
+    return app
+
+
+def _declare_sends(broker: NatsBroker) -> None:
+    """The controller's sends, declared for the AsyncAPI document: a turn publishes what it
+    decided through turn.py, which adds the Nats-Msg-Id."""
     broker.publisher(
         event_subject("*"),
         stream=EVENTS,
@@ -121,33 +153,6 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         "delivery: a few messages per task instead of every event of the log.",
         schema=AgentStateChangedObservation,
     )
-
-    app = FastStream(broker)
-    sweeper: list[asyncio.Task[None]] = []
-
-    @app.on_startup
-    async def _start() -> None:
-        setup_metrics(settings)
-        await redis.ping()
-        await ensure_streams(settings)
-
-    @app.after_startup
-    async def _watch() -> None:
-        sweeper.append(asyncio.create_task(handlers.watch_deadlines(settings.deadline_poll_s)))
-        # Same pace: a task whose State Redis lost waits for it no longer than for a deadline.
-        sweeper.append(asyncio.create_task(handlers.watch_lost_states(settings.deadline_poll_s)))
-
-    @app.on_shutdown
-    async def _unwatch() -> None:
-        for task in sweeper:
-            task.cancel()
-        await asyncio.gather(*sweeper, return_exceptions=True)
-
-    @app.after_shutdown
-    async def _stop() -> None:
-        await redis.aclose()
-
-    return app
 
 
 def main() -> None:

@@ -98,11 +98,9 @@ class WarmPool:
         )
 
     def let_go(self, container_id: str) -> None:
-        """The container is being removed (its task lost it or ended). Reconciliation works
-        from a list taken moments before, and must not take such a container, still named for
-        its task and unbound, for one whose binding Redis lost and bind it again: the task's
-        next action would find it gone. Remembered for a while after the removal, as that
-        list may be older than it."""
+        """The container is being removed (its task lost it or ended). Reconciliation, working
+        from a list that may be older than the removal, must not take it (named for its task,
+        unbound) for one whose binding Redis lost and bind it again."""
         now = time.monotonic()
         self._let_go[container_id] = now
         for cid, since in list(self._let_go.items()):

@@ -131,8 +131,24 @@ class Runtime:
 
     async def stop(self) -> None:
         if self.app is not None:
-            await self.app.stop()
+            stopping = asyncio.ensure_future(self.app.stop())
+            done, _ = await asyncio.wait({stopping}, timeout=STOP_DEADLINE_S)
+            if not done:
+                # Once in CI a runtime's stop never ended (the event loop idle): name what
+                # every task awaits, so that the next time says where.
+                stacks = "\n".join(_stack_of(task) for task in asyncio.all_tasks())
+                pytest.fail(f"the runtime did not stop in {STOP_DEADLINE_S:.0f} s:\n{stacks}")
+            stopping.result()
             self.app = None
+
+
+STOP_DEADLINE_S = 120.0
+
+
+def _stack_of(task: asyncio.Task[Any]) -> str:
+    frames = task.get_stack(limit=12)
+    where = " <- ".join(f"{f.f_code.co_name} ({f.f_code.co_filename}:{f.f_lineno})" for f in frames)
+    return f"{task.get_name()}: {where or 'no frames'}"
 
 
 class Controller:
