@@ -280,8 +280,8 @@ class WarmPool:
         self._notify()
 
     async def discard(self, container_id: str, reason: str) -> None:
-        """Destroy a busy sandbox (its task ended or it died); the pool replaces it."""
-        self.let_go(container_id)
+        """Destroy a busy sandbox (its task ended or it died; let go of first, see let_go); the
+        pool replaces it."""
         sandbox = self._busy.pop(container_id, None)
         if sandbox is not None:
             await self._destroy(sandbox, reason)
