@@ -1,4 +1,5 @@
-"""Generate proto_schemas/: the event and command JSON Schemas and one AsyncAPI document.
+"""Generate proto_schemas/: the event, command and sandbox-protocol JSON Schemas and one AsyncAPI
+document.
 
     python -m tools.gen_schemas            # (re)writes proto_schemas/
     python -m tools.gen_schemas --check    # exits 1 with a diff when proto_schemas/ is stale
@@ -43,6 +44,7 @@ __all__ = [
     "event_schema",
     "generate",
     "main",
+    "sandbox_protocol_schema",
     "service_names",
     "write",
 ]
@@ -52,6 +54,7 @@ SCHEMA_DIR = ROOT / "proto_schemas"
 EVENTS_FILE = "events.schema.json"
 COMMANDS_FILE = "commands.schema.json"
 ASYNCAPI_FILE = "asyncapi.json"
+SANDBOX_FILE = "sandbox_protocol.schema.json"
 REGENERATE_HINT = "run `make schemas` (or `python -m tools.gen_schemas`) and commit proto_schemas/"
 
 
@@ -222,12 +225,45 @@ def build_asyncapi() -> dict[str, Any]:
     return document
 
 
+def sandbox_protocol_schema() -> dict[str, Any]:
+    """The runtime-executor contract (shared.sandbox_protocol): each op's request and reply."""
+    from shared.sandbox_protocol import PROTOCOL_VERSION
+    from shared.sandbox_protocol.messages import OPERATIONS, ErrorReply
+
+    definitions: dict[str, Any] = {}
+
+    def ref(kind: type) -> dict[str, str]:
+        schema = TypeAdapter(kind).json_schema(ref_template="#/$defs/{model}")
+        definitions.update(schema.pop("$defs", {}))
+        definitions[kind.__name__] = schema
+        return {"$ref": f"#/$defs/{kind.__name__}"}
+
+    refusal = ref(ErrorReply)
+    operations = {
+        op: {"request": ref(request), "reply": {"oneOf": [ref(reply), refusal]}}
+        for op, (request, reply) in OPERATIONS.items()
+    }
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "title": "deckhands sandbox protocol",
+        "description": (
+            "One JSON object per line between the runtime and the in-sandbox executor "
+            "(shared.sandbox_protocol). A request is {id, op, ...the op's request fields}; its "
+            "reply carries the same id, and is the op's reply or an ErrorReply."
+        ),
+        "x-protocol-version": PROTOCOL_VERSION,
+        "x-operations": operations,
+        "$defs": dict(sorted(definitions.items())),
+    }
+
+
 def generate() -> dict[str, str]:
     """File name in proto_schemas/ -> its exact content."""
     return {
         EVENTS_FILE: _dump(event_schema()),
         COMMANDS_FILE: _dump(commands_schema()),
         ASYNCAPI_FILE: _dump(build_asyncapi()),
+        SANDBOX_FILE: _dump(sandbox_protocol_schema()),
     }
 
 

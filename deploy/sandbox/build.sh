@@ -2,7 +2,7 @@
 # Build the sandbox image without any registry.
 #
 #   deploy/sandbox/build.sh            # builds deckhands/sandbox:latest if it is missing or
-#                                      # was built from another Dockerfile, or one of its .py files
+#                                      # was built from other sources (SOURCES below)
 #   FORCE=1 deploy/sandbox/build.sh    # rebuilds it
 #
 # Environment:
@@ -20,6 +20,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
 SANDBOX_IMAGE="${SANDBOX_IMAGE:-${DECKHANDS_SANDBOX_IMAGE:-deckhands/sandbox:latest}}"
 DEFAULT_BASE="deckhands/base:bookworm"
 BASE_IMAGE="${BASE_IMAGE:-$DEFAULT_BASE}"
@@ -28,9 +29,16 @@ FORCE="${FORCE:-0}"
 FORCE_BASE="${FORCE_BASE:-0}"
 
 
-# The image records which sources it was built from: an image of an older executor (whose
-# protocol the runtime may have outgrown) is rebuilt, not reused.
-SOURCE="$(cat "$HERE/Dockerfile" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" "$HERE/packages.txt" "$HERE/noautomount.c" | sha256sum | cut -c1-16)"
+# Every file the image is built from, relative to the repository root, in an order that is the
+# same everywhere: deploy/sandbox/'s go to the top of the build context, the sandbox contract
+# (shared/sandbox_protocol/, which the executor imports) to its shared/.
+mapfile -t SOURCES < <(cd "$ROOT" && printf '%s\n' \
+    deploy/sandbox/{Dockerfile,packages.txt,noautomount.c,holder.py} deploy/sandbox/executor/*.py \
+    shared/__init__.py shared/sandbox_protocol/*.py | LC_ALL=C sort)
+# The image records which sources it was built from (their names and contents): an image of an
+# older executor (whose protocol the runtime may have outgrown) is rebuilt, not reused.
+SOURCE="$(cd "$ROOT" && for path in "${SOURCES[@]}"; do printf '%s\0' "$path"; cat "$path"; done \
+    | sha256sum | cut -c1-16)"
 # The Debian packages of the base (packages.txt, one a line, `#` comments): a base built from
 # another list is rebuilt.
 PACKAGES="$(sed -e 's/#.*//' "$HERE/packages.txt" | tr -s ' \n' '\n' | grep -v '^$' | sort -u | paste -sd, -)"
@@ -91,8 +99,11 @@ fi
 # the host's glibc is the image's, Debian bookworm's 2.36). See noautomount.c for why.
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
-cp "$HERE/Dockerfile" "$HERE/packages.txt" "$HERE/executor.py" "$HERE/holder.py" "$HERE/space.py" \
-    "$context/"
+for path in "${SOURCES[@]}"; do
+    target="$context/${path#deploy/sandbox/}"
+    mkdir -p "$(dirname "$target")"
+    cp "$ROOT/$path" "$target"
+done
 if ! command -v gcc >/dev/null 2>&1; then
     echo "gcc is needed to build the sandbox image (apt-get install gcc libc6-dev)" >&2
     exit 1

@@ -26,9 +26,10 @@ from shared.events import (
     RunnableAction,
     RunPythonAction,
 )
+from shared.sandbox_protocol.messages import BashRequest, EditRequest, PythonRequest, ReadRequest
+from shared.sandbox_protocol.session import SandboxSession
 from shared.secret_redaction import Redactor
 
-from .containers import Sandbox
 from .errors import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
 from .task_secrets import exported
@@ -58,6 +59,8 @@ _OBSERVATION_NS = uuid.UUID("6f3b0a52-39a4-4c1e-9a52-5d3f3c8a7e10")
 
 # The executor enforces the action's timeout; this margin covers escalation (Ctrl-C, kill).
 _GRACE_S = 15.0
+# How long a file operation may take (they have no timeout of their own).
+_FILE_WAIT_S = 60.0
 
 
 def observation_id(action_id: str) -> str:
@@ -106,34 +109,33 @@ def _notes(*notes: str) -> str:
 
 
 async def _kept(
-    sandbox: Sandbox,
+    session: SandboxSession,
     action: EventBase,
-    answer: dict[str, Any],
+    kept: str | None,
     blobs: BlobStore | None,
     redactor: Redactor | None = None,
 ) -> tuple[BlobRef | None, str]:
-    """Fetch the whole output the executor kept (in pieces) into the blob store.
+    """Fetch the whole output the executor kept (named `kept`, in pieces) into the blob store.
 
     Returns its claim check, or None and a note saying why it could not be kept; a failure
     here never fails the action, whose cut output is already in hand.
     """
-    name = answer.get("kept")
-    if not name or blobs is None:
+    if not kept or blobs is None:
         return None, ""
     pieces: list[bytes] = []
     offset = 0
     try:
         while True:
-            piece = await sandbox.client.request("chunk", 30.0, name=name, offset=offset, drop=True)
-            pieces.append(str(piece.get("data", "")).encode())
-            offset = int(piece["next"])
-            if piece.get("eof"):
+            piece = await session.chunk({"name": kept, "offset": offset, "drop": True}, 30.0)
+            pieces.append(piece["data"].encode())
+            offset = piece["next"]
+            if piece["eof"]:
                 break
         whole = b"".join(pieces)
         if redactor:
             whole = redactor.data(whole)  # the task's secret values never reach the store
         return await blobs.put(action.task_id, whole), ""
-    except (ExecutorError, SandboxLost, KeyError, ValueError, TimeoutError, OSError) as exc:
+    except (ExecutorError, SandboxLost, TimeoutError, OSError) as exc:
         log.warning("task %s: whole output not kept: %s", action.task_id, exc)
         return None, f"[the whole output could not be kept: {exc}]"
     except Exception as exc:  # the blob store (NATS) refused it: full, or unreachable
@@ -141,14 +143,131 @@ async def _kept(
         return None, f"[the whole output could not be kept: {type(exc).__name__}]"
 
 
+class _ActionRun:
+    """One action's run: the settings, stores and secrets every kind of action shares."""
+
+    def __init__(
+        self,
+        session: SandboxSession,
+        settings: RuntimeSettings,
+        blobs: BlobStore | None,
+        secrets: Mapping[str, str],
+    ) -> None:
+        self.session = session
+        self.settings = settings
+        self.blobs = blobs
+        self.limit = settings.output_limit
+        self.keep = settings.output_keep_bytes if blobs is not None else 0
+        self.redactor = Redactor(secrets)
+        self.env = exported(secrets)
+
+    async def whole(self, action: EventBase, kept: str | None) -> tuple[BlobRef | None, str]:
+        return await _kept(self.session, action, kept, self.blobs, self.redactor)
+
+    async def command(self, action: CmdRunAction) -> CmdOutputObservation:
+        timeout_s = action.timeout_s or self.settings.action_timeout_s
+        request: BashRequest = {
+            "command": action.command,
+            "timeout_s": timeout_s,
+            "limit": self.limit,
+            "is_input": action.is_input,
+            "keep": self.keep,
+        }
+        if self.env and not action.is_input:  # input goes to a running program as it is
+            request["env"] = self.env
+        quiet = action.no_output_timeout_s or self.settings.no_output_timeout_s
+        if quiet:
+            request["no_output_timeout_s"] = quiet
+        answer = await self.session.bash(request, timeout_s + _GRACE_S)
+        ref, missed = await self.whole(action, answer.get("kept"))
+        return CmdOutputObservation(
+            **_answer_fields(action),
+            command=action.command,
+            content_ref=ref,
+            content=_with_note(answer["output"], _notes(answer["note"], missed)),
+            exit_code=answer["exit_code"],
+            cwd=answer["cwd"],
+            timed_out=answer["timed_out"],
+        )
+
+    async def cell(self, action: RunPythonAction) -> PythonOutputObservation:
+        timeout_s = action.timeout_s or self.settings.action_timeout_s
+        request: PythonRequest = {
+            "code": action.code,
+            "timeout_s": timeout_s,
+            "limit": self.limit,
+            "keep": self.keep,
+        }
+        if self.env:
+            request["env"] = self.env
+        answer = await self.session.python(request, timeout_s + _GRACE_S)
+        ref, missed = await self.whole(action, answer.get("kept"))
+        return PythonOutputObservation(
+            **_answer_fields(action),
+            content_ref=ref,
+            content=_with_note(answer["output"], _notes(answer["note"], missed)),
+            exit_code=answer["exit_code"],
+        )
+
+    async def read(self, action: FileReadAction) -> FileReadObservation:
+        request: ReadRequest = {
+            "path": action.path,
+            "start_line": action.start_line,
+            "end_line": action.end_line,
+            "limit": self.limit,
+            "keep": self.keep,
+        }
+        answer = await self.session.read(request, _FILE_WAIT_S)
+        ref, missed = await self.whole(action, answer.get("kept"))
+        return FileReadObservation(
+            **_answer_fields(action),
+            path=answer["path"],
+            content=_with_note(answer["content"], missed),
+            content_ref=ref,
+        )
+
+    async def write(self, action: FileWriteAction) -> FileWriteObservation | ErrorObservation:
+        content = action.content
+        if action.content_ref is not None:
+            try:
+                content = await _content_of(action, self.blobs)
+            except BlobMissing as exc:
+                return error_observation(action, str(exc), "not_found")
+        answer = await self.session.write({"path": action.path, "content": content}, _FILE_WAIT_S)
+        return FileWriteObservation(
+            **_answer_fields(action),
+            path=answer["path"],
+            content=f"Wrote {answer['size']} bytes to {answer['path']}",
+        )
+
+    async def edit(self, action: FileEditAction) -> FileEditObservation:
+        request: EditRequest = {
+            "command": action.command,
+            "path": action.path,
+            "file_text": action.file_text,
+            "old_str": action.old_str,
+            "new_str": action.new_str,
+            "insert_line": action.insert_line,
+            "view_range": action.view_range,
+            "limit": self.limit,
+        }
+        answer = await self.session.edit(request, _FILE_WAIT_S)
+        return FileEditObservation(
+            **_answer_fields(action),
+            path=answer["path"],
+            content=answer["content"],
+            diff=answer["diff"],
+        )
+
+
 async def run_action(
-    sandbox: Sandbox,
+    session: SandboxSession,
     action: RunnableAction,
     settings: RuntimeSettings,
     blobs: BlobStore | None = None,
     secrets: Mapping[str, str] | None = None,
 ) -> RuntimeObservation:
-    """Run the action; executor-reported failures become an ErrorObservation.
+    """Run the action in a sandbox; executor-reported failures become an ErrorObservation.
 
     With `blobs`, output longer than output_limit is also kept whole (up to output_keep_bytes)
     in the blob store, and the observation carries its claim check (`content_ref`).
@@ -157,113 +276,20 @@ async def run_action(
     environment (the executor's `env`, never in the command: see task_secrets.py) and a kept
     whole output has them redacted (the caller redacts the observation).
     """
-    limit = settings.output_limit
-    whole = settings.output_keep_bytes if blobs is not None else 0
-    fields = _answer_fields(action)
-    redactor = Redactor(secrets or {})
-    env = exported(secrets or {})
+    run = _ActionRun(session, settings, blobs, secrets or {})
     try:
         if isinstance(action, CmdRunAction):
-            timeout_s = action.timeout_s or settings.action_timeout_s
-            request: dict[str, Any] = {
-                "command": action.command,
-                "timeout_s": timeout_s,
-                "limit": limit,
-                "is_input": action.is_input,
-                "keep": whole,
-            }
-            if env and not action.is_input:  # input goes to a running program as it is
-                request["env"] = env
-            quiet = action.no_output_timeout_s or settings.no_output_timeout_s
-            if quiet:
-                request["no_output_timeout_s"] = quiet
-            answer = await sandbox.client.request("bash", timeout_s + _GRACE_S, **request)
-            ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
-            return CmdOutputObservation(
-                **fields,
-                command=action.command,
-                content_ref=ref,
-                content=_with_note(
-                    answer.get("output", ""), _notes(answer.get("note", ""), missed)
-                ),
-                exit_code=int(answer.get("exit_code", -1)),
-                cwd=str(answer.get("cwd", "")),
-                timed_out=bool(answer.get("timed_out")),
-            )
+            return await run.command(action)
         if isinstance(action, RunPythonAction):
-            timeout_s = action.timeout_s or settings.action_timeout_s
-            cell: dict[str, Any] = {"env": env} if env else {}
-            answer = await sandbox.client.request(
-                "python",
-                timeout_s + _GRACE_S,
-                code=action.code,
-                timeout_s=timeout_s,
-                limit=limit,
-                keep=whole,
-                **cell,
-            )
-            ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
-            return PythonOutputObservation(
-                **fields,
-                content_ref=ref,
-                content=_with_note(
-                    answer.get("output", ""), _notes(answer.get("note", ""), missed)
-                ),
-                exit_code=int(answer.get("exit_code", 0)),
-            )
+            return await run.cell(action)
         if isinstance(action, FileReadAction):
-            answer = await sandbox.client.request(
-                "read",
-                60.0,
-                path=action.path,
-                start_line=action.start_line,
-                end_line=action.end_line,
-                limit=limit,
-                keep=whole,
-            )
-            ref, missed = await _kept(sandbox, action, answer, blobs, redactor)
-            return FileReadObservation(
-                **fields,
-                path=answer["path"],
-                content=_with_note(answer["content"], missed),
-                content_ref=ref,
-            )
+            return await run.read(action)
         if isinstance(action, FileWriteAction):
-            content = action.content
-            if action.content_ref is not None:
-                try:
-                    content = await _content_of(action, blobs)
-                except BlobMissing as exc:
-                    return ErrorObservation(**fields, content=str(exc), error_code="not_found")
-            answer = await sandbox.client.request("write", 60.0, path=action.path, content=content)
-            return FileWriteObservation(
-                **fields,
-                path=answer["path"],
-                content=f"Wrote {answer.get('size', 0)} bytes to {answer['path']}",
-            )
+            return await run.write(action)
         if isinstance(action, FileEditAction):
-            answer = await sandbox.client.request(
-                "edit",
-                60.0,
-                command=action.command,
-                path=action.path,
-                file_text=action.file_text,
-                old_str=action.old_str,
-                new_str=action.new_str,
-                insert_line=action.insert_line,
-                view_range=action.view_range,
-                limit=limit,
-            )
-            return FileEditObservation(
-                **fields,
-                path=answer["path"],
-                content=answer.get("content", ""),
-                diff=answer.get("diff", ""),
-            )
+            return await run.edit(action)
     except ExecutorError as exc:
-        return ErrorObservation(**fields, content=str(exc), error_code=exc.code)
-    return ErrorObservation(
-        **fields,
-        content=f"the runtime cannot run {type(action).__name__}",
-        error_code="unsupported_action",
+        return error_observation(action, str(exc), exc.code)
+    return error_observation(
+        action, f"the runtime cannot run {type(action).__name__}", "unsupported_action"
     )

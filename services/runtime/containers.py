@@ -25,7 +25,10 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DriverConfig, LogConfig, Mount
 
-from .errors import SandboxLost, SandboxStartError
+from shared.sandbox_protocol import PROTOCOL_VERSION
+from shared.sandbox_protocol.session import SandboxSession
+
+from .errors import ExecutorError, SandboxLost, SandboxStartError
 from .executor_client import ExecutorClient, open_attach_socket
 from .isolation import confinement
 from .keepers import ROLE_KEEPER, remove_keeper, remove_stray_keepers, start_keeper
@@ -75,7 +78,7 @@ class Sandbox:
 
     container_id: str
     name: str
-    client: ExecutorClient
+    session: SandboxSession
     created_at: float = field(default_factory=time.monotonic)
     task_id: str | None = None
     network: str = NO_NETWORK
@@ -90,7 +93,7 @@ class Sandbox:
 
     @property
     def lost(self) -> bool:
-        return self.client.lost
+        return self.session.lost_reason is not None
 
 
 @dataclass(frozen=True)
@@ -361,7 +364,8 @@ class DockerSandboxes:
             await asyncio.wait(set(self._abandoned), timeout=timeout_s)
 
     async def attach(self, container_id: str, name: str, timeout_s: float = 5.0) -> Sandbox:
-        """Attach to a running sandbox and wait until its executor answers a ping."""
+        """Attach to a running sandbox and wait until its executor answers a ping in our
+        protocol (an executor of another version is refused: its image is of other sources)."""
         try:
             sock = await self._call(lambda: open_attach_socket(self._api(), container_id))
         except docker.errors.DockerException as exc:
@@ -370,14 +374,23 @@ class DockerSandboxes:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                await client.request("ping", min(1.0, max(0.05, deadline - time.monotonic())))
-                return Sandbox(container_id=container_id, name=name, client=client)
-            except (TimeoutError, SandboxLost) as exc:
-                if client.lost or time.monotonic() >= deadline:
+                pong = await client.ping(min(1.0, max(0.05, deadline - time.monotonic())))
+                break
+            except (TimeoutError, SandboxLost, ExecutorError) as exc:
+                if client.lost_reason is not None or time.monotonic() >= deadline:
                     await client.close()
                     raise SandboxStartError(
                         f"the executor in {container_id[:12]} did not answer: {exc}"
                     ) from exc
+        if pong["protocol"] != PROTOCOL_VERSION:
+            await client.close()
+            raise SandboxStartError(
+                f"the executor in {container_id[:12]} speaks sandbox protocol "
+                f"{pong['protocol']}, this runtime {PROTOCOL_VERSION}: its image "
+                f"({self.settings.sandbox_image}) was built from other sources: rebuild it "
+                "(make image)"
+            )
+        return Sandbox(container_id=container_id, name=name, session=client)
 
     # -- changes
 

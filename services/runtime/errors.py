@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+# A call on a sandbox fails in the two ways the sandbox contract names, shared with its doubles.
+from shared.sandbox_protocol.session import ExecutorError, SandboxLost
+
 __all__ = [
     "ArchiveRefused",
     "ArchiveTooLarge",
@@ -29,18 +32,6 @@ class RuntimeServiceError(Exception):
 
 class SandboxStartError(RuntimeServiceError):
     """A sandbox could not be created or its executor never answered."""
-
-
-class SandboxLost(RuntimeServiceError):
-    """The container (or its executor) is gone; its workspace and sessions with it."""
-
-
-class ExecutorError(RuntimeServiceError):
-    """The executor answered a request with ok=false."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class PoolExhausted(RuntimeServiceError):

@@ -1,7 +1,9 @@
 """Talking to the in-sandbox executor over the container's attached stdin/stdout.
 
-The executor (deploy/sandbox/executor.py) reads one JSON request per line and answers with one
-JSON line carrying the same `id`. Without a TTY, Docker multiplexes the attached output in
+`ExecutorClient` is the runtime's SandboxSession (shared/sandbox_protocol/): the executor
+(deploy/sandbox/executor/) reads one JSON request per line and answers with one JSON line
+carrying the same `id`; every reply is checked against its operation's type before anyone
+reads it. Without a TTY, Docker multiplexes the attached output in
 frames: an 8-byte header (stream type, 3 zero bytes, big-endian payload length) then the payload.
 Several clients may be attached to one container (e.g. two replicas): each ignores answers to ids
 it did not send.
@@ -17,9 +19,29 @@ import logging
 import os
 import socket
 import struct
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from .errors import ExecutorError, SandboxLost
+from pydantic import TypeAdapter, ValidationError
+
+from shared.sandbox_protocol.messages import (
+    OPERATIONS,
+    BashReply,
+    BashRequest,
+    ChunkReply,
+    ChunkRequest,
+    EditReply,
+    EditRequest,
+    ErrorReply,
+    PingReply,
+    PythonReply,
+    PythonRequest,
+    ReadReply,
+    ReadRequest,
+    WriteReply,
+    WriteRequest,
+)
+from shared.sandbox_protocol.session import ExecutorError, SandboxLost
 
 __all__ = ["ExecutorClient", "open_attach_socket"]
 
@@ -28,6 +50,11 @@ log = logging.getLogger("deckhands.runtime.executor")
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT = 1
 _ids = itertools.count(1)
+_Reply = TypeVar("_Reply")
+_REPLIES: dict[str, TypeAdapter[Any]] = {
+    op: TypeAdapter(reply) for op, (_request, reply) in OPERATIONS.items()
+}
+_ERROR_REPLY: TypeAdapter[ErrorReply] = TypeAdapter(ErrorReply)
 
 
 def open_attach_socket(api: Any, container_id: str) -> socket.socket:
@@ -79,12 +106,48 @@ class ExecutorClient:
         reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 20)
         return cls(reader, writer, name)
 
-    @property
-    def lost(self) -> bool:
-        return self.lost_reason is not None
+    async def ping(self, wait_s: float) -> PingReply:
+        return await self._call("ping", {}, wait_s, PingReply)
 
-    async def request(self, op: str, wait_s: float, **fields: Any) -> dict[str, Any]:
-        """Send one request and wait up to `wait_s` for its answer; ExecutorError if not ok."""
+    async def bash(self, request: BashRequest, wait_s: float) -> BashReply:
+        return await self._call("bash", request, wait_s, BashReply)
+
+    async def python(self, request: PythonRequest, wait_s: float) -> PythonReply:
+        return await self._call("python", request, wait_s, PythonReply)
+
+    async def read(self, request: ReadRequest, wait_s: float) -> ReadReply:
+        return await self._call("read", request, wait_s, ReadReply)
+
+    async def write(self, request: WriteRequest, wait_s: float) -> WriteReply:
+        return await self._call("write", request, wait_s, WriteReply)
+
+    async def edit(self, request: EditRequest, wait_s: float) -> EditReply:
+        return await self._call("edit", request, wait_s, EditReply)
+
+    async def chunk(self, request: ChunkRequest, wait_s: float) -> ChunkReply:
+        return await self._call("chunk", request, wait_s, ChunkReply)
+
+    async def _call(
+        self, op: str, fields: Mapping[str, Any], wait_s: float, reply: type[_Reply]
+    ) -> _Reply:
+        """Send one request, wait up to `wait_s` for its answer and check it against its type."""
+        answer = await self._exchange(op, fields, wait_s)
+        try:
+            if not answer.get("ok"):
+                refusal = _ERROR_REPLY.validate_python(answer)
+                raise ExecutorError(refusal["code"], refusal["error"])
+            checked: _Reply = _REPLIES[op].validate_python(answer)
+        except ValidationError as exc:
+            # The executor's own bug or an image of another protocol: the action fails, named.
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:3]
+            )
+            raise ExecutorError(
+                "bad_reply", f"the sandbox's executor answered {op} malformed ({problems})"
+            ) from None
+        return checked
+
+    async def _exchange(self, op: str, fields: Mapping[str, Any], wait_s: float) -> dict[str, Any]:
         if self.lost_reason is not None:
             raise SandboxLost(self.lost_reason)
         rid = f"{self._prefix}-{next(_ids)}"
@@ -101,19 +164,9 @@ class ExecutorClient:
                 except (ConnectionError, OSError) as exc:
                     self._lose(f"the attach stream broke: {exc}")
                     raise SandboxLost(self.lost_reason or "lost") from exc
-                answer = await future
+                return await future
         finally:
             self._pending.pop(rid, None)
-        if not answer.get("ok"):
-            raise ExecutorError(str(answer.get("code", "error")), str(answer.get("error", "")))
-        return answer
-
-    async def ping(self, timeout_s: float = 2.0) -> bool:
-        try:
-            await self.request("ping", timeout_s)
-        except (SandboxLost, ExecutorError, TimeoutError):
-            return False
-        return True
 
     async def close(self) -> None:
         self._lose("closed by the runtime")

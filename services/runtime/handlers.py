@@ -43,6 +43,7 @@ from shared.events import (
 )
 from shared.periodic import every
 from shared.redis_client import connect_redis
+from shared.sandbox_protocol.session import answers
 from shared.secret_redaction import Redactor
 from shared.secrets_store import SecretsStore
 from shared.state import Awaiting
@@ -684,7 +685,9 @@ class RuntimeService:
             return self._interrupted(action)
         try:
             secrets = await self.secrets.of(command.task_id)
-            observation = await run_action(sandbox, action, self.settings, self.blobs, secrets)
+            observation = await run_action(
+                sandbox.session, action, self.settings, self.blobs, secrets
+            )
             observation = _with_notice(sandbox, observation)
             # Redacted at the source: before the ledger records it or anyone sees it.
             observation = Redactor(secrets).model(observation)
@@ -692,7 +695,7 @@ class RuntimeService:
             if (
                 isinstance(exc, TimeoutError)
                 and isinstance(action, _FILE_ACTIONS)
-                and await sandbox.client.ping(5.0)
+                and await answers(sandbox.session, 5.0)
             ):
                 # The executor answers: only this file operation is slow (its files part
                 # stays busy with it). The workspace is kept.

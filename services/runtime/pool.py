@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from shared.sandbox_protocol.session import answers
 from shared.waiting import wait_up_to
 
 from .containers import IDLE_PREFIX, LABEL_REPLICA, DockerSandboxes, Sandbox
@@ -160,7 +161,7 @@ class WarmPool:
         await asyncio.gather(*(self._destroy(s, "shutdown") for s in idle))
         task_sandboxes = set(self._busy)
         for sandbox in self._busy.values():
-            await sandbox.client.close()
+            await sandbox.session.close()
         self._busy.clear()
         await self.docker.drain(self.settings.start_timeout_s)
         # A creation nobody awaits here (a caller that gave up) may still be finishing:
@@ -237,7 +238,7 @@ class WarmPool:
             sandbox = self._idle.popleft()
             # Counted busy while checked, so nobody else can take it or count it twice.
             self._busy[sandbox.container_id] = sandbox
-            if not sandbox.lost and await sandbox.client.ping(2.0):
+            if not sandbox.lost and await answers(sandbox.session, 2.0):
                 return sandbox
             SANDBOXES_LOST.labels("idle").inc()
             log.warning("idle sandbox %s failed its health check", sandbox.short_id)
@@ -297,7 +298,7 @@ class WarmPool:
         return sandbox
 
     async def _destroy(self, sandbox: Sandbox, reason: str) -> None:
-        await sandbox.client.close()
+        await sandbox.session.close()
         await self.docker.remove(sandbox.container_id)
         SANDBOXES_REMOVED.labels(reason).inc()
 
@@ -392,7 +393,7 @@ class WarmPool:
                 SANDBOXES_LOST.labels("busy").inc()
                 await self._destroy(sandbox, "lost")
         for sandbox in list(self._idle):
-            if sandbox.lost or not await sandbox.client.ping(2.0):
+            if sandbox.lost or not await answers(sandbox.session, 2.0):
                 with contextlib.suppress(ValueError):
                     self._idle.remove(sandbox)
                     SANDBOXES_LOST.labels("idle").inc()

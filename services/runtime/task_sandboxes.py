@@ -92,7 +92,7 @@ class TaskSandboxes:
                 self._local.pop(task_id, None)
                 SANDBOXES_LOST.labels("between_actions").inc()
                 await self._drop(task_id, sandbox.container_id, "lost")
-                why = await self._why(sandbox.container_id, sandbox.client.lost_reason)
+                why = await self._why(sandbox.container_id, sandbox.session.lost_reason)
                 raise WorkspaceLost(why)
             try:
                 held = await self.bindings.held(task_id)
@@ -270,7 +270,7 @@ class TaskSandboxes:
         await self.bindings.mark_stopped(sandbox.container_id, time.time())
         self._local.pop(task_id, None)
         self.pool.forget(sandbox.container_id)
-        await sandbox.client.close()
+        await sandbox.session.close()
         try:
             await halt(sandbox.container_id)
         except docker.errors.DockerException as exc:
@@ -283,7 +283,7 @@ class TaskSandboxes:
         async with self._lock(task_id):
             if self._local.get(task_id) is sandbox:
                 self._local.pop(task_id, None)
-            client = sandbox.client
+            client = sandbox.session
             if client.violated and client.lost_reason:
                 reason = client.lost_reason  # the runtime ended it, for what it wrote
             else:

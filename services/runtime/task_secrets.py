@@ -6,7 +6,7 @@ The values reach the sandbox through the executor's private channel only, beside
 never in it: each `bash` and `python` request of the task carries them as its `env`, which the
 executor exports into the shell (through a file of its own that a fixed prelude reads with
 tracing off, so `set -x`, `set -v` or a DEBUG trap in the agent's shell never print a value:
-deploy/sandbox/executor.py, `BashSession`) or puts into the Python process's `os.environ`. A
+deploy/sandbox/executor/bash.py, `BashSession`) or puts into the Python process's `os.environ`. A
 shell that restarted, a new sandbox, a secret updated meanwhile: the next command has the
 current values.
 

@@ -81,7 +81,7 @@ async def shared_sandbox(sandboxes: DockerSandboxes) -> AsyncIterator[Sandbox]:
     """One sandbox for the tests that only read and write their own paths."""
     sandbox = await sandboxes.create()
     yield sandbox
-    await sandbox.client.close()
+    await sandbox.session.close()
     await sandboxes.remove(sandbox.container_id)
 
 
@@ -89,7 +89,7 @@ async def shared_sandbox(sandboxes: DockerSandboxes) -> AsyncIterator[Sandbox]:
 async def fresh_sandbox(sandboxes: DockerSandboxes) -> AsyncIterator[Sandbox]:
     sandbox = await sandboxes.create()
     yield sandbox
-    await sandbox.client.close()
+    await sandbox.session.close()
     await sandboxes.remove(sandbox.container_id)
 
 

@@ -20,6 +20,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
 from services.runtime.handlers import RuntimeService
 from services.runtime.settings import RuntimeSettings
 from shared.events import EventBase
+from shared.sandbox_protocol.session import answers
 from shared.settings import CommonSettings
 
 pytestmark = pytest.mark.docker
@@ -67,7 +68,7 @@ async def test_fifty_tasks_acquire_at_once(
         )
         ids = [s.container_id for s in sandboxes]
         assert len(set(ids)) == 50  # no sandbox handed to two tasks
-        assert all(await asyncio.gather(*(s.client.ping() for s in sandboxes)))
+        assert all(await asyncio.gather(*(answers(s.session, 2.0) for s in sandboxes)))
         assert _metric("deckhands_runtime_pool_acquisitions_total") - acquisitions == 50
         assert (
             _metric("deckhands_runtime_pool_hits_total")
@@ -111,8 +112,8 @@ async def test_two_replicas_racing_for_the_same_tasks_agree(
             assert a.container_id == b.container_id  # one sandbox per task, whoever won
         assert len({s.container_id for s in got_first}) == 8
         # Both replicas can drive the same sandbox (each is attached to it).
-        one = await got_first[0].client.request("bash", 10, command="echo $$")
-        two = await got_second[0].client.request("bash", 10, command="echo $$")
+        one = await got_first[0].session.bash({"command": "echo $$", "timeout_s": 10}, 10 + 5)
+        two = await got_second[0].session.bash({"command": "echo $$", "timeout_s": 10}, 10 + 5)
         assert one["output"] == two["output"]
         await asyncio.gather(*(first.tasks.release(t) for t in tasks))
     finally:

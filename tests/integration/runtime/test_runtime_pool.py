@@ -15,6 +15,7 @@ from runtime_helpers import eventually, make_settings, remove_pool_containers  #
 from services.runtime.containers import DockerSandboxes
 from services.runtime.errors import PoolExhausted
 from services.runtime.pool import WarmPool
+from shared.sandbox_protocol.session import answers
 from shared.settings import CommonSettings
 
 pytestmark = pytest.mark.docker
@@ -54,7 +55,7 @@ async def test_a_dead_idle_sandbox_is_never_handed_out(
     docker_client.api.kill(doomed.container_id)
     sandbox = await warm.acquire()
     assert sandbox.container_id != doomed.container_id
-    assert await sandbox.client.ping()
+    assert await answers(sandbox.session, 2.0)
     await warm.discard(sandbox.container_id, "test")
 
 

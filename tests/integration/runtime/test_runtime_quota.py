@@ -144,8 +144,8 @@ async def test_a_keeper_holds_a_stopped_sandboxes_files_and_goes_when_not_needed
         if m["Destination"] == "/workspace"
     )
     try:
-        await sandbox.client.request("bash", 30, command="echo kept > /workspace/f")
-        await sandbox.client.close()
+        await sandbox.session.bash({"command": "echo kept > /workspace/f", "timeout_s": 30}, 30 + 5)
+        await sandbox.session.close()
         await manager.keep_workspace(cid)
         await manager.stop(cid, timeout_s=1)
         await asyncio.sleep(2.5)  # older than the keepers' grace (2 x start_timeout_s)

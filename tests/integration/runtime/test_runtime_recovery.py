@@ -54,7 +54,7 @@ async def test_restart_adopts_live_sandboxes_and_removes_orphans(
         # volume that outlived its container.
         dead = DockerSandboxes(settings, "dead-replica")
         orphan = await dead.create()
-        await orphan.client.close()
+        await orphan.session.close()
         stray = docker_client.volumes.create(
             labels={"deckhands.role": "sandbox", "deckhands.pool": pool}
         )
@@ -310,7 +310,7 @@ async def test_a_sandbox_another_replica_starts_while_reconciliation_looks_is_ke
         task_id = uuid.uuid4().hex
         assert await store.create(TaskState(task_id=task_id, task="t", max_iterations=3))
         sandbox = await other.create()
-        await sandbox.client.close()
+        await sandbox.session.close()
         docker_client.containers.get(sandbox.container_id).stop(timeout=1)
         real_list = service.docker.list
 

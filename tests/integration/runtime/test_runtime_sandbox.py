@@ -41,7 +41,7 @@ def py(code: str, **kw: object) -> RunPythonAction:
 
 
 async def run(sandbox: Sandbox, action: RunnableAction, settings: RuntimeSettings):  # type: ignore[no-untyped-def]
-    return await run_action(sandbox, action, settings)
+    return await run_action(sandbox.session, action, settings)
 
 
 async def test_shell_keeps_cwd_env_and_background_jobs(
@@ -229,7 +229,7 @@ async def test_cannot_write_outside_workspace_and_tmp(
 ) -> None:
     probe = (
         "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status | tr -s '\\t' ' '; "
-        "for p in /etc/x /x /usr/bin/x /opt/deckhands/executor.py /root/x /var/x; do "
+        "for p in /etc/x /x /usr/bin/x /opt/deckhands/executor/__init__.py /root/x /var/x; do "
         "  (echo hi > $p) 2>/dev/null && echo WROTE $p || echo denied $p; done; "
         "touch /workspace/ok /tmp/ok && echo ok-writable"
     )

@@ -42,6 +42,7 @@ from shared.events import (
     PythonOutputObservation,
     RunPythonAction,
 )
+from shared.sandbox_protocol.session import answers
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
@@ -208,7 +209,7 @@ async def test_warm_pool_hands_out_ready_sandboxes_and_refills(runtime: Runtime)
     before = {s.container_id for s in pool._idle}
     sandbox = await pool.acquire()
     assert sandbox.container_id in before  # a hit
-    assert await sandbox.client.ping()
+    assert await answers(sandbox.session, 2.0)
     await eventually(refilled)
     assert sandbox.container_id not in {s.container_id for s in pool._idle}
     await pool.discard(sandbox.container_id, "test")

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_sandbox_executor import Executor  # type: ignore[import-not-found]
 
-from services.runtime.actions import run_action
-from services.runtime.settings import RuntimeSettings
 from services.runtime.task_secrets import exported
-from shared.events import CmdRunAction, EventSource, RunPythonAction
 from shared.secret_redaction import Redactor
 
 VALUES = {
@@ -109,39 +105,3 @@ def test_input_to_a_running_program_gets_no_env(executor: Executor) -> None:
 def test_reserved_names_are_never_exported() -> None:
     kept = exported({"API_TOKEN": "t0ken", "PYTHONSTARTUP": "/x.py", "GIT_SSH_COMMAND": "sh"})
     assert kept == {"API_TOKEN": "t0ken"}
-
-
-class _Client:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-
-    async def request(self, op: str, wait_s: float, **fields: Any) -> dict[str, Any]:
-        self.requests.append((op, fields))
-        return {"output": "ok\n", "exit_code": 0, "cwd": "/workspace"}
-
-
-class _Sandbox:
-    def __init__(self) -> None:
-        self.client = _Client()
-
-
-async def test_the_runtime_sends_values_beside_the_command_never_in_it() -> None:
-    sandbox = _Sandbox()
-    settings = RuntimeSettings()
-    secrets = {"API_TOKEN": "t0ken-value", "BASH_ENV": "/tmp/evil.sh"}
-    await run_action(
-        sandbox,  # type: ignore[arg-type]
-        CmdRunAction(task_id="t", source=EventSource.AGENT, command="echo $API_TOKEN"),
-        settings,
-        secrets=secrets,
-    )
-    await run_action(
-        sandbox,  # type: ignore[arg-type]
-        RunPythonAction(task_id="t", source=EventSource.AGENT, code="print(1)"),
-        settings,
-        secrets=secrets,
-    )
-    (bash_op, bash), (python_op, python) = sandbox.client.requests
-    assert (bash_op, python_op) == ("bash", "python")  # one request each: no exports cell
-    assert bash["command"] == "echo $API_TOKEN" and python["code"] == "print(1)"
-    assert bash["env"] == python["env"] == {"API_TOKEN": "t0ken-value"}

@@ -1,32 +1,46 @@
 """The in-sandbox executor's protocol and sessions, run as a local process (no Docker).
 
-The executor is standard-library Python: the same file that runs in the image runs here, with
-a temporary directory as its workspace.
+The executor is standard-library Python: the same package that runs in the image runs here,
+with a temporary directory as its workspace.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-EXECUTOR = Path(__file__).resolve().parents[3] / "deploy" / "sandbox" / "executor.py"
+from shared.sandbox_protocol.messages import OPERATIONS, ErrorCode
+
+ROOT = Path(__file__).resolve().parents[3]
+SANDBOX = ROOT / "deploy" / "sandbox"  # holds the package, as /opt/deckhands does in the image
+EXECUTOR = SANDBOX / "executor"
+# holder.py's way in: the package's parent and (in the image, the same directory) the contract.
+START = f"import sys; sys.path[:0] = [{str(SANDBOX)!r}, {str(ROOT)!r}]; import executor; "
 
 
-def _module() -> Any:
-    spec = importlib.util.spec_from_file_location("sandbox_executor", EXECUTOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _module(name: str = "output") -> Any:
+    """One of the executor's modules, imported here (as `sandbox_executor.<name>`)."""
+    if "sandbox_executor" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "sandbox_executor", EXECUTOR / "__init__.py", submodule_search_locations=[str(EXECUTOR)]
+        )
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["sandbox_executor"] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"sandbox_executor.{name}")
 
 
 class Executor:
@@ -38,7 +52,7 @@ class Executor:
             "DECKHANDS_STATE_DIR": str(workspace / ".state"),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, str(EXECUTOR)],
+            [sys.executable, "-c", START + "executor.main()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -240,3 +254,56 @@ def test_file_operations_refuse_what_is_not_a_regular_file(
     assert executor.call("write", path=str(tmp_path / "ok.txt"), content="fine\n")["ok"]
     assert executor.call("read", path=str(tmp_path / "ok.txt"))["content"] == "fine\n"
     assert executor.call("write", path=str(tmp_path), content="x")["code"] == "is_a_directory"
+
+
+def test_every_operation_of_the_contract_is_served(executor: Executor) -> None:
+    for op in OPERATIONS:
+        answer = executor.call(op)  # no fields: answered or refused, never an unknown op
+        assert "unknown op" not in answer.get("error", ""), answer
+
+
+def test_every_refusal_code_is_one_of_the_contract() -> None:
+    """mypy checks Fail's code against ErrorCode; this checks the sources as they are."""
+    codes = set()
+    for path in EXECUTOR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) in ("Fail", "_error")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                codes.add(node.args[0].value)
+    assert len(codes) > 10  # the scan found them
+    assert codes <= set(typing.get_args(ErrorCode)), codes - set(typing.get_args(ErrorCode))
+
+
+def test_user_cells_see_the_path_a_script_would_have(executor: Executor) -> None:
+    """The Python process runs kernel.py from the package; a cell sees what it saw when the
+    executor was one file run as the script: its directory first, not the current one."""
+    cell = executor.call(
+        "python", code="import sys\nprint(sys.path[0], '' in sys.path, sys.argv, __builtins__)"
+    )
+    assert cell["output"] == f"{SANDBOX} False [''] <module 'builtins' (built-in)>\n"
+
+
+def test_the_boot_path_imports_only_built_in_modules() -> None:
+    """Every new sandbox waits for what the executor imports before its first ping: the
+    package's boot modules, the contract's version, and what `os` and `time` need."""
+
+    def loaded(code: str) -> set[str]:
+        probe = f"import sys; before = set(sys.modules); {code}; print(*set(sys.modules) - before)"
+        result = subprocess.run(
+            [sys.executable, "-S", "-c", probe], capture_output=True, text=True, check=True
+        )
+        return set(result.stdout.split())
+
+    builtins = loaded("import __future__, _thread, os, time")
+    boot = loaded(START.replace("import sys; ", "") + "import executor.dispatcher")
+    assert boot - builtins == {
+        "executor",
+        "executor.config",
+        "executor.dispatcher",
+        "shared",
+        "shared.sandbox_protocol",
+    }

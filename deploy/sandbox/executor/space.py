@@ -6,16 +6,18 @@ left on device") does not say that this is a quota, nor how large it is, so the 
 a note naming the limit and the use, whenever the output mentions the error or a filesystem is
 (nearly) full after the command.
 
-Standard library only; imported by executor.py.
+Loaded on first use (output.space_note): start-up counts.
 """
 
 from __future__ import annotations
 
 import os
 
+from .config import WORKSPACE
+
 __all__ = ["MOUNTS", "space_note", "usage"]
 
-MOUNTS = (os.environ.get("DECKHANDS_WORKSPACE", "/workspace"), "/tmp")
+MOUNTS = (WORKSPACE, "/tmp")
 ENOSPC_TEXT = "No space left on device"
 # Free room under which a filesystem counts as full: what is left cannot hold a real file.
 _FULL_BYTES = 1 << 20

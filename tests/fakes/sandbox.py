@@ -1,0 +1,173 @@
+"""An in-process SandboxSession (SWE-ReX's dummy runtime, for our contract): the runtime's
+logic above the sandbox boundary is tested with it, without Docker.
+
+Files live in a dict, a command's answer comes from `commands` (a function of the request;
+longer than the request's limit, it is cut and kept whole for `chunk` in 4-byte pieces),
+and every request is recorded, so a test can say what ran and how often. `lose()` ends the
+session as a removed container would: the call in flight and every later one raise SandboxLost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from collections.abc import Callable
+from typing import Any
+
+from shared.sandbox_protocol import PROTOCOL_VERSION
+from shared.sandbox_protocol.messages import (
+    BashReply,
+    BashRequest,
+    ChunkReply,
+    ChunkRequest,
+    EditReply,
+    EditRequest,
+    PingReply,
+    PythonReply,
+    PythonRequest,
+    ReadReply,
+    ReadRequest,
+    WriteReply,
+    WriteRequest,
+)
+from shared.sandbox_protocol.session import ExecutorError, SandboxLost
+
+__all__ = ["FakeSandbox", "ran"]
+
+WORKSPACE = "/workspace"
+
+
+def ran(request: BashRequest) -> tuple[str, int]:
+    """The default answer to a command: it ran, and said so."""
+    return f"ran: {request['command']}\n", 0
+
+
+class FakeSandbox:
+    """A SandboxSession held in memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str = "fake-sandbox",
+        commands: Callable[[BashRequest], tuple[str, int]] = ran,
+        delay_s: float = 0.0,
+        protocol: int = PROTOCOL_VERSION,
+    ) -> None:
+        self.name = name
+        self.commands = commands
+        self.delay_s = delay_s  # how long every call takes
+        self.protocol = protocol
+        self.files: dict[str, str] = {}
+        self.kept: dict[str, str] = {}  # whole outputs, by name, for `chunk`
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.lost_reason: str | None = None
+        self.violated = False
+        self._lost = asyncio.Event()
+
+    def ops(self, op: str) -> list[dict[str, Any]]:
+        """The requests of one operation, in the order they came."""
+        return [fields for name, fields in self.requests if name == op]
+
+    def lose(self, reason: str = "the container was removed") -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+        self._lost.set()
+
+    async def close(self) -> None:
+        self.lose("closed by the runtime")
+
+    async def _arrive(self, op: str, request: Any, wait_s: float) -> None:
+        """Record the request and take `delay_s` of the caller's `wait_s`, as a sandbox would."""
+        if self.lost_reason is not None:
+            raise SandboxLost(self.lost_reason)
+        self.requests.append((op, dict(request)))
+        async with asyncio.timeout(wait_s):
+            lost = asyncio.ensure_future(self._lost.wait())
+            try:
+                await asyncio.wait({lost}, timeout=self.delay_s)
+            finally:
+                lost.cancel()
+        if self.lost_reason is not None:
+            raise SandboxLost(self.lost_reason)
+
+    # -- the contract
+
+    async def ping(self, wait_s: float) -> PingReply:
+        await self._arrive("ping", {}, wait_s)
+        return {"ok": True, "pid": 1, "protocol": self.protocol}
+
+    async def bash(self, request: BashRequest, wait_s: float) -> BashReply:
+        await self._arrive("bash", request, wait_s)
+        output, code = self.commands(request)
+        reply: BashReply = {
+            "ok": True,
+            "output": output,
+            "exit_code": code,
+            "cwd": WORKSPACE,
+            "timed_out": False,
+            "running": False,
+            "note": "",
+        }
+        limit = request.get("limit", 30_000)
+        if len(output) > limit:  # cut, and kept whole when asked, as the executor does
+            reply["output"] = output[:limit]
+            if request.get("keep"):
+                self.kept["bash.out"] = output
+                reply["kept"], reply["kept_bytes"] = "bash.out", len(output.encode())
+        return reply
+
+    async def python(self, request: PythonRequest, wait_s: float) -> PythonReply:
+        await self._arrive("python", request, wait_s)
+        return {"ok": True, "output": "", "exit_code": 0, "timed_out": False, "note": ""}
+
+    async def read(self, request: ReadRequest, wait_s: float) -> ReadReply:
+        await self._arrive("read", request, wait_s)
+        path = self._path(request["path"])
+        content = self._file(path)
+        return {"ok": True, "path": path, "content": content, "total_lines": content.count("\n")}
+
+    async def write(self, request: WriteRequest, wait_s: float) -> WriteReply:
+        await self._arrive("write", request, wait_s)
+        path = self._path(request["path"])
+        self.files[path] = request["content"]
+        return {"ok": True, "path": path, "size": len(request["content"].encode())}
+
+    async def edit(self, request: EditRequest, wait_s: float) -> EditReply:
+        await self._arrive("edit", request, wait_s)
+        path = self._path(request["path"])
+        if request["command"] == "create":
+            if path in self.files:
+                raise ExecutorError("file_exists", f"{path} already exists")
+            self.files[path] = request.get("file_text") or ""
+            return {"ok": True, "path": path, "content": f"Created {path}", "diff": ""}
+        if request["command"] == "str_replace":
+            old, new = request.get("old_str") or "", request.get("new_str") or ""
+            text = self._file(path)
+            if text.count(old) != 1:
+                raise ExecutorError("no_match", f"old_str is not once in {path}")
+            self.files[path] = text.replace(old, new)
+            return {"ok": True, "path": path, "content": f"Edited {path}", "diff": f"-{old}+{new}"}
+        raise ExecutorError("bad_request", f"the fake sandbox has no {request['command']!r}")
+
+    async def chunk(self, request: ChunkRequest, wait_s: float) -> ChunkReply:
+        await self._arrive("chunk", request, wait_s)
+        whole = self.kept.get(request["name"])
+        if whole is None:
+            raise ExecutorError("not_found", f"the kept output {request['name']!r} is gone")
+        # ASCII outputs only: a piece may end inside a character.
+        data = whole.encode()[request["offset"] : request["offset"] + request.get("size", 4)]
+        end = request["offset"] + len(data)
+        eof = end >= len(whole.encode())
+        if eof and request.get("drop"):
+            del self.kept[request["name"]]
+        return {"ok": True, "data": data.decode(), "next": end, "eof": eof}
+
+    # -- files
+
+    @staticmethod
+    def _path(path: str) -> str:
+        return posixpath.normpath(posixpath.join(WORKSPACE, path))
+
+    def _file(self, path: str) -> str:
+        if path not in self.files:
+            raise ExecutorError("file_not_found", f"{path} does not exist")
+        return self.files[path]
