@@ -283,26 +283,8 @@ async def fetch(
     )
     assert proc.stderr is not None
     errors = asyncio.ensure_future(proc.stderr.read(64 * 1024))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
     try:
-        while True:
-            try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), _POLL_S)
-                break
-            except TimeoutError:
-                pass
-            if loop.time() > deadline:
-                raise CheckoutFailed(
-                    f"{_NOT_FETCHED}: timed out (after {timeout_s:g}s, "
-                    "DECKHANDS_REPOSITORY_CLONE_TIMEOUT_S)"
-                )
-            size = await asyncio.to_thread(_dir_bytes, dest) if dest.exists() else 0
-            if size > max_bytes:
-                raise CheckoutFailed(
-                    f"the repository {spec.url} is larger than {max_bytes} bytes "
-                    "(DECKHANDS_REPOSITORY_MAX_BYTES)"
-                )
+        await _bounded(proc, dest, spec.url, timeout_s, max_bytes)
     except BaseException:
         _kill(proc)
         with contextlib.suppress(Exception):
@@ -318,6 +300,33 @@ async def fetch(
     if route.origin is not None:
         await _run(dest, env, "remote", "set-url", "origin", route.origin)
     return await _point_head(spec, dest, env, timeout_s)
+
+
+async def _bounded(
+    proc: asyncio.subprocess.Process, dest: Path, url: str, timeout_s: float, max_bytes: int
+) -> None:
+    """Wait for the clone `proc` into `dest`; CheckoutFailed once it takes longer than
+    `timeout_s` or `dest` grows larger than `max_bytes` (the caller then kills it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), _POLL_S)
+            break
+        except TimeoutError:
+            pass
+        if loop.time() > deadline:
+            raise CheckoutFailed(
+                f"{_NOT_FETCHED}: timed out (after {timeout_s:g}s, "
+                "DECKHANDS_REPOSITORY_CLONE_TIMEOUT_S)"
+            )
+        # A stat is quick enough for the loop; the walk through the tree goes to a thread.
+        size = await asyncio.to_thread(_dir_bytes, dest) if dest.exists() else 0  # noqa: ASYNC240
+        if size > max_bytes:
+            raise CheckoutFailed(
+                f"the repository {url} is larger than {max_bytes} bytes "
+                "(DECKHANDS_REPOSITORY_MAX_BYTES)"
+            )
 
 
 async def _rev(dest: Path, env: dict[str, str], name: str) -> str | None:

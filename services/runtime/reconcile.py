@@ -51,6 +51,69 @@ class ReconcileReport:
     rebound: int = 0
 
 
+class _Pass:
+    """One reconciliation pass: its report, and what it learnt of other replicas."""
+
+    def __init__(
+        self,
+        docker: DockerSandboxes,
+        bindings: TaskBindings,
+        tasks: TaskSandboxes,
+        replica_id: str,
+        task_is_over: Callable[[str], Awaitable[bool]],
+    ) -> None:
+        self.docker = docker
+        self.bindings = bindings
+        self.tasks = tasks
+        self.replica_id = replica_id
+        self.task_is_over = task_is_over
+        self.report = ReconcileReport()
+        self._alive: dict[str, bool] = {}
+
+    async def creator_alive(self, replica: str) -> bool:
+        if replica == self.replica_id:
+            return True
+        if replica not in self._alive:
+            self._alive[replica] = await self.bindings.replica_alive(replica)
+        return self._alive[replica]
+
+    async def remove(self, cid: str, reason: str) -> None:
+        await self.docker.remove(cid)
+        SANDBOXES_REMOVED.labels(reason).inc()
+        self.report.removed += 1
+
+    async def bound(self, info: ContainerInfo, task_id: str, holder: str | None) -> None:
+        """A container bound to `task_id` in Redis (held by replica `holder`)."""
+        docker, bindings, report = self.docker, self.bindings, self.report
+        creator = info.labels.get(LABEL_REPLICA, "")
+        if await self.task_is_over(task_id):
+            await self.remove(info.id, "task_over")
+            await bindings.unbind(task_id, info.id)
+            report.unbound += 1
+        elif not info.running:
+            if await bindings.stopped_at(info.id) is None and await _still_down(docker, info.id):
+                await self.remove(info.id, "dead")  # the binding stays: the task hears it was lost
+            else:  # stopped while its task waits (its next action starts it), or started
+                report.kept += 1
+        elif (
+            self.tasks.local(task_id) is None
+            and not await self.creator_alive(creator)
+            and await _ours_to_take(bindings, holder)
+        ):
+            try:
+                sandbox = await docker.attach(info.id, info.name)
+            except SandboxStartError as exc:
+                log.warning("cannot adopt %s of task %s: %s", info.id[:12], task_id, exc)
+                await self.remove(info.id, "dead")
+            else:
+                sandbox.task_id = task_id
+                self.tasks.adopt(task_id, sandbox)
+                await bindings.rehold(task_id, info.id)
+                report.adopted += 1
+        else:
+            report.kept += 1
+
+
 async def reconcile(
     docker: DockerSandboxes,
     bindings: TaskBindings,
@@ -60,7 +123,8 @@ async def reconcile(
     task_is_over: Callable[[str], Awaitable[bool]],
     task_is_live: Callable[[str], Awaitable[bool]],
 ) -> ReconcileReport:
-    report = ReconcileReport()
+    run = _Pass(docker, bindings, tasks, replica_id, task_is_over)
+    report = run.report
     stuck_after_s = docker.settings.start_timeout_s * 2
     # Bindings first, containers second: a sandbox is bound only once it runs, so a binding
     # seen here names a container the list below sees in its bound state (taken the other way
@@ -70,19 +134,6 @@ async def reconcile(
     bound = {task: cid for task, (cid, _) in held.items()}
     task_of = {cid: task for task, cid in bound.items()}
     holder_of = {cid: holder for cid, holder in held.values()}
-    alive_cache: dict[str, bool] = {}
-
-    async def creator_alive(replica: str) -> bool:
-        if replica == replica_id:
-            return True
-        if replica not in alive_cache:
-            alive_cache[replica] = await bindings.replica_alive(replica)
-        return alive_cache[replica]
-
-    async def remove(cid: str, reason: str) -> None:
-        await docker.remove(cid)
-        SANDBOXES_REMOVED.labels(reason).inc()
-        report.removed += 1
 
     for info in containers:
         # Asked now, not from a snapshot taken before the awaits above: a sandbox whose start
@@ -93,43 +144,16 @@ async def reconcile(
         task_id = task_of.get(info.id)
         creator = info.labels.get(LABEL_REPLICA, "")
         if task_id is not None:
-            if await task_is_over(task_id):
-                await remove(info.id, "task_over")
-                await bindings.unbind(task_id, info.id)
-                report.unbound += 1
-            elif not info.running:
-                if await bindings.stopped_at(info.id) is None and await _still_down(
-                    docker, info.id
-                ):
-                    await remove(info.id, "dead")  # the binding stays: the task hears it was lost
-                else:  # stopped while its task waits (its next action starts it), or started
-                    report.kept += 1
-            elif (
-                tasks.local(task_id) is None
-                and not await creator_alive(creator)
-                and await _ours_to_take(bindings, holder_of.get(info.id))
-            ):
-                try:
-                    sandbox = await docker.attach(info.id, info.name)
-                except SandboxStartError as exc:
-                    log.warning("cannot adopt %s of task %s: %s", info.id[:12], task_id, exc)
-                    await remove(info.id, "dead")
-                else:
-                    sandbox.task_id = task_id
-                    tasks.adopt(task_id, sandbox)
-                    await bindings.rehold(task_id, info.id)
-                    report.adopted += 1
-            else:
-                report.kept += 1
+            await run.bound(info, task_id, holder_of.get(info.id))
         elif info.task_name is not None and await _rebind(info, bindings, task_is_live):
             report.rebound += 1
         elif (
             creator == replica_id
-            or not await creator_alive(creator)
+            or not await run.creator_alive(creator)
             # Not yet started is normal for a moment (its creator is starting it); for long, not.
             or (not info.running and info.age_s > stuck_after_s)
         ):
-            await remove(info.id, "orphan")
+            await run.remove(info.id, "orphan")
         else:
             report.kept += 1
 

@@ -258,7 +258,7 @@ class RuntimeSettings(CommonSettings):
         description="Task-to-sandbox bindings in Redis expire after this long without use.",
     )
 
-    # -- workspaces in and out, repositories (workspace_ops.py, checkout.py)
+    # -- workspaces in and out, repositories (workspace_ops.py, retention.py, *checkout.py)
     workspace_retention_s: float = Field(
         default=900.0,
         ge=0,

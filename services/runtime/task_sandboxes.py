@@ -236,7 +236,7 @@ class TaskSandboxes:
             return True
 
     async def retain(self, task_id: str) -> bool:
-        """The task ended: pause its sandbox, keeping its binding and files (workspace_ops.py
+        """The task ended: pause its sandbox, keeping its binding and files (retention.py
         removes it once its retention is over). False if there is none here to keep."""
         await self.renamed(task_id)
         async with self._lock(task_id):

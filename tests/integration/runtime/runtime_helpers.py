@@ -16,8 +16,8 @@ from nats.js import JetStreamContext
 from redis.asyncio import Redis
 
 from services.runtime.containers import LABEL_POOL
-from services.runtime.handlers import RuntimeService
 from services.runtime.main import build_runtime
+from services.runtime.service import RuntimeService
 from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction, ReleaseSandbox
 from shared.events import (

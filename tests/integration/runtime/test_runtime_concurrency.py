@@ -17,7 +17,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     remove_pool_containers,
 )
 
-from services.runtime.handlers import RuntimeService
+from services.runtime.service import RuntimeService
 from services.runtime.settings import RuntimeSettings
 from shared.events import EventBase
 from shared.sandbox_protocol.session import answers
@@ -140,7 +140,7 @@ async def test_tasks_queued_behind_full_seats_find_warm_sandboxes(
         queued = [uuid.uuid4().hex for _ in range(3)]
         for task in queued:
             assert not (await service.seats.admit(task, tenant_id="team")).seated
-        await service.admit_queued()
+        await service.seating.admit_queued()
         assert service.pool.target_idle() == 3  # one acquisition alone would keep 1
 
         async def warmed() -> bool:
@@ -150,7 +150,7 @@ async def test_tasks_queued_behind_full_seats_find_warm_sandboxes(
         hits = _metric("deckhands_runtime_pool_hits_total")
         await service.tasks.release(first)
         await service.seats.release(first)
-        await service.admit_queued()
+        await service.seating.admit_queued()
         assert await service.seats.position(queued[0]) is None  # seated
         await service.tasks.get(queued[0])
         assert _metric("deckhands_runtime_pool_hits_total") == hits + 1  # a warm one

@@ -26,7 +26,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
 )
 
 from services.runtime.containers import LABEL_REPLICA, DockerSandboxes, task_container_name
-from services.runtime.handlers import RuntimeService
+from services.runtime.service import RuntimeService
 from shared.commands import ExecuteAction
 from shared.events import AgentState, CmdOutputObservation, EventBase
 from shared.settings import CommonSettings
@@ -123,7 +123,7 @@ async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
         service.pool.forget(sandbox.container_id)
         await redis.delete(f"deckhands:runtime:{pool}:task:{task_id}")  # Redis lost it
 
-        report = await service.reconcile()
+        report = await service.upkeep.reconcile()
         assert report.rebound == 1
         assert await service.bindings.get(task_id) == sandbox.container_id
 
@@ -131,14 +131,14 @@ async def test_reconcile_rebinds_lost_bindings_and_removes_finished_tasks(
         state = await store.load(task_id)
         assert state is not None
         await store.save(state.model_copy(update={"agent_state": AgentState.ERROR}))
-        report = await service.reconcile()
+        report = await service.upkeep.reconcile()
         assert report.removed == 0 and report.unbound == 0
         assert await service.bindings.get(task_id) == sandbox.container_id
 
         state = await store.load(task_id)
         assert state is not None
         await store.save(state.model_copy(update={"agent_state": AgentState.FINISHED}))
-        report = await service.reconcile()
+        report = await service.upkeep.reconcile()
         assert report.removed == 1 and report.unbound == 1
         assert await service.bindings.get(task_id) is None
         assert sandbox.container_id not in {c.id for c in pool_containers(docker_client, pool)}
@@ -165,7 +165,7 @@ async def test_a_waiting_tasks_idle_sandbox_is_stopped_and_started_again_with_it
 
     async def run(task_id: str, command: str) -> CmdOutputObservation:
         order = ExecuteAction(task_id=task_id, action=cmd(task_id, command))
-        observation = await service._run(order, last_try=True)
+        observation = await service.execution.run(order, last_try=True)
         assert isinstance(observation, CmdOutputObservation), observation
         return observation
 
@@ -181,10 +181,10 @@ async def test_a_waiting_tasks_idle_sandbox_is_stopped_and_started_again_with_it
         container_id = (await service.tasks.get(waiting)).container_id
         await asyncio.sleep(0.7)
 
-        assert await service.stop_idle_sandboxes() == 1  # the RUNNING task keeps its sandbox
+        assert await service.upkeep.stop_idle_sandboxes() == 1  # the RUNNING task keeps its sandbox
         assert docker_client.api.inspect_container(container_id)["State"]["Running"] is False
         assert await service.bindings.get(waiting) == container_id
-        report = await service.reconcile()  # a stopped-on-purpose sandbox is not "dead"
+        report = await service.upkeep.reconcile()  # a stopped-on-purpose sandbox is not "dead"
         assert report.removed == 0
 
         woken = await run(waiting, "cat /workspace/notes.txt; echo mood=$MOOD; pwd")
@@ -235,7 +235,7 @@ async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice
         assert await store.create(running)
         warm_up = cmd(task_id, "echo warm")
         await await_approved(settings.redis_url, task_id, warm_up)
-        await service.execute(ExecuteAction(task_id=task_id, action=warm_up))
+        await service.execution.execute(ExecuteAction(task_id=task_id, action=warm_up))
         sandbox = service.tasks.local(task_id)
         assert sandbox is not None
 
@@ -243,11 +243,11 @@ async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice
         await await_approved(settings.redis_url, task_id, action)
         state = await store.load(task_id)
         order = ExecuteAction(task_id=task_id, action=action)
-        first = asyncio.create_task(service.execute(order))
+        first = asyncio.create_task(service.execution.execute(order))
         await asyncio.sleep(1.0)  # running
         await redis.flushall()
         # The order's duplicate comes before the controller rebuilt the State: it waits.
-        duplicate = asyncio.create_task(service.execute(order))
+        duplicate = asyncio.create_task(service.execution.execute(order))
         await asyncio.sleep(0.5)
         assert not duplicate.done()
         assert state is not None and await store.create(state)  # "rebuilt"
@@ -264,8 +264,8 @@ async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice
 
         await eventually(bound_again)
         assert task_id in await service.seats.seated()
-        assert await service.readopt_after_redis_loss() == 0  # once per loss
-        await service.execute(order)  # and once more, after it ran
+        assert await service.upkeep.readopt_after_redis_loss() == 0  # once per loss
+        await service.execution.execute(order)  # and once more, after it ran
         assert [e for e in published if e.cause == action.id][-1] == outputs[0]
 
         # Redis fails as the run is recorded (it restarts empty): the order is redelivered,
@@ -281,8 +281,8 @@ async def test_after_flushall_sandboxes_are_bound_again_and_no_action_runs_twice
 
         service.ledger.complete = redis_gone  # type: ignore[method-assign]
         with pytest.raises(ConnectionError):
-            await service.execute(second)
-        await asyncio.wait_for(service.execute(second), 30)
+            await service.execution.execute(second)
+        await asyncio.wait_for(service.execution.execute(second), 30)
         [answer] = [e for e in published if e.cause == again.id]
         assert isinstance(answer, CmdOutputObservation) and answer.content.strip() == "1"
     finally:
@@ -322,7 +322,7 @@ async def test_a_sandbox_another_replica_starts_while_reconciliation_looks_is_ke
             return seen
 
         service.docker.list = list_then_other_replica_goes_on  # type: ignore[method-assign]
-        report = await service.reconcile()
+        report = await service.upkeep.reconcile()
         service.docker.list = real_list  # type: ignore[method-assign]
         container = docker_client.containers.get(sandbox.container_id)
         assert container.status == "running"
@@ -366,7 +366,7 @@ async def test_a_sandbox_lost_while_reconciliation_looks_is_not_bound_again(
         losing = asyncio.ensure_future(service.tasks.lost(task_id, sandbox))
         await asyncio.wait_for(removing.wait(), 10)
         assert await service.bindings.get(task_id) is None
-        report = await service.reconcile()
+        report = await service.upkeep.reconcile()
         go_on.set()
         await asyncio.wait_for(losing, 30)
         service.docker.remove = real_remove  # type: ignore[method-assign]

@@ -153,7 +153,7 @@ async def test_redelivered_action_is_answered_from_the_ledger_not_rerun(
 
     runtime.service.publish = capture
     try:
-        await runtime.service.execute(ExecuteAction(task_id=task_id, action=action))
+        await runtime.service.execution.execute(ExecuteAction(task_id=task_id, action=action))
     finally:
         runtime.service.publish = original
     assert published == [first]
@@ -340,7 +340,7 @@ async def test_no_sandbox_is_prepared_for_a_task_that_already_ended(
     await store.create(
         TaskState(task_id=task_id, task="x", max_iterations=5, agent_state=AgentState.STOPPED)
     )
-    await runtime.service.prepare(PrepareSandbox(task_id=task_id))
+    await runtime.service.seating.prepare(PrepareSandbox(task_id=task_id))
     assert await redis.get(f"deckhands:runtime:{runtime.settings.pool_name}:task:{task_id}") is None
     assert task_id not in await runtime.service.seats.seated()
 

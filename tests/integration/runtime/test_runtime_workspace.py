@@ -1,4 +1,4 @@
-"""An ended task's workspace on the real Docker engine (services/runtime/workspace_ops.py): its
+"""An ended task's workspace on the real Docker engine (services/runtime/retention.py): its
 sandbox is kept paused with its files, read and written while paused, found again (sessions
 and all) when a message resumes the task, and removed once its retention is over (then:
 gone)."""
@@ -20,7 +20,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     remove_pool_containers,
 )
 
-from services.runtime.handlers import RuntimeService
+from services.runtime.service import RuntimeService
 from shared.blobs import ensure_blob_bucket
 from shared.commands import ExecuteAction, ReleaseSandbox
 from shared.events import AgentState, CmdOutputObservation, EventBase
@@ -66,7 +66,7 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
     task_id = uuid.uuid4().hex
 
     async def run(command: str) -> CmdOutputObservation:
-        observation = await service._run(
+        observation = await service.execution.run(
             ExecuteAction(task_id=task_id, action=cmd(task_id, command)), last_try=True
         )
         assert isinstance(observation, CmdOutputObservation), observation
@@ -98,11 +98,11 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
         container_id = sandbox.container_id
 
         await state(AgentState.FINISHED)
-        await service.release(ReleaseSandbox(task_id=task_id, reason="finished"))
+        await service.seating.release(ReleaseSandbox(task_id=task_id, reason="finished"))
         assert docker_client.api.inspect_container(container_id)["State"]["Paused"] is True
         assert await service.bindings.get(task_id) == container_id
         assert task_id not in await service.seats.seated()  # its seat went to others
-        assert (await service.reconcile()).removed == 0  # kept, not an ended task's leftover
+        assert (await service.upkeep.reconcile()).removed == 0  # kept, not an ended task's leftover
 
         # Read and written while paused.
         assert await read("notes.txt") == (WorkspaceStatus.OK, b"kept\n")
@@ -132,10 +132,10 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
 
         # It ends again; once its retention is over the sweep removes it.
         await state(AgentState.FINISHED)
-        await service.release(ReleaseSandbox(task_id=task_id, reason="finished again"))
-        assert await service.workspace.sweep(service._task_is_over, service._task_is_gone) == 0
+        await service.seating.release(ReleaseSandbox(task_id=task_id, reason="finished again"))
+        assert await service.kept.sweep(service.status.is_over, service.status.is_gone) == 0
         await asyncio.sleep(3.2)
-        assert await service.workspace.sweep(service._task_is_over, service._task_is_gone) == 1
+        assert await service.kept.sweep(service.status.is_over, service.status.is_gone) == 1
         with pytest.raises(docker.errors.NotFound):
             docker_client.api.inspect_container(container_id)
         assert await service.bindings.get(task_id) is None
@@ -175,7 +175,7 @@ async def test_the_pool_keeps_at_most_its_cap_of_ended_tasks_sandboxes(
                     task_id=task_id, task="t", max_iterations=5, agent_state=AgentState.RUNNING
                 )
             )
-            observation = await service._run(
+            observation = await service.execution.run(
                 ExecuteAction(task_id=task_id, action=cmd(task_id, "echo mine > f")),
                 last_try=True,
             )
@@ -187,7 +187,7 @@ async def test_the_pool_keeps_at_most_its_cap_of_ended_tasks_sandboxes(
             state = await store.load(task_id)
             assert state is not None
             await store.save(state.model_copy(update={"agent_state": AgentState.FINISHED}))
-            await service.release(ReleaseSandbox(task_id=task_id, reason="finished"))
+            await service.seating.release(ReleaseSandbox(task_id=task_id, reason="finished"))
 
         oldest, *newest = tasks
         with pytest.raises(docker.errors.NotFound):
@@ -199,8 +199,8 @@ async def test_the_pool_keeps_at_most_its_cap_of_ended_tasks_sandboxes(
         for task_id in newest:
             kept = docker_client.api.inspect_container(containers[task_id])
             assert kept["State"]["Paused"] is True
-            assert await service.workspace.is_retained(task_id)
-        assert sorted(await service.workspace.retention.all()) == sorted(newest)  # type: ignore[union-attr]
+            assert await service.kept.is_retained(task_id)
+        assert sorted(await service.kept.retention.all()) == sorted(newest)
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
@@ -224,7 +224,7 @@ async def test_a_crowd_of_releases_evicts_each_kept_sandbox_once(
     )
     service = RuntimeService(config, _ignore)
     await service.start()
-    retention = service.workspace.retention
+    retention = service.kept.retention
     assert retention is not None
     kept = [uuid.uuid4().hex for _ in range(5)]
     try:
@@ -235,9 +235,7 @@ async def test_a_crowd_of_releases_evicts_each_kept_sandbox_once(
             await asyncio.sleep(0.05)  # a State read: the passes interleave here
             return True
 
-        evicted = await asyncio.gather(
-            *(service.workspace.evict_beyond_cap(ended) for _ in range(8))
-        )
+        evicted = await asyncio.gather(*(service.kept.evict_beyond_cap(ended) for _ in range(8)))
         assert sum(evicted) == 3, evicted
         assert sorted(await retention.all()) == sorted(kept[3:])
     finally:

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from services.runtime.actions import observation_id
 from services.runtime.containers import DockerSandboxes, task_container_name
-from services.runtime.handlers import RuntimeService
 from services.runtime.main import build_app
 from services.runtime.pool import WarmPool
+from services.runtime.service import RuntimeService
 from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction
 from shared.events import CmdRunAction, ErrorObservation, EventBase, EventSource
@@ -158,7 +158,7 @@ async def test_egress_is_refused_when_the_runtime_disallows_it() -> None:
 
     service = RuntimeService(RuntimeSettings(allow_network_egress=False), publish)
     action = CmdRunAction(task_id="t", source=EventSource.AGENT, command="curl example.com")
-    observation = await service._run(
+    observation = await service.execution.run(
         ExecuteAction(task_id="t", action=action, network_egress=True), last_try=False
     )
     assert isinstance(observation, ErrorObservation)
