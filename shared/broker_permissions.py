@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from .redis_records import key_permissions
 from .subjects import (
     BLOBS_BUCKET,
     DELETIONS_STREAM,
@@ -58,6 +59,7 @@ __all__ = [
     "nats_authorization",
     "nats_permissions",
     "redis_acl",
+    "redis_rules",
 ]
 
 ADMIN_USER = "admin"
@@ -268,15 +270,23 @@ def nats_authorization(password: Callable[[str], str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def redis_rules(user: str) -> list[str]:
+    """`user`'s Redis ACL rules but its name, state and password: the admin may do everything;
+    a service reads every key, writes only the records it is the writer of (shared/redis_records.py:
+    Redis refuses any other write, NOPERM), and runs none of the dangerous commands (FLUSHALL,
+    CONFIG, KEYS, DEBUG, ACL, SHUTDOWN...)."""
+    if user == ADMIN_USER:
+        return ["~*", "&*", "+@all"]
+    return [*key_permissions(user), "&*", "+@all", "-@dangerous"]
+
+
 def redis_acl(password: Callable[[str], str]) -> list[str]:
-    """Redis ACL rules (one `user ...` line each): the default user off, each service every
-    key but none of the dangerous commands (FLUSHALL, CONFIG, KEYS, DEBUG, ACL, SHUTDOWN...),
-    the admin everything. `password(user)` is the password as it is written after `>`."""
+    """Redis ACL rules (one `user ...` line each): the default user off, each service and the
+    admin as `redis_rules` says. `password(user)` is the password as it is written after `>`."""
     # The default user cannot log in (off), but keeps every permission: Redis 7.0 replays the
     # append-only file's transactions (MULTI/EXEC) as the default user, and without them every
     # transaction written before a restart is refused and lost (tenants, keys, States).
     rules = ["user default off ~* &* +@all"]
     for user in REDIS_USERS:
-        commands = "+@all" if user == ADMIN_USER else "+@all -@dangerous"
-        rules.append(f"user {user} on >{password(user)} ~* &* {commands}")
+        rules.append(" ".join(["user", user, "on", f">{password(user)}", *redis_rules(user)]))
     return rules

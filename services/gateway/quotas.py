@@ -549,7 +549,7 @@ class TenantQuotas:
         """Count again what Redis lost, once (see the module's docstring)."""
         if self.tasks is None or await self.redis.exists(self._counted_key(tenant_id)):
             return
-        lock = self._counted_key(tenant_id) + ":lock"
+        lock = f"{self.prefix}:tenant:{tenant_id}:counts-complete:lock"
         if not await self.redis.set(lock, "1", nx=True, ex=_RECOUNT_LOCK_S):
             for _ in range(int(_RECOUNT_WAIT_S / 0.1)):
                 await asyncio.sleep(0.1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from k8s_manifests import TARGETS, by_name, render, workloads
 
-from shared.broker_permissions import NATS_USERS, REDIS_USERS, nats_authorization
+from shared.broker_permissions import NATS_USERS, REDIS_USERS, nats_authorization, redis_rules
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -59,3 +59,21 @@ def test_redis_turns_the_default_user_off() -> None:
     ]
     for user in REDIS_USERS:
         assert f">$(REDIS_PASSWORD_{user.upper()})" in args
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_redis_users_are_the_code_s(target: str) -> None:
+    """Each user's rules are shared/broker_permissions.py's: a service writes only the records
+    of shared/redis_records.py it is the writer of."""
+    [redis] = by_name(render(target), "StatefulSet")["redis"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    args = redis["args"]
+    starts = [i for i, arg in enumerate(args) if arg == "--user"]
+    users = {}
+    for start, end in zip(starts, [*starts[1:], len(args)], strict=True):
+        users[args[start + 1]] = args[start + 2 : end]
+    assert users["default"] == ["off"]
+    assert sorted(users) == sorted(["default", *REDIS_USERS])
+    for user in REDIS_USERS:
+        assert users[user] == ["on", f">$(REDIS_PASSWORD_{user.upper()})", *redis_rules(user)]
