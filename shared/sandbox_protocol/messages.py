@@ -3,7 +3,7 @@
 Typed dicts rather than models: the executor, which runs on the standard library alone, uses
 these same types (deploy/sandbox/executor/); the runtime checks each reply against its type
 with pydantic (services/runtime/executor_client.py), and `tools/gen_schemas.py` writes their
-JSON Schema to proto_schemas/sandbox_protocol.json.
+JSON Schema to proto_schemas/sandbox_protocol.schema.json.
 
 A request's `id` and `op` travel beside its fields; a reply repeats the `id`. Text is cut in
 the middle to `limit` characters; with `keep` (bytes) the whole of a longer output is kept in
