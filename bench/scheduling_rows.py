@@ -269,7 +269,7 @@ def fair_rows(run_dir: Path, delay_s: float, row: Row) -> None:
 def weights_row(run_dir: Path, delay_s: float, row: Row) -> None:
     import redis
 
-    from shared.admission import seats_prefix
+    from shared.seat_scripts import seats_prefix
 
     seats = 40
     config = deployed(

@@ -347,7 +347,7 @@ class PoolWatch:
         import docker
         import redis
 
-        from shared.admission import seats_prefix
+        from shared.seat_scripts import seats_prefix
 
         self.pool = stack.config.pool_name
         self.seats_key = f"{seats_prefix(self.pool)}:seats"

@@ -7,12 +7,12 @@ No route of the API returns a value.
 
 The key (`DECKHANDS_SECRETS_KEY`: 32 random bytes, URL-safe base64; on Kubernetes from the
 Secret `deckhands-secrets-key`, with `make up` made once into `.run/credentials/secrets-key`)
-never reaches Redis: a copy of Redis (its dump, its AOF, a replica) holds only ciphertexts. Each
-value is sealed with a fresh 96-bit nonce, and with its tenant and name as associated data, so a
-ciphertext copied under another tenant or name does not open. Every record names the key it was
-sealed with (the first 8 bytes of the key's SHA-256): a key is rotated by giving the new one as
-`DECKHANDS_SECRETS_KEY` and the old ones in `DECKHANDS_SECRETS_PREVIOUS_KEYS` (comma-separated)
-until every secret was written again.
+never reaches Redis: a copy of Redis (its dump, its AOF, a replica) holds only ciphertexts, each
+bound to its tenant and name (shared/secrets_cipher.py). Every record names the key it was sealed
+with: a key is rotated by giving the new one as `DECKHANDS_SECRETS_KEY` and the old ones in
+`DECKHANDS_SECRETS_PREVIOUS_KEYS` (comma-separated) until every secret was written again.
+
+What a secret may be named and hold, and how many there may be: shared/secret_names.py.
 
 Redis keys (the `deckhands:` namespace):
 - `deckhands:secrets:<tenant>`: hash, name -> the sealed record (JSON);
@@ -33,22 +33,27 @@ For other modules, the read side is:
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from .events import utc_now
+
+# Re-exported: the rules of names and values, and the cipher, are imported from here too.
+from .secret_names import (
+    MAX_SECRET_BYTES,
+    MAX_SECRETS_PER_TASK,
+    MAX_SECRETS_PER_TENANT,
+    MIN_SECRET_CHARS,
+    SECRET_NAME_PATTERN,
+    bad_secret_name,
+    bad_secret_value,
+)
+from .secrets_cipher import SecretsCipher, SecretUnreadable, new_secrets_key
 from .settings import CommonSettings
 
 __all__ = [
@@ -69,138 +74,7 @@ __all__ = [
     "new_secrets_key",
 ]
 
-# A secret reaches a task as an environment variable of that name.
-SECRET_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-_NAME = re.compile(SECRET_NAME_PATTERN)
-# Variables that change how the sandbox's shell, Python, git, ssh or the programs they start
-# run (what they load or execute, where they look, how they parse or trace): a secret may not
-# set them. The runtime does not export a secret of such a name either, one stored before its
-# name was reserved included (services/runtime/task_secrets.py). Names are compared upper-cased.
-_RESERVED = frozenset(
-    {
-        # the shell, bash's own and POSIX ones
-        "PATH",
-        "HOME",
-        "SHELL",
-        "USER",
-        "LOGNAME",
-        "PWD",
-        "OLDPWD",
-        "CDPATH",
-        "IFS",
-        "ENV",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "POSIXLY_CORRECT",
-        "PS0",
-        "PS1",
-        "PS2",
-        "PS3",
-        "PS4",
-        "PROMPT_COMMAND",
-        "PROMPT_DIRTRIM",
-        "GLOBIGNORE",
-        "EXECIGNORE",
-        "FIGNORE",
-        "FUNCNEST",
-        "SHLVL",
-        "TMOUT",
-        "TMPDIR",
-        "OPTIND",
-        "OPTARG",
-        "OPTERR",
-        "MAIL",
-        "MAILPATH",
-        "MAILCHECK",
-        "HISTFILE",
-        "HISTFILESIZE",
-        "HISTSIZE",
-        "HISTCONTROL",
-        "HISTIGNORE",
-        "HISTTIMEFORMAT",
-        "HISTCMD",
-        "INPUTRC",
-        "EMACS",
-        "TERM",
-        "TERMINFO",
-        "TERMINFO_DIRS",
-        "TERMCAP",
-        "COLUMNS",
-        "LINES",
-        "HOSTNAME",
-        "UID",
-        "EUID",
-        "PPID",
-        "GROUPS",
-        "RANDOM",
-        "SRANDOM",
-        "SECONDS",
-        "LINENO",
-        "REPLY",
-        # programs the shell and git start on their own
-        "EDITOR",
-        "VISUAL",
-        "FCEDIT",
-        "PAGER",
-        "MANPAGER",
-        "LESS",
-        "LESSOPEN",
-        "LESSCLOSE",
-        "LESSKEY",
-        "DISPLAY",
-        # the C library: locales, modules it loads, name resolution, the allocator
-        "LANG",
-        "LANGUAGE",
-        "LOCPATH",
-        "NLSPATH",
-        "GCONV_PATH",
-        "GLIBC_TUNABLES",
-        "TZ",
-        "TZDIR",
-        "HOSTALIASES",
-        "LOCALDOMAIN",
-        "RES_OPTIONS",
-        # other interpreters' start-up code and options
-        "PERL5LIB",
-        "PERL5OPT",
-        "PERLLIB",
-        "PERL5DB",
-        "RUBYOPT",
-        "RUBYLIB",
-        "NODE_OPTIONS",
-        "NODE_PATH",
-        "JAVA_TOOL_OPTIONS",
-        "_JAVA_OPTIONS",
-        "JDK_JAVA_OPTIONS",
-        # which certificates TLS trusts (git, pip, curl, Python)
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-    }
-)
-_RESERVED_PREFIXES = (
-    "DECKHANDS_",  # the system's own
-    "BASH_",  # BASH_ENV, BASH_XTRACEFD, BASH_FUNC_*, BASH_COMPAT, ...
-    "COMP_",  # bash's completion
-    "READLINE_",
-    "LC_",  # locale categories
-    "LD_",  # the dynamic linker: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...
-    "MALLOC_",  # glibc's allocator
-    "PYTHON",  # PYTHONSTARTUP, PYTHONPATH, PYTHONHOME, PYTHONINSPECT, PYTHONWARNINGS, ...
-    "GIT_",  # GIT_SSH_COMMAND, GIT_EXEC_PATH, GIT_CONFIG_*, GIT_DIR, GIT_ASKPASS, ...
-    "SSH_",  # SSH_ASKPASS, SSH_AUTH_SOCK, ...
-    "XDG_",  # XDG_CONFIG_HOME: where git (and others) read their configuration
-    "OPENSSL_",  # OPENSSL_CONF loads engines
-)
-MAX_SECRET_BYTES = 32 << 10  # an environment variable, and one token, key or certificate
-MIN_SECRET_CHARS = 4  # a shorter value would be "redacted" out of ordinary output
-MAX_SECRETS_PER_TENANT = 200
-MAX_SECRETS_PER_TASK = 32
-
 _PREFIX = "deckhands"
-_KEY_BYTES = 32
-_NONCE_BYTES = 12
 
 
 class SecretNotFound(LookupError):
@@ -208,114 +82,6 @@ class SecretNotFound(LookupError):
         super().__init__(f"tenant {tenant_id!r} has no secret {name!r}")
         self.tenant_id = tenant_id
         self.name = name
-
-
-class SecretUnreadable(RuntimeError):
-    """A stored secret that none of the configured keys opens (a lost or wrong key)."""
-
-
-def bad_secret_name(name: str) -> str | None:
-    """Why `name` cannot name a secret; None if it can."""
-    if not _NAME.fullmatch(name):
-        return (
-            f"secret name {name!r} is not an environment variable name "
-            "(letters, digits and _, not starting with a digit, at most 128 characters)"
-        )
-    upper = name.upper()
-    prefix = next((p for p in _RESERVED_PREFIXES if upper.startswith(p)), None)
-    if upper in _RESERVED or prefix is not None:
-        which = f"variables starting with {prefix} change" if prefix else f"{upper} changes"
-        return (
-            f"secret name {name!r} is reserved: {which} how the sandbox's shell, Python, git, "
-            "ssh or the programs they start run, so no secret may set it; choose another name"
-        )
-    return None
-
-
-def bad_secret_value(value: str) -> str | None:
-    """Why `value` cannot be a secret's value; None if it can."""
-    if len(value) < MIN_SECRET_CHARS:
-        return f"a secret's value has at least {MIN_SECRET_CHARS} characters"
-    if len(value.encode()) > MAX_SECRET_BYTES:
-        return f"a secret's value has at most {MAX_SECRET_BYTES} bytes"
-    if "\x00" in value:
-        return (
-            "a secret's value cannot contain a NUL character (it becomes an environment variable)"
-        )
-    return None
-
-
-def new_secrets_key() -> str:
-    """A new DECKHANDS_SECRETS_KEY: 32 random bytes, URL-safe base64."""
-    return base64.urlsafe_b64encode(os.urandom(_KEY_BYTES)).decode()
-
-
-def _key_bytes(text: str, what: str) -> bytes:
-    try:
-        raw = base64.urlsafe_b64decode(text.strip().encode() + b"=" * (-len(text.strip()) % 4))
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != _KEY_BYTES:
-        raise ValueError(
-            f"{what} must be {_KEY_BYTES} random bytes in URL-safe base64 (44 characters; "
-            'make one with: python -c "import base64,os; '
-            'print(base64.urlsafe_b64encode(os.urandom(32)).decode())")'
-        )
-    return raw
-
-
-def _key_id(key: bytes) -> str:
-    return hashlib.sha256(key).hexdigest()[:16]
-
-
-class SecretsCipher:
-    """Seals and opens secret values; the first key seals, any of them opens."""
-
-    def __init__(self, key: bytes, previous: Iterable[bytes] = ()) -> None:
-        self._sealing = (_key_id(key), AESGCM(key))
-        self._keys = {_key_id(k): AESGCM(k) for k in (*previous, key)}
-
-    @classmethod
-    def from_text(cls, key: str, previous: str = "") -> SecretsCipher:
-        """From DECKHANDS_SECRETS_KEY and DECKHANDS_SECRETS_PREVIOUS_KEYS; ValueError naming the
-        setting when one is malformed."""
-        return cls(
-            _key_bytes(key, "DECKHANDS_SECRETS_KEY"),
-            [
-                _key_bytes(k, "each of DECKHANDS_SECRETS_PREVIOUS_KEYS")
-                for k in previous.split(",")
-                if k.strip()
-            ],
-        )
-
-    @staticmethod
-    def _bound_to(tenant_id: str, name: str) -> bytes:
-        return f"deckhands-secret\x1f{tenant_id}\x1f{name}".encode()
-
-    def seal(self, tenant_id: str, name: str, value: str) -> tuple[str, str]:
-        """(key id, base64 of nonce + ciphertext)."""
-        key_id, aead = self._sealing
-        nonce = os.urandom(_NONCE_BYTES)
-        sealed = aead.encrypt(nonce, value.encode(), self._bound_to(tenant_id, name))
-        return key_id, base64.b64encode(nonce + sealed).decode()
-
-    def open(self, tenant_id: str, name: str, key_id: str, sealed: str) -> str:
-        aead = self._keys.get(key_id)
-        if aead is None:
-            raise SecretUnreadable(
-                f"secret {name!r} of tenant {tenant_id!r} was sealed with a key that is not "
-                "configured (DECKHANDS_SECRETS_KEY / DECKHANDS_SECRETS_PREVIOUS_KEYS)"
-            )
-        raw = base64.b64decode(sealed)
-        try:
-            plain = aead.decrypt(
-                raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], self._bound_to(tenant_id, name)
-            )
-        except InvalidTag:
-            raise SecretUnreadable(
-                f"secret {name!r} of tenant {tenant_id!r} does not open (altered, or moved)"
-            ) from None
-        return plain.decode()
 
 
 class _Record(BaseModel):

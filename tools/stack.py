@@ -12,6 +12,9 @@ The gateway wants an API key on every request. `up` starts it with an admin key
 (DECKHANDS_ADMIN_API_KEY, or one it makes and keeps in `.run/admin_api_key`), then creates the
 tenant DECKHANDS_STACK_TENANT (`local`) through the admin API and keeps an API key of it in
 `.run/api_key` (reused while it works).
+
+What a stack is configured with is tools/stack_config.py; its keys and the environment of its
+processes, tools/stack_access.py; how its processes and sandboxes are stopped, tools/stack_stop.py.
 """
 
 from __future__ import annotations
@@ -26,21 +29,9 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import httpx
 
-from .api_access import (
-    auth_headers,
-    issue_key,
-    key_works,
-    new_admin_key,
-    read_secret,
-    write_secret,
-)
-from .credentials import Credentials, ensure_credentials
 from .local_llm import LocalLLMError
 from .procs import (
     NatsClusterNode,
@@ -50,235 +41,31 @@ from .procs import (
     start_redis,
     wait_for_port,
 )
+from .stack_access import SCOPED_ENV, StackAccess
+from .stack_config import DEFAULT_SCRIPT, ROOT, SERVICES, WORKERS, StackConfig
+from .stack_stop import gone, remove_sandboxes, signal_group, terminate_all
 
-__all__ = ["WORKERS", "Stack", "StackConfig", "main", "running"]
-
-SERVICES = ("storage", "controller", "security", "runtime", "reasoner", "gateway")
-# Credentials only the services named beside them get (deploy/k8s gives them the same way): a
-# process that is broken into holds no key it does not use.
-SCOPED_ENV = {
-    "DECKHANDS_ADMIN_API_KEY": ("gateway",),
-    "DECKHANDS_SECRETS_KEY": ("gateway", "controller", "runtime"),
-    "DECKHANDS_SECRETS_PREVIOUS_KEYS": ("gateway", "controller", "runtime"),
-    "DECKHANDS_LLM_API_KEY": ("reasoner",),
-}
-WORKERS = tuple(name for name in SERVICES if name != "gateway")
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SCRIPT = ROOT / "tools" / "scripted_llm" / "scripts" / "seed_squares.json"
-
-
-@dataclass
-class StackConfig:
-    run_dir: Path = ROOT / ".run"
-    nats_port: int = int(os.environ.get("DECKHANDS_STACK_NATS_PORT", "4222"))
-    # 1: one nats-server named "nats". More: a JetStream cluster, "nats-0".."nats-<n-1>".
-    nats_nodes: int = int(os.environ.get("DECKHANDS_STACK_NATS_NODES", "1"))
-    # (client port, route port) of each cluster node; derived from nats_port when left empty.
-    nats_cluster_ports: tuple[tuple[int, int], ...] = ()
-    redis_port: int = int(os.environ.get("DECKHANDS_STACK_REDIS_PORT", "6379"))
-    gateway_port: int = int(os.environ.get("DECKHANDS_STACK_GATEWAY_PORT", "8000"))
-    llm_port: int = int(os.environ.get("DECKHANDS_STACK_LLM_PORT", "9000"))
-    llm_script: Path = Path(os.environ.get("DECKHANDS_STACK_LLM_SCRIPT", str(DEFAULT_SCRIPT)))
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # With no DECKHANDS_LLM_MODEL: "local" (Qwen2.5-Coder-1.5B on llama.cpp, fetched and built
-    # once per machine) or "scripted" (the project's scripted server: instant, deterministic).
-    llm: str = os.environ.get("DECKHANDS_STACK_LLM", "local")
-    # The runtime labels its sandboxes with this; `down` removes only this stack's sandboxes.
-    pool_name: str = os.environ.get("DECKHANDS_POOL_NAME", "local")
-    # Each worker's /metrics, /healthz and /readyz port (DECKHANDS_METRICS_PORT); none: off.
-    metrics_ports: dict[str, int] = field(default_factory=dict)
-    # The tenant `up` makes an API key for (written to run_dir/api_key).
-    tenant: str = os.environ.get("DECKHANDS_STACK_TENANT", "local")
-    # Controller and reasoner processes, as deploy/k8s/base runs them (2 each). Each service
-    # handles its messages on one event loop; when hundreds of tasks move at once (a tenant's
-    # batch), a single controller or reasoner falls seconds behind and every tenant's next step
-    # waits in its queue (docs/tenants.md, "Quotas"). `isolated` stacks run one of each unless told.
-    controllers: int = int(os.environ.get("DECKHANDS_STACK_CONTROLLERS", "2"))
-    reasoners: int = int(os.environ.get("DECKHANDS_STACK_REASONERS", "2"))
-
-    def __post_init__(self) -> None:
-        for setting, count in (("CONTROLLERS", self.controllers), ("REASONERS", self.reasoners)):
-            if count < 1:
-                raise ValueError(f"DECKHANDS_STACK_{setting}={count}: at least 1")
-        for name, service in self.replicas:
-            if service in self.metrics_ports:
-                self.metrics_ports.setdefault(name, free_port())
-        if self.nats_nodes < 1:
-            raise ValueError(f"DECKHANDS_STACK_NATS_NODES={self.nats_nodes}: at least 1")
-        if self.nats_nodes > 1 and not self.nats_cluster_ports:
-            self.nats_cluster_ports = tuple(
-                (self.nats_port + i, self.nats_port + 2000 + i) for i in range(self.nats_nodes)
-            )
-        if self.nats_cluster_ports:
-            self.nats_port = self.nats_cluster_ports[0][0]
-
-    @property
-    def replicas(self) -> tuple[tuple[str, str], ...]:
-        """(name, service) of each process beyond a service's first: `controller-2`..."""
-        counts = (("controller", self.controllers), ("reasoner", self.reasoners))
-        return tuple((f"{svc}-{i}", svc) for svc, n in counts for i in range(2, n + 1))
-
-    @property
-    def nats_names(self) -> tuple[str, ...]:
-        """The name each nats-server runs (and is killed) under."""
-        if self.nats_nodes == 1:
-            return ("nats",)
-        return tuple(f"nats-{i}" for i in range(self.nats_nodes))
-
-    @property
-    def nats_url(self) -> str:
-        """Every server's client URL, comma-separated (DECKHANDS_NATS_URL)."""
-        ports = [client for client, _ in self.nats_cluster_ports] or [self.nats_port]
-        return ",".join(f"nats://127.0.0.1:{port}" for port in ports)
-
-    @classmethod
-    def isolated(cls, run_dir: Path, **overrides: Any) -> StackConfig:
-        """A stack that shares nothing with `make up` or another test: own ports, dirs, pool."""
-        nodes = int(overrides.get("nats_nodes", 1))
-        cluster = tuple((free_port(), free_port()) for _ in range(nodes)) if nodes > 1 else ()
-        fields: dict[str, Any] = {
-            "nats_nodes": nodes,
-            "nats_cluster_ports": cluster,
-            "run_dir": run_dir,
-            "nats_port": free_port(),
-            "redis_port": free_port(),
-            "gateway_port": free_port(),
-            "llm_port": free_port(),
-            "pool_name": f"isolated-{run_dir.name}",
-            "llm": "scripted",  # tests script their LLM; one slow test asks for the local one
-            "metrics_ports": {name: free_port() for name in WORKERS},
-            "controllers": 1,
-            "reasoners": 1,
-        }
-        return cls(**(fields | overrides))
-
-    @property
-    def gateway_url(self) -> str:
-        return f"http://127.0.0.1:{self.gateway_port}"
-
-    def health_url(self, service: str) -> str:
-        """Where a worker answers /healthz and /readyz (KeyError: no port for it)."""
-        return f"http://127.0.0.1:{self.metrics_ports[service]}"
+__all__ = [
+    "DEFAULT_SCRIPT",
+    "ROOT",
+    "SCOPED_ENV",
+    "SERVICES",
+    "WORKERS",
+    "Stack",
+    "StackConfig",
+    "free_port",
+    "main",
+    "running",
+]
 
 
-class Stack:
+class Stack(StackAccess):
+    """The stack's processes: started, waited for until ready, killed, and stopped."""
+
     def __init__(self, config: StackConfig) -> None:
-        self.config = config
+        super().__init__(config)
         self.pids = config.run_dir / "pids"
         self.logs = config.run_dir / "logs"
-        self.api_key_file = config.run_dir / "api_key"
-        self.admin_key_file = config.run_dir / "admin_api_key"
-        self._credentials: Credentials | None = None
-
-    @property
-    def credentials(self) -> Credentials:
-        """NATS and Redis passwords of every service and the admin (made on first use, kept in
-        run_dir/credentials): the servers accept no one else."""
-        if self._credentials is None:
-            self._credentials = ensure_credentials(self.config.run_dir / "credentials")
-        return self._credentials
-
-    def nats_login(self, user: str = "admin") -> dict[str, Any]:
-        """nats.connect keyword arguments: the servers and `user`'s credentials."""
-        return {"servers": self.config.nats_url.split(","), **self.credentials.nats_login(user)}
-
-    def redis_login(self, user: str = "admin") -> dict[str, Any]:
-        """redis.Redis keyword arguments: the server and `user`'s credentials."""
-        return {
-            "host": "127.0.0.1",
-            "port": self.config.redis_port,
-            "username": user,
-            "password": self.credentials.redis[user],
-        }
-
-    def given_admin_key(self) -> str | None:
-        return self.config.extra_env.get("DECKHANDS_ADMIN_API_KEY") or os.environ.get(
-            "DECKHANDS_ADMIN_API_KEY"
-        )
-
-    @property
-    def admin_api_key(self) -> str:
-        """The gateway's admin key: the one given in the environment, or the one `up` made."""
-        key = self.given_admin_key() or read_secret(self.admin_key_file)
-        if key is None:
-            raise RuntimeError(f"no admin key: start the stack first ({self.admin_key_file})")
-        return key
-
-    @property
-    def api_key(self) -> str:
-        """An API key of the stack's tenant, made by `up`."""
-        key = read_secret(self.api_key_file)
-        if key is None:
-            raise RuntimeError(f"no API key: start the stack first ({self.api_key_file})")
-        return key
-
-    @property
-    def auth_headers(self) -> dict[str, str]:
-        """Headers that authenticate as the stack's tenant."""
-        return auth_headers(self.api_key)
-
-    def secrets_key(self) -> str:
-        """The key that encrypts tenants' secrets (DECKHANDS_SECRETS_KEY), made once and kept
-        in run_dir/credentials/secrets-key: secrets stored by an earlier `up` stay readable."""
-        path = self.config.run_dir / "credentials" / "secrets-key"
-        key = read_secret(path)
-        if key is None:
-            from shared.secrets_store import new_secrets_key
-
-            path.parent.mkdir(parents=True, exist_ok=True)
-            key = new_secrets_key()
-            write_secret(path, key)
-        return key
-
-    def _ensure_admin_key(self) -> bool:
-        """Make an admin key unless one was given or made before; True if it made one."""
-        if self.given_admin_key() or read_secret(self.admin_key_file):
-            return False
-        write_secret(self.admin_key_file, new_admin_key())
-        return True
-
-    def ensure_api_key(self) -> None:
-        """Keep the tenant's key from an earlier `up` while the gateway accepts it (Redis keeps
-        its data in run_dir), else make a new one."""
-        gateway = self.config.gateway_url
-        kept = read_secret(self.api_key_file)
-        if kept is not None and key_works(gateway, kept):
-            return
-        key = issue_key(gateway, self.admin_api_key, self.config.tenant, name="tools.stack")
-        write_secret(self.api_key_file, key)
-
-    def _env(self) -> dict[str, str]:
-        c = self.config
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "DECKHANDS_NATS_URL": c.nats_url,
-            # Every server keeps a copy: the streams survive the loss of any one of three.
-            "DECKHANDS_STREAM_REPLICAS": str(min(c.nats_nodes, 3)),
-            "DECKHANDS_REDIS_URL": f"redis://127.0.0.1:{c.redis_port}/0",
-            "DECKHANDS_HOST": "127.0.0.1",
-            "DECKHANDS_PORT": str(c.gateway_port),
-            "DECKHANDS_DATA_DIR": str(c.run_dir / "storage"),
-            "DECKHANDS_POOL_NAME": c.pool_name,
-            **c.extra_env,
-        }
-        if not env.get("DECKHANDS_SECRETS_KEY"):
-            env["DECKHANDS_SECRETS_KEY"] = self.secrets_key()
-        admin_key = self.given_admin_key() or read_secret(self.admin_key_file)
-        if admin_key is not None:
-            env["DECKHANDS_ADMIN_API_KEY"] = admin_key
-        if not env.get("DECKHANDS_LLM_MODEL") and c.llm == "local":
-            from .local_llm import llm_env
-
-            env.update(llm_env(c.llm_port, env))
-        elif not env.get("DECKHANDS_LLM_MODEL"):
-            env.update(
-                DECKHANDS_LLM_MODEL="openai/scripted",
-                DECKHANDS_LLM_API_BASE=f"http://127.0.0.1:{c.llm_port}/v1",
-                DECKHANDS_LLM_API_KEY="scripted-no-key",
-            )
-        return env
 
     def _start_local_llm(self) -> None:
         from .local_llm import start_server, wait_until_serving
@@ -398,8 +185,8 @@ class Stack:
     def kill_service(self, name: str) -> None:
         """SIGKILL, as a crash would: no clean-up, no acks."""
         pid = self.running()[name]
-        _signal_group(pid, signal.SIGKILL)
-        while not _gone(pid):
+        signal_group(pid, signal.SIGKILL)
+        while not gone(pid):
             time.sleep(0.05)
 
     def running(self) -> dict[str, int]:
@@ -499,107 +286,11 @@ class Stack:
         procs = self.running()
         # Services first, so the runtime can release its sandboxes; servers last.
         servers = {n: procs.pop(n) for n in list(procs) if n == "redis" or n.startswith("nats")}
-        _terminate_all(list(procs.values()))
-        _terminate_all(list(servers.values()))
+        terminate_all(list(procs.values()))
+        terminate_all(list(servers.values()))
         for pid_file in self.pids.glob("*.pid") if self.pids.exists() else []:
             pid_file.unlink()
-        _remove_sandboxes(self.config.pool_name)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        # Reap it if it is our child (a zombie still answers kill(pid, 0)).
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _terminate_all(pids: list[int], grace_s: float = 15.0) -> None:
-    """SIGTERM every process group at once, then SIGKILL what outlives the grace period."""
-    for pid in pids:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    alive = [p for p in pids if not _gone(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = [p for p in alive if not _gone(p)]
-    for pid in alive:
-        _signal_group(pid, signal.SIGKILL)
-        _gone(pid)
-
-
-_REMOVALS_AT_ONCE = 4
-
-
-def _remove_sandboxes(pool_name: str) -> None:
-    """`make down` leaves no container and no workspace volume behind, even if the runtime was
-    killed: `-v` removes each container's anonymous /workspace volume with it, and the prune
-    takes the volumes of containers removed without it (a crash between the two)."""
-    # Every container of the pool: sandboxes, and the workspace keepers and helpers that hold
-    # their volumes (an ended task's sandbox is kept stopped with a keeper for a while).
-    ids = subprocess.run(
-        [
-            "docker",
-            "ps",
-            "-aq",
-            "--filter",
-            f"label=deckhands.pool={pool_name}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    ).stdout.split()
-    # A few at a time: the CLI removes the containers of one call side by side, and this
-    # engine (20.10, fuse-overlayfs) has wedged after a burst of concurrent removals.
-    for start in range(0, len(ids), _REMOVALS_AT_ONCE):
-        subprocess.run(
-            ["docker", "rm", "-f", "-v", *ids[start : start + _REMOVALS_AT_ONCE]],
-            capture_output=True,
-            check=False,
-            timeout=120,
-        )
-    subprocess.run(
-        [
-            "docker",
-            "volume",
-            "prune",
-            "-f",
-            "--filter",
-            "label=deckhands.role=sandbox",
-            "--filter",
-            f"label=deckhands.pool={pool_name}",
-        ],
-        capture_output=True,
-        check=False,
-        timeout=120,
-    )
-    # This engine (20.10) does not prune a local volume created with options, which a tmpfs
-    # workspace is: the pool's volumes left are removed by name (one still in use stays).
-    left = subprocess.run(
-        ["docker", "volume", "ls", "-q", "--filter", f"label=deckhands.pool={pool_name}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    ).stdout.split()
-    if left:
-        subprocess.run(
-            ["docker", "volume", "rm", *left], capture_output=True, check=False, timeout=120
-        )
+        remove_sandboxes(self.config.pool_name)
 
 
 @contextmanager

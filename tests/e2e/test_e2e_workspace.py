@@ -29,7 +29,8 @@ import pytest
 from e2e_helpers import Receiver, verify_signature  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
-from tools.stack import Stack, StackConfig, free_port, running
+from tools.procs import free_port
+from tools.stack import Stack, StackConfig, running
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

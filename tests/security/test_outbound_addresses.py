@@ -28,7 +28,8 @@ import pytest
 from conftest import Tenant
 from net_listener import Listener  # type: ignore[import-not-found]
 
-from tools.stack import Stack, free_port
+from tools.procs import free_port
+from tools.stack import Stack
 
 pytestmark = pytest.mark.docker
 

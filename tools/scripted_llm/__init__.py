@@ -1,8 +1,11 @@
 """A scripted OpenAI-compatible chat server: deterministic "LLM" answers for tests and demos.
 
-See `tools.scripted_llm.server` for the script format and `python -m tools.scripted_llm --help`.
+`python -m tools.scripted_llm --help` runs it. The server and its endpoints are
+`tools.scripted_llm.server`; the script format, `.script`; which turn answers a request, and the
+reply made of it, `.responder`; a provider's limits, `.limits`.
 """
 
-from .server import Script, ScriptedLLMServer, ScriptError, load_script
+from .script import Script, ScriptError, load_script
+from .server import ScriptedLLMServer
 
 __all__ = ["Script", "ScriptError", "ScriptedLLMServer", "load_script"]

@@ -9,16 +9,10 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.events import CmdOutputObservation, EventSource
+from shared.secret_names import bad_secret_name, bad_secret_value
 from shared.secret_redaction import Redactor
-from shared.secrets_store import (
-    SecretNotFound,
-    SecretsCipher,
-    SecretsStore,
-    SecretUnreadable,
-    bad_secret_name,
-    bad_secret_value,
-    new_secrets_key,
-)
+from shared.secrets_cipher import SecretsCipher, SecretUnreadable, new_secrets_key
+from shared.secrets_store import SecretNotFound, SecretsStore
 
 pytestmark = pytest.mark.timeout(30)
 

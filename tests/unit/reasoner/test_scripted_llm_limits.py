@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from tools.scripted_llm import ScriptedLLMServer, ScriptError
-from tools.scripted_llm.server import PROMPT_TASKS, PROMPTS_PER_TASK, parse_script
+from tools.scripted_llm.responder import PROMPT_TASKS, PROMPTS_PER_TASK
+from tools.scripted_llm.script import parse_script
 
 ROOT = Path(__file__).resolve().parents[3]
 _NO_LIMITS_SEEN = {

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tools.scripted_llm import ScriptedLLMServer, ScriptError, load_script
-from tools.scripted_llm.server import parse_script
+from tools.scripted_llm.script import parse_script
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "tools" / "scripted_llm" / "scripts"
 TOOLS = [{"type": "function", "function": {"name": "execute_bash", "parameters": {}}}]
