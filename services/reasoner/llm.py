@@ -11,6 +11,9 @@ that each kind of failure is handled its own way:
 - a context window overflow raises ContextWindowExceeded at once: the condenser takes over;
 - anything else, or a failure that outlasts its retries, raises LLMCallError, and the step goes
   back to JetStream for redelivery.
+
+A failure's kind and the provider's Retry-After are read by llm_failures.py; a reply's content,
+tokens and price by llm_usage.py.
 """
 
 from __future__ import annotations
@@ -23,29 +26,22 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 from redis.asyncio import Redis
 
 from shared.admission import NO_TENANT
-from shared.events import LLMUsage, TaskPriority
+from shared.events import TaskPriority
 from shared.fair_slots import FairSlots
 
 from .capacity import CapacityGate, CapacityWait, Lease
 from .errors import ContextWindowExceeded, LLMCallError
-from .metrics import (
-    LLM_CALLS,
-    LLM_COMPLETION_TOKENS,
-    LLM_COST,
-    LLM_IN_FLIGHT,
-    LLM_LATENCY,
-    LLM_PROMPT_TOKENS,
-    LLM_RATE_LIMIT_WAIT,
-)
+from .llm_failures import failure_kind, retry_after_s
+from .llm_usage import register_unpriced_model, reply_of, tokens_used
+from .metrics import LLM_CALLS, LLM_IN_FLIGHT, LLM_LATENCY, LLM_RATE_LIMIT_WAIT
 from .replies import LLMReply
 from .settings import ReasonerSettings
-from .tools import TOOL_SPECS, ToolCall
+from .tools import TOOL_SPECS
 from .warm_up import speaks_openai, warm_up
 
 __all__ = ["LLMClient", "RateLimitNotice", "retry_after_s"]
@@ -71,53 +67,6 @@ class _Route:
     model: str
     api_base: str | None
     api_key: str | None
-
-
-def _headers(exc: BaseException) -> dict[str, str]:
-    found: dict[str, str] = {}
-    response = getattr(exc, "response", None)
-    for source in (
-        getattr(response, "headers", None),
-        getattr(exc, "litellm_response_headers", None),
-        getattr(exc, "headers", None),
-    ):
-        try:
-            found.update({str(k).lower(): str(v) for k, v in (source or {}).items()})
-        except (AttributeError, TypeError):
-            continue
-    return found
-
-
-def retry_after_s(exc: BaseException) -> float | None:
-    """The provider's Retry-After (or retry-after-ms) on an error, in seconds, if it gave one."""
-    headers = _headers(exc)
-    try:
-        if "retry-after-ms" in headers:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            when = parsedate_to_datetime(value)  # the HTTP-date form
-            return max(0.0, when.timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
-
-
-def _kind(litellm: Any, exc: BaseException) -> str:
-    """'context_window', 'rate_limit', 'transient' (worth retrying) or 'fatal'."""
-    if isinstance(exc, litellm.ContextWindowExceededError):
-        return "context_window"
-    status = getattr(exc, "status_code", None)
-    if isinstance(exc, litellm.RateLimitError) or status == 429:
-        return "rate_limit"
-    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
-        return "transient"
-    if isinstance(status, int) and status >= 500:
-        return "transient"
-    return "fatal"
 
 
 # Read once, when litellm is first imported (here or by the condenser): litellm copies every
@@ -193,51 +142,12 @@ class LLMClient:
         except Exception:
             return True
 
-    def _cost(self, litellm: Any, response: Any, prompt_tokens: int, completion: int) -> float:
-        s = self.settings
-        if s.llm_input_cost_per_token is not None or s.llm_output_cost_per_token is not None:
-            return prompt_tokens * (s.llm_input_cost_per_token or 0.0) + completion * (
-                s.llm_output_cost_per_token or 0.0
-            )
-        # litellm priced the reply already (`response_cost` among its hidden params): pricing it
-        # again is a second walk through its cost code on every call.
-        hidden = getattr(response, "_hidden_params", None)
-        priced = hidden.get("response_cost") if isinstance(hidden, dict) else None
-        if isinstance(priced, int | float):
-            return float(priced)
-        try:
-            return float(litellm.completion_cost(completion_response=response) or 0.0)
-        except Exception:
-            return 0.0  # a model litellm has no price for (local servers): free as far as we know
-
-    def _register_unpriced_model(self, litellm: Any, model: str) -> None:
-        """A model litellm has no entry for (a local or self-hosted server) gets one, with the
-        configured prices (or none): litellm prices every reply, and for an unknown model it
-        searches its whole map for a lookalike on each call."""
-        try:
-            litellm.get_model_info(model)
-            return
-        except Exception:
-            pass
-        s = self.settings
-        litellm.register_model(
-            {
-                model: {
-                    "input_cost_per_token": s.llm_input_cost_per_token or 0.0,
-                    "output_cost_per_token": s.llm_output_cost_per_token or 0.0,
-                    "litellm_provider": model.split("/", 1)[0] if "/" in model else "openai",
-                    "mode": "chat",
-                    "supports_function_calling": bool(self._native),
-                }
-            }
-        )
-
     async def prepare(self) -> None:
         """Import litellm, settle the tool-calling mode and warm the client up, at start-up
         rather than during the first steps."""
         self._native = await asyncio.to_thread(self._decide_native)
         for route in self.routes:
-            self._register_unpriced_model(_litellm(), route.model)
+            register_unpriced_model(self.settings, _litellm(), route.model, self._native)
         log.info(
             "LLM %s at %s, %s tool calling",
             self.model,
@@ -313,22 +223,12 @@ class LLMClient:
                 raise LLMCallError(problem)
             started = time.perf_counter()
             try:
-                async with self._lease(
-                    route, messages, tenant_id, priority, on_rate_limit
-                ) as lease:
-                    async with self._in_flight.slot(tenant_id or NO_TENANT, priority):
-                        LLM_IN_FLIGHT.inc()
-                        try:
-                            response = await litellm.acompletion(
-                                **self._request(route, messages, native)
-                            )
-                        finally:
-                            LLM_IN_FLIGHT.dec()
-                    if lease is not None:
-                        lease.used_tokens = _tokens_used(response)
+                response = await self._send(
+                    litellm, route, messages, native, tenant_id, priority, on_rate_limit
+                )
             except Exception as exc:
                 LLM_CALLS.labels(route.model, type(exc).__name__).inc()
-                kind = _kind(litellm, exc)
+                kind = failure_kind(litellm, exc)
                 problem = f"{type(exc).__name__}: {exc}"
                 if kind == "context_window":
                     raise ContextWindowExceeded(problem) from exc
@@ -374,7 +274,30 @@ class LLMClient:
             latency = time.perf_counter() - started
             LLM_LATENCY.labels(route.model).observe(latency)
             LLM_CALLS.labels(route.model, "ok").inc()
-            return self._reply(litellm, response, latency, route.model)
+            return reply_of(self.settings, litellm, response, latency, route.model)
+
+    async def _send(
+        self,
+        litellm: Any,
+        route: _Route,
+        messages: list[dict[str, Any]],
+        native: bool,
+        tenant_id: str | None,
+        priority: TaskPriority,
+        on_rate_limit: RateLimitNotice | None,
+    ) -> Any:
+        """The request on the wire, within the model's shared capacity (its lease) and a slot of
+        this replica's concurrency; the provider's response."""
+        async with self._lease(route, messages, tenant_id, priority, on_rate_limit) as lease:
+            async with self._in_flight.slot(tenant_id or NO_TENANT, priority):
+                LLM_IN_FLIGHT.inc()
+                try:
+                    response = await litellm.acompletion(**self._request(route, messages, native))
+                finally:
+                    LLM_IN_FLIGHT.dec()
+            if lease is not None:
+                lease.used_tokens = tokens_used(response)
+        return response
 
     async def _pick(self, down: set[str], *, skip_paused_only: bool = False) -> _Route | None:
         """The first model of the chain that is neither down nor paused; when every one left is
@@ -422,44 +345,3 @@ class LLMClient:
             tenant_id, estimate, noticed, self.settings.llm_capacity_notice_s, priority
         ) as lease:
             yield lease
-
-    def _reply(self, litellm: Any, response: Any, latency_s: float, model: str) -> LLMReply:
-        message = response.choices[0].message
-        calls = [
-            ToolCall(
-                name=str(getattr(tc.function, "name", "") or ""),
-                arguments=getattr(tc.function, "arguments", None) or "",
-                id=getattr(tc, "id", None) or None,
-            )
-            for tc in (getattr(message, "tool_calls", None) or [])
-        ]
-        usage = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = self._cost(litellm, response, prompt_tokens, completion_tokens)
-        LLM_PROMPT_TOKENS.labels(model).inc(prompt_tokens)
-        LLM_COMPLETION_TOKENS.labels(model).inc(completion_tokens)
-        LLM_COST.labels(model).inc(cost)
-        return LLMReply(
-            content=str(getattr(message, "content", None) or ""),
-            tool_calls=calls,
-            usage=LLMUsage(
-                model=model,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                cost_usd=cost,
-                latency_ms=round(latency_s * 1000, 1),
-            ),
-        )
-
-
-def _tokens_used(response: Any) -> int | None:
-    usage = getattr(response, "usage", None)
-    total = getattr(usage, "total_tokens", None)
-    if isinstance(total, int):
-        return total
-    prompt = getattr(usage, "prompt_tokens", None)
-    completion = getattr(usage, "completion_tokens", None)
-    if isinstance(prompt, int) and isinstance(completion, int):
-        return prompt + completion
-    return None

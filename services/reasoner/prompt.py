@@ -8,10 +8,11 @@ Two shapes, one per tool-calling mode:
   wrote, and its observation comes back as a user message.
 
 Every event after the task becomes one `Chunk` (an action with its result, a message, an
-error). The latest CondensationAction in the history hides the chunks up to its
-`forgotten_up_to_seq`: the prompt is then the system prompt, the task, a note carrying the
-condensation's summary, and the chunks after it. An action and its result share a chunk, so a
-tool call is never separated from its result; a result whose call was condensed away is hidden.
+error; prompt_view.py), an observation worded as observation_text.py says. The latest
+CondensationAction in the history hides the chunks up to its `forgotten_up_to_seq`: the prompt
+is then the system prompt, the task, a note carrying the condensation's summary, and the chunks
+after it. An action and its result share a chunk, so a tool call is never separated from its
+result; a result whose call was condensed away is hidden.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from shared.events import (
@@ -27,7 +27,6 @@ from shared.events import (
     AgentFinishAction,
     AgentThinkAction,
     CmdOutputObservation,
-    CondensationAction,
     ErrorObservation,
     EventSource,
     FileEditObservation,
@@ -43,6 +42,8 @@ from shared.events import (
 
 from .errors import NoTaskError
 from .instructions import RepoInstructions, with_instructions
+from .observation_text import lines_written, observation_text
+from .prompt_view import CONDENSED_PREFIX, Chunk, PromptView, latest_condensation
 from .tools import call_for_action, describe_tools
 
 __all__ = [
@@ -68,9 +69,6 @@ BAD_REPLY_ERROR = "bad_llm_reply"
 LLM_ERROR = "llm_error"
 # How a bad reply is reported to the model; the scripted LLM server counts these as turns.
 INVALID_REPLY_PREFIX = "Your previous reply was invalid"
-# Starts the note that stands for condensed steps: "[Condensed history] 12 earlier steps...".
-# The scripted LLM server reads the number to keep counting the model's replies.
-CONDENSED_PREFIX = "[Condensed history]"
 
 # What a small model most often gets wrong on small tasks, said once: where it is and what the
 # sandbox has; that a file the task asks for must be written before it is run; to read what a
@@ -98,14 +96,6 @@ _PLACEHOLDERS = {
 }
 _NO_RESULT = "(no result was recorded for this call)"
 REPEATED_FAILURE = "You made this exact call before and it failed then too. Do something different."
-# What to do next after a failed action, by its error_code. The 1.5B model, shown only that
-# old_str was not found, sent the same edit again (a number from the test's output) until its
-# iterations ran out, never reading the file.
-_ERROR_HINTS = {
-    "no_match": "Read the file first (read_file), then copy old_str from it exactly, "
-    "indentation included.",
-    "multiple_matches": "Make old_str longer, with the lines around it, so it occurs once.",
-}
 _ANSWER_TYPES = (
     CmdOutputObservation,
     PythonOutputObservation,
@@ -121,69 +111,6 @@ _ANSWER_TYPES = (
 
 def system_prompt(native: bool) -> str:
     return _SYSTEM if native else _SYSTEM + _PROMPT_TOOLS.format(tools=describe_tools())
-
-
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    head, tail = limit * 2 // 3, limit // 3
-    omitted = len(text) - head - tail
-    return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}"
-
-
-def _printed(output: str, limit: int) -> str:
-    """What a command printed; said outright when it printed nothing, since a bare exit code
-    reads to a small model as if the output were missing."""
-    return _clip(output, limit).rstrip() or "(no output)"
-
-
-def _lines_written(content: str) -> str:
-    """How many lines a write made, as `wc -l` and a person would each count them: a last line
-    without its newline is a line to a person and none to wc, and models report wc's count."""
-    if not content:
-        return " (empty)"
-    newlines = content.count("\n")
-    if content.endswith("\n"):
-        return f" ({_count(newlines, 'line')})"
-    return (
-        f" ({_count(newlines + 1, 'line')}; the last has no newline at its end, so wc -l "
-        f"counts {newlines})"
-    )
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _observation_text(obs: object, limit: int) -> str:
-    if isinstance(obs, CmdOutputObservation):
-        status = f"[exit code {obs.exit_code}, cwd {obs.cwd}"
-        status += ", timed out]" if obs.timed_out else "]"
-        return f"{_printed(obs.content, limit)}\n{status}"
-    if isinstance(obs, PythonOutputObservation):
-        return f"{_printed(obs.content, limit)}\n[exit code {obs.exit_code}]"
-    if isinstance(obs, FileReadObservation):
-        return _clip(obs.content, limit)
-    if isinstance(obs, FileWriteObservation):
-        return obs.content or f"Wrote {obs.path}."
-    if isinstance(obs, FileEditObservation):
-        return _clip(f"{obs.content}\n{obs.diff}".strip(), limit)
-    if isinstance(obs, ErrorObservation):
-        hint = _ERROR_HINTS.get(obs.error_code or "")
-        return f"ERROR: {_clip(obs.content, limit)}" + (f"\n{hint}" if hint else "")
-    if isinstance(obs, MCPCallObservation):
-        text = _clip(obs.content, limit)
-        return f"ERROR (from the tool): {text}" if obs.is_error else text
-    if isinstance(obs, UserRejectObservation):
-        return f"REJECTED: {obs.content}"
-    if isinstance(obs, AgentDelegateObservation):
-        text = f"The helper's task ended in state {obs.agent_state.value}."
-        if obs.content:
-            text += f"\n{_clip(obs.content, limit)}"
-        if obs.outputs:
-            text += f"\nOutputs: {_clip(json.dumps(obs.outputs), limit)}"
-        return text
-    return _clip(str(getattr(obs, "content", "")), limit)
 
 
 def _is_agent_tool_action(event: object) -> bool:
@@ -244,71 +171,6 @@ def _result_message(call_id: str, name: str, text: str, native: bool) -> dict[st
     if native:
         return {"role": "tool", "tool_call_id": call_id, "content": text}
     return {"role": "user", "content": f"Result of {name}:\n{text}"}
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """What one event adds to the prompt: an action with its result, a message, an error."""
-
-    seq: int | None
-    messages: tuple[dict[str, Any], ...]
-    replies: int = 0  # model replies it stands for: 1 for an agent action or a bad reply
-
-
-@dataclass(frozen=True)
-class PromptView:
-    """A task's history as prompt pieces, and the latest condensation that applies to them."""
-
-    head: tuple[dict[str, Any], ...]  # the system prompt and the task
-    task_seq: int
-    chunks: tuple[Chunk, ...]  # every event after the task that shows in the prompt, in order
-    forgotten_up_to_seq: int = 0
-    summary: str = ""
-
-    def forgets(self, chunk: Chunk, up_to_seq: int) -> bool:
-        return chunk.seq is not None and self.task_seq < chunk.seq <= up_to_seq
-
-    def kept(self, up_to_seq: int | None = None) -> list[Chunk]:
-        cut = self.forgotten_up_to_seq if up_to_seq is None else up_to_seq
-        return [c for c in self.chunks if not self.forgets(c, cut)]
-
-    def summary_message(
-        self, up_to_seq: int | None = None, summary: str | None = None
-    ) -> dict[str, Any] | None:
-        """The note standing for the condensed chunks, or None when nothing is condensed."""
-        cut = self.forgotten_up_to_seq if up_to_seq is None else up_to_seq
-        forgotten = [c for c in self.chunks if self.forgets(c, cut)]
-        if not forgotten:
-            return None
-        text = self.summary if summary is None else summary
-        steps = sum(c.replies for c in forgotten)
-        note = f"{CONDENSED_PREFIX} {steps} earlier steps were condensed to fit the context window."
-        if text:
-            note += f" What happened in them:\n{text}"
-        return {"role": "user", "content": note}
-
-    def messages(
-        self, up_to_seq: int | None = None, summary: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The conversation: as condensed by the history, or with another cut and summary."""
-        out = list(self.head)
-        note = self.summary_message(up_to_seq, summary)
-        if note is not None:
-            out.append(note)
-        for chunk in self.kept(up_to_seq):
-            out.extend(chunk.messages)
-        return out
-
-
-def latest_condensation(events: Sequence[Any]) -> CondensationAction | None:
-    return next(
-        (
-            e
-            for e in reversed(events)
-            if isinstance(e, CondensationAction) and e.source == EventSource.AGENT
-        ),
-        None,
-    )
 
 
 def prompt_view(
@@ -378,13 +240,13 @@ def _render(
         name, args = call_for_action(event) or ("", {})
         obs = answers.get(event.id)
         if obs is not None:
-            text = _observation_text(obs, limit)
+            text = observation_text(obs, limit)
             if (
                 isinstance(event, FileWriteAction)
                 and isinstance(obs, FileWriteObservation)
                 and event.content_ref is None
             ):
-                text = text.rstrip(".") + _lines_written(event.content)
+                text = text.rstrip(".") + lines_written(event.content)
         else:
             text = _PLACEHOLDERS.get(name, _NO_RESULT)
         return [

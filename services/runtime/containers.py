@@ -3,7 +3,12 @@
 docker-py is blocking, so every call runs on a thread of this module's own pool and the event
 loop never waits on Docker. Containers carry labels (labels cannot change after creation) and a
 name that does: `deckhands-idle-<random>` while in the pool, `deckhands-task-<task>` once bound
-to a task.
+to a task (sandbox_labels.py).
+
+Its parts: the labels and names (sandbox_labels.py), the hardened host config
+(sandbox_host_config.py), the start-up check of the engine (engine_check.py), removal
+(container_removal.py), and the records it hands out (sandbox.py, container_info.py), whose
+names are importable from here too.
 """
 
 from __future__ import annotations
@@ -11,27 +16,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
-import re
 import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
-from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import DriverConfig, LogConfig, Mount
+from docker.errors import APIError, NotFound
 
 from shared.sandbox_protocol import PROTOCOL_VERSION
-from shared.sandbox_protocol.session import SandboxSession
 
+from .container_info import ContainerInfo, container_info
+from .container_removal import remove_container
+from .engine_check import check_engine
 from .errors import ExecutorError, SandboxLost, SandboxStartError
 from .executor_client import ExecutorClient, open_attach_socket
-from .isolation import confinement
 from .keepers import ROLE_KEEPER, remove_keeper, remove_stray_keepers, start_keeper
+from .sandbox import Sandbox
+from .sandbox_host_config import sandbox_host_config
+from .sandbox_labels import (
+    IDLE_PREFIX,
+    LABEL_IMAGE,
+    LABEL_NETWORK,
+    LABEL_POOL,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    NO_NETWORK,
+    ROLE_SANDBOX,
+    TASK_PREFIX,
+    task_container_name,
+)
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -52,102 +68,6 @@ __all__ = [
 log = logging.getLogger("deckhands.runtime.containers")
 
 T = TypeVar("T")
-
-LABEL_ROLE = "deckhands.role"
-ROLE_SANDBOX = "sandbox"
-LABEL_POOL = "deckhands.pool"
-LABEL_REPLICA = "deckhands.replica"
-LABEL_IMAGE = "deckhands.image"
-LABEL_NETWORK = "deckhands.network"
-NO_NETWORK = "none"
-IDLE_PREFIX = "deckhands-idle-"
-TASK_PREFIX = "deckhands-task-"
-_NAME_SAFE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,100}$")
-
-
-def task_container_name(task_id: str) -> str:
-    """The container name of a task's sandbox; ids Docker would refuse are hashed."""
-    if _NAME_SAFE.match(task_id):
-        return TASK_PREFIX + task_id
-    return TASK_PREFIX + "h" + hashlib.sha256(task_id.encode()).hexdigest()[:32]
-
-
-@dataclass
-class Sandbox:
-    """A running container with a healthy executor we are attached to."""
-
-    container_id: str
-    name: str
-    session: SandboxSession
-    created_at: float = field(default_factory=time.monotonic)
-    task_id: str | None = None
-    network: str = NO_NETWORK
-    # A /workspace quota of its task's own (None: the pool's default size).
-    workspace_bytes: int | None = None
-    # Told to the agent with its next command's output (e.g. the sandbox was restarted).
-    notice: str | None = None
-
-    @property
-    def short_id(self) -> str:
-        return self.container_id[:12]
-
-    @property
-    def lost(self) -> bool:
-        return self.session.lost_reason is not None
-
-
-@dataclass(frozen=True)
-class ContainerInfo:
-    id: str
-    name: str
-    running: bool
-    status: str
-    labels: dict[str, str]
-    oom_killed: bool = False
-    exit_code: int | None = None
-    created: float = 0.0  # unix time
-
-    @property
-    def age_s(self) -> float:
-        return time.time() - self.created if self.created else 0.0
-
-    @property
-    def paused(self) -> bool:
-        """Frozen (`docker pause`): an ended task's kept sandbox; not running, in our terms."""
-        return self.status == "paused"
-
-    @property
-    def task_name(self) -> str | None:
-        """`deckhands-task-<x>` for a bound sandbox, else None."""
-        return self.name if self.name.startswith(TASK_PREFIX) else None
-
-
-def _info(raw: dict[str, Any]) -> ContainerInfo:
-    # Both the list (Names, State str) and inspect (Name, State dict) shapes.
-    if "Names" in raw:
-        name = (raw.get("Names") or ["/"])[0].lstrip("/")
-        state = raw.get("State") or ""
-        return ContainerInfo(
-            id=raw["Id"],
-            name=name,
-            running=state == "running",
-            status=state,
-            labels=raw.get("Labels") or {},
-            created=float(raw.get("Created") or 0),
-        )
-    state_d = raw.get("State") or {}
-    return ContainerInfo(
-        id=raw["Id"],
-        name=str(raw.get("Name", "")).lstrip("/"),
-        # Docker calls a paused container running; it runs nothing, and must be unpaused first.
-        running=bool(state_d.get("Running"))
-        and not state_d.get("Restarting")
-        and not state_d.get("Paused"),
-        status=str(state_d.get("Status", "")),
-        labels=(raw.get("Config") or {}).get("Labels") or {},
-        oom_killed=bool(state_d.get("OOMKilled")),
-        exit_code=state_d.get("ExitCode"),
-    )
 
 
 class DockerSandboxes:
@@ -190,30 +110,8 @@ class DockerSandboxes:
 
     async def check(self) -> None:
         """Fail start-up with a clear message when Docker or the image is missing."""
-
-        def _check() -> None:
-            api = self._api()
-            api.ping()
-            runtime = self.settings.docker_runtime
-            if runtime is not None:
-                registered = sorted((api.info().get("Runtimes") or {}).keys())
-                if runtime not in registered:
-                    # Otherwise every sandbox start fails, each with the engine's terse error.
-                    raise SandboxStartError(
-                        f"docker_runtime {runtime!r} is not registered with the Docker engine "
-                        f"(it has: {', '.join(registered) or 'none'}); for gVisor, "
-                        "deploy/sandbox/gvisor.sh (make setup) registers runsc"
-                    )
-            try:
-                api.inspect_image(self.settings.sandbox_image)
-            except ImageNotFound:
-                raise SandboxStartError(
-                    f"sandbox image {self.settings.sandbox_image!r} is missing; build it with "
-                    "deploy/sandbox/build.sh"
-                ) from None
-
         try:
-            await self._call(_check)
+            await self._call(lambda: check_engine(self._api(), self.settings))
         except docker.errors.DockerException as exc:
             raise SandboxStartError(f"cannot reach the Docker engine: {exc}") from exc
         if self.settings.workspace_bytes is None:
@@ -242,50 +140,9 @@ class DockerSandboxes:
     def host_config(
         self, network: str | None = None, workspace_bytes: int | None = None
     ) -> dict[str, Any]:
-        """The hardening every sandbox gets; see docs/runtime.md. `workspace_bytes`:
+        """The hardening every sandbox gets (sandbox_host_config.py). `workspace_bytes`:
         a task's own /workspace quota instead of the default."""
-        s = self.settings
-        files = f"nr_inodes={s.sandbox_inodes}"
-        tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},{files},mode=1777"}
-        # Without a quota: a volume on the engine's disk, with no size limit.
-        driver = None
-        quota = workspace_bytes or s.workspace_bytes
-        if quota is not None:
-            # The quota: a local volume of type tmpfs, so the kernel answers ENOSPC past its
-            # bytes or files, on any engine and storage driver, with no privilege (Docker's
-            # local volumes have no size option, a loop-mounted image needs root on the engine's
-            # host, fuse-overlayfs no quotas). Its pages are memory charged to the sandbox (see
-            # container_memory_bytes); a keeper holds it mounted across a stop (keepers.py).
-            options = f"size={quota},{files},uid=1000,gid=1000,mode=0755"
-            driver = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": options})
-        # Anonymous: removed with the container (`remove(v=True)`), pruned by label if a crash
-        # left it behind.
-        workspace = Mount(
-            "/workspace",
-            None,
-            type="volume",
-            labels={LABEL_ROLE: ROLE_SANDBOX, LABEL_POOL: s.pool_name},
-            driver_config=driver,
-        )
-        config = confinement(
-            s,
-            memory_bytes=s.container_memory_bytes_for(workspace_bytes),
-            pids=s.sandbox_pids,
-            init=s.docker_init,
-        )
-        return {
-            **config,
-            "network_mode": network or self.pool_network,
-            "mounts": [workspace],
-            "tmpfs": tmpfs,
-            # Only for the image's holder.py, which starts as root, forks the executor as the
-            # sandbox user and then leaves root itself: both setuids clear every capability,
-            # so no process the agent can reach has any (no-new-privileges keeps it so).
-            "cap_add": ["SETUID", "SETGID"],
-            "log_config": LogConfig(
-                type="json-file", config={"max-size": s.sandbox_log_max_size, "max-file": "1"}
-            ),
-        }
+        return sandbox_host_config(self.settings, network or self.pool_network, workspace_bytes)
 
     async def create(
         self, network: str | None = None, workspace_bytes: int | None = None
@@ -431,30 +288,8 @@ class DockerSandboxes:
         await self._call(lambda: self._api().unpause(container_id))
 
     def _remove_sync(self, container_id: str) -> None:
-        if self.settings.workspace_bytes is not None:
-            # A stopped sandbox's keeper holds its workspace volume: it goes first, so the
-            # volume goes with the container.
-            remove_keeper(self._api(), container_id)
-        try:
-            self._api().remove_container(container_id, v=True, force=True)
-        except NotFound:
-            pass
-        except APIError as exc:
-            if exc.status_code == 409 and "already in progress" in str(exc):
-                # Someone else is removing it: return only once it is gone, so "removed"
-                # means removed (a shutdown must not leave it behind).
-                self._wait_gone_sync(container_id)
-                return
-            raise
-
-    def _wait_gone_sync(self, container_id: str, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                self._api().inspect_container(container_id)
-            except NotFound:
-                return
-            time.sleep(0.1)
+        keeper = self.settings.workspace_bytes is not None
+        remove_container(self._api(), container_id, keeper=keeper)
 
     async def remove(self, container_id: str) -> None:
         try:
@@ -506,7 +341,7 @@ class DockerSandboxes:
                     ]
                 },
             )
-            return [_info(c) for c in raw]
+            return [container_info(c) for c in raw]
 
         return await self._call(_list)
 
@@ -515,7 +350,7 @@ class DockerSandboxes:
 
         def _inspect() -> ContainerInfo | None:
             try:
-                return _info(self._api().inspect_container(ref))
+                return container_info(self._api().inspect_container(ref))
             except NotFound:
                 return None
 

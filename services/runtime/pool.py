@@ -2,7 +2,8 @@
 
 - It keeps a target number of idle sandboxes: `pool_min_idle`, plus what the recent
   acquisition rate will consume during one cold start, plus the acquisitions waiting now,
-  capped by `pool_max_idle` and by `pool_max_total` for everything this replica holds.
+  capped by `pool_max_idle` and by `pool_max_total` for everything this replica holds
+  (pool_scaling.py).
 - A sandbox is handed out only after its executor answered a ping just now; a dead one is
   removed and the next is tried. When none is idle, the caller's own sandbox is started on
   demand (a miss) and the pool refills in the background; at `pool_max_total` it waits.
@@ -17,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-import statistics
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,7 @@ from shared.waiting import wait_up_to
 
 from .containers import IDLE_PREFIX, LABEL_REPLICA, DockerSandboxes, Sandbox
 from .errors import PoolExhausted, SandboxStartError
+from .let_go import RecentlyLetGo
 from .metrics import (
     ACQUIRE_SECONDS,
     ACQUISITIONS,
@@ -39,14 +39,12 @@ from .metrics import (
     SANDBOXES_LOST,
     SANDBOXES_REMOVED,
 )
+from .pool_scaling import idle_target
 from .settings import RuntimeSettings
 
 __all__ = ["WarmPool"]
 
 log = logging.getLogger("deckhands.runtime.pool")
-
-# Longer than a reconciliation pass takes, however slow the engine.
-_LET_GO_REMEMBERED_S = 300.0
 
 
 class WarmPool:
@@ -55,8 +53,8 @@ class WarmPool:
         self.docker = docker
         self._idle: deque[Sandbox] = deque()
         self._busy: dict[str, Sandbox] = {}
-        # Sandboxes this pool let go of for removal, and when: see let_go.
-        self._let_go: dict[str, float] = {}
+        # Sandboxes this pool let go of for removal: see let_go.
+        self._let_go = RecentlyLetGo()
         self._creating = 0
         self._waiting = 0
         self.queued_demand = 0  # see expect_queued
@@ -102,11 +100,7 @@ class WarmPool:
         """The container is being removed (its task lost it or ended). Reconciliation, working
         from a list that may be older than the removal, must not take it (named for its task,
         unbound) for one whose binding Redis lost and bind it again."""
-        now = time.monotonic()
-        self._let_go[container_id] = now
-        for cid, since in list(self._let_go.items()):
-            if now - since > _LET_GO_REMEMBERED_S:
-                del self._let_go[cid]
+        self._let_go.add(container_id)
 
     def expect_queued(self, tasks: int) -> None:
         """`tasks` wait for a seat while every seat is taken: each will want a sandbox when a
@@ -117,19 +111,16 @@ class WarmPool:
             self._wake.set()
 
     def target_idle(self) -> int:
-        """Idle sandboxes to keep: the floor, plus the demand expected during one cold start."""
-        s = self.settings
-        now = time.monotonic()
-        while self._acquired_at and now - self._acquired_at[0] > s.pool_scale_window_s:
-            self._acquired_at.popleft()
-        rate = len(self._acquired_at) / s.pool_scale_window_s
-        lead_s = statistics.median(self._cold_starts) if self._cold_starts else 1.0
-        # Twice the expected demand over the time it takes to start a replacement.
-        expected = math.ceil(rate * lead_s * 2) if rate else 0
-        target = min(
-            s.pool_max_idle, s.pool_min_idle + expected + self._waiting + self.queued_demand
+        """Idle sandboxes to keep: the floor, plus the demand expected during one cold start
+        (pool_scaling.py)."""
+        return idle_target(
+            self.settings,
+            self._acquired_at,
+            self._cold_starts,
+            waiting=self._waiting,
+            queued=self.queued_demand,
+            busy=self.busy,
         )
-        return max(0, min(target, s.pool_max_total - self.busy))
 
     def _publish_gauges(self) -> None:
         SANDBOXES.labels("idle").set(self.idle)

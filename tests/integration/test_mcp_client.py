@@ -82,7 +82,7 @@ async def test_a_session_serves_many_calls_and_reopens_after_its_server_died() -
 
 
 async def test_the_reasoner_offers_a_late_server_s_tools_once_it_answers(tmp_path: Path) -> None:
-    from services.reasoner import tools
+    from services.reasoner import tool_specs
     from services.reasoner.mcp_listing import McpOffer
 
     flag = tmp_path / "up"
@@ -92,7 +92,7 @@ async def test_the_reasoner_offers_a_late_server_s_tools_once_it_answers(tmp_pat
         cwd=str(ROOT),
         timeout_s=20,
     )
-    specs, offered = list(tools.TOOL_SPECS), dict(tools._MCP_TOOLS)
+    specs, offered = list(tool_specs.TOOL_SPECS), dict(tool_specs._MCP_TOOLS)
     try:
         offer = McpOffer([DEMO, late])
         assert await offer.refresh() == 3  # the demo's tools; `late` does not start yet
@@ -100,9 +100,9 @@ async def test_the_reasoner_offers_a_late_server_s_tools_once_it_answers(tmp_pat
         flag.touch()
         assert await offer.refresh() == 3
         assert offer.waiting == []
-        names = {spec["function"]["name"] for spec in tools.TOOL_SPECS}
+        names = {spec["function"]["name"] for spec in tool_specs.TOOL_SPECS}
         assert {"mcp__tracker__ticket_status", "mcp__late__ticket_status"} <= names
     finally:
-        tools.TOOL_SPECS[:] = specs
-        tools._MCP_TOOLS.clear()
-        tools._MCP_TOOLS.update(offered)
+        tool_specs.TOOL_SPECS[:] = specs
+        tool_specs._MCP_TOOLS.clear()
+        tool_specs._MCP_TOOLS.update(offered)

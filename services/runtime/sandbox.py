@@ -1,0 +1,36 @@
+"""A sandbox the runtime holds: a running container whose executor answered, attached."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from shared.sandbox_protocol.session import SandboxSession
+
+from .sandbox_labels import NO_NETWORK
+
+__all__ = ["Sandbox"]
+
+
+@dataclass
+class Sandbox:
+    """A running container with a healthy executor we are attached to."""
+
+    container_id: str
+    name: str
+    session: SandboxSession
+    created_at: float = field(default_factory=time.monotonic)
+    task_id: str | None = None
+    network: str = NO_NETWORK
+    # A /workspace quota of its task's own (None: the pool's default size).
+    workspace_bytes: int | None = None
+    # Told to the agent with its next command's output (e.g. the sandbox was restarted).
+    notice: str | None = None
+
+    @property
+    def short_id(self) -> str:
+        return self.container_id[:12]
+
+    @property
+    def lost(self) -> bool:
+        return self.session.lost_reason is not None
