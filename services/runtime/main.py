@@ -31,9 +31,10 @@ from shared.subjects import WORK_STREAM, Service, routed_subject, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 from shared.workspace import WORKSPACE_SUBJECT, WorkspaceRequest, WorkspaceTransfers
 
+from .containers import DockerSandboxes
 from .handlers import RuntimeHandlers, RuntimeWork
 from .routing import QUEUE_INACTIVE_S, ReplicaQueues, consumer_name
-from .service import RuntimeService
+from .service import Engine, RuntimeService
 from .settings import RuntimeSettings
 
 __all__ = ["build_app", "build_runtime", "main"]
@@ -45,8 +46,11 @@ def build_app(settings: RuntimeSettings | None = None) -> FastStream:
     return build_runtime(settings)[0]
 
 
-def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, RuntimeService]:
-    """The app and its service (tests and the benchmark reach into the service)."""
+def build_runtime(
+    settings: RuntimeSettings | None = None, engine: Engine = DockerSandboxes
+) -> tuple[FastStream, RuntimeService]:
+    """The app and its service (tests and the benchmark reach into the service); `engine`
+    makes its container engine (Docker's; the unit tests' fake)."""
     settings = settings or RuntimeSettings()
     broker = build_broker(settings, Service.RUNTIME, setup_tracing(settings, "runtime"))
 
@@ -69,6 +73,7 @@ def build_runtime(settings: RuntimeSettings | None = None) -> tuple[FastStream, 
         resend,
         BlobStore(lambda: broker.connection.jetstream()),
         WorkspaceTransfers(lambda: broker.connection.jetstream()),
+        engine,
     )
     queues = ReplicaQueues(
         broker,

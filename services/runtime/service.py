@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from shared.admission import SandboxSeats
 from shared.blobs import BlobStore
@@ -41,12 +41,17 @@ from .task_status import TaskStatus
 from .upkeep import Upkeep
 from .workspace_ops import RuntimeWorkspace
 
-__all__ = ["RuntimeService"]
+__all__ = ["Engine", "RuntimeService"]
 
 log = logging.getLogger("deckhands.runtime")
 
 # How often each replica looks for free seats to give to queued tasks (a release also looks).
 _ADMIT_EVERY_S = 1.0
+
+
+# Makes the container engine of a process (its settings, its process id): Docker's, or a fake
+# in the unit tests (tests/fakes/engine.py).
+Engine = Callable[[RuntimeSettings, str], DockerSandboxes]
 
 
 def _process_id(replica: str) -> str:
@@ -63,13 +68,14 @@ class RuntimeService:
         resend: Resend | None = None,
         blobs: BlobStore | None = None,
         transfers: WorkspaceTransfers | None = None,
+        engine: Engine = DockerSandboxes,
     ) -> None:
         self.settings = settings
         self.publish = publish
         # The name orders are routed by (one per engine), and this process's own id.
         self.replica = settings.replica()
         self.replica_id = _process_id(self.replica)
-        self.docker = DockerSandboxes(settings, self.replica_id)
+        self.docker = engine(settings, self.replica_id)
         self.pool = WarmPool(settings, self.docker)
         self.redis = connect_redis(settings.redis_url, settings)  # connects at its first use
         self.bindings = TaskBindings(

@@ -91,8 +91,9 @@ class TaskSandboxes:
             if sandbox is not None:  # it died since the last action
                 self._local.pop(task_id, None)
                 SANDBOXES_LOST.labels("between_actions").inc()
-                await self._drop(task_id, sandbox.container_id, "lost")
+                # Why, before the container is removed: then only "no longer exists" is left.
                 why = await self._why(sandbox.container_id, sandbox.session.lost_reason)
+                await self._drop(task_id, sandbox.container_id, "lost")
                 raise WorkspaceLost(why)
             try:
                 held = await self.bindings.held(task_id)
