@@ -50,6 +50,12 @@ class StepRequest(_Command):
         default=TaskPriority.INTERACTIVE,
         description="Its place among its tenant's waiting LLM calls (interactive before batch).",
     )
+    review_runnable: bool = Field(
+        default=True,
+        description="Where the reasoner sends a runnable answer (a command, an edit): true, to "
+        "the security monitor, which passes it on to the controller with its verdict; false, "
+        "to the controller. The controller's policy chooses every hop; the reasoner follows.",
+    )
     events: list[dict[str, Any]] = Field(
         default_factory=list,
         description="The log entries appended since the previous step request, up to "

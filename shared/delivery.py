@@ -7,7 +7,7 @@ AckPolicy.MANUAL and this middleware decides instead:
 - a message that cannot be parsed (garbage, wrong schema) or raises `PermanentError`:
   dead-letter at once, since redelivering cannot help;
 - any other failure: nack with exponential backoff, and dead-letter once the message has
-  been delivered `max_deliveries` times.
+  been delivered `max_deliveries` times (never for `NotYet`: a message early, not broken).
 
 A dead-lettered message keeps its original bytes (the first 256 KiB of a larger one, so the
 copy always fits the server's max_payload); headers say where it came from and why. When the
@@ -32,7 +32,7 @@ from .outages import is_jetstream_outage
 from .publishing import MAX_MSG_ID_BYTES, MessageTooLarge, publish_event_to
 from .subjects import DLQ_STREAM, Service, dlq_subject
 
-__all__ = ["DeliveryGuard", "PermanentError", "backoff_delay", "missing_answer_notice"]
+__all__ = ["DeliveryGuard", "NotYet", "PermanentError", "backoff_delay", "missing_answer_notice"]
 
 log = logging.getLogger("deckhands.delivery")
 
@@ -46,6 +46,12 @@ REDELIVERIES = Counter(
 
 class PermanentError(Exception):
     """The message can never be processed; retrying it is pointless."""
+
+
+class NotYet(Exception):
+    """The message came before what it follows (an input for a task whose creation request is
+    still queued): redelivered with backoff for as long as it takes, never dead-lettered for
+    its number of deliveries. The handler decides it is only early, not lost."""
 
 
 def backoff_delay(delivered: int, first_s: float, max_s: float) -> float:
@@ -121,7 +127,11 @@ class DeliveryGuard:
         succeed or has used its deliveries, otherwise nack it with backoff."""
         delivered = raw.metadata.num_delivered
         # A stream without a leader for a moment is no reason to give up on a message.
-        exhausted = delivered >= self.max_deliveries and not is_jetstream_outage(exc)
+        exhausted = (
+            delivered >= self.max_deliveries
+            and not is_jetstream_outage(exc)
+            and not isinstance(exc, NotYet)
+        )
         if self.is_permanent(exc) or exhausted:
             await self.dead_letter(broker, raw, exc, delivered)
             return

@@ -64,15 +64,8 @@ class RedisRecord:
         return tuple(dict.fromkeys([self.writer, *(w.service for w in self.second_writers)]))
 
 
-# The gateway makes a task's first State and removes a deleted task's: the controller writes it
-# every other time (issue 26, item 4).
-_STATE_CREATED_BY_GATEWAY = SecondWriter(
-    GATEWAY,
-    "creates a task's first State (TaskService._create_state -> TaskStateStore.create) and "
-    "marks it failed when its first message could not be queued (_mark_unqueued -> save), "
-    "services/gateway/task_service.py",
-    "the gateway sends the controller a create command (issue 26, item 4)",
-)
+# The gateway removes a deleted task's State: the controller writes it every other time, and
+# makes it from the gateway's creation request (shared/task_creation.py).
 _STATE_DELETED_BY_GATEWAY = SecondWriter(
     GATEWAY,
     "removes a deleted task's State and deadline (TaskDeletion._remove -> "
@@ -95,7 +88,7 @@ _GATEWAY_ONLY = (GATEWAY,)
 def _seats(name: str, holds: str, *, gateway_reads: bool = False) -> RedisRecord:
     """A key of a pool's sandbox seats and fair queue (shared/admission.py), the runtime's."""
     readers = (RUNTIME, GATEWAY) if gateway_reads else (RUNTIME,)
-    return RedisRecord(f"deckhands:seats:*:{name}", RUNTIME, readers, "shared.admission", holds)
+    return RedisRecord(f"deckhands:seats:*:{name}", RUNTIME, readers, "shared.seat_scripts", holds)
 
 
 def _llm(name: str, holds: str) -> RedisRecord:
@@ -122,7 +115,7 @@ RECORDS: tuple[RedisRecord, ...] = (
         _ALL,
         "shared.state_store",
         "a task's State (HASH: version, state JSON), saved by compare-and-set",
-        (_STATE_CREATED_BY_GATEWAY, _STATE_DELETED_BY_GATEWAY),
+        (_STATE_DELETED_BY_GATEWAY,),
     ),
     RedisRecord(
         "deckhands:deadlines",
@@ -130,7 +123,7 @@ RECORDS: tuple[RedisRecord, ...] = (
         (CONTROLLER,),
         "shared.state_store",
         "ZSET task -> when its awaited answer is due, written with the State it indexes",
-        (_STATE_CREATED_BY_GATEWAY, _STATE_DELETED_BY_GATEWAY),
+        (_STATE_DELETED_BY_GATEWAY,),
     ),
     RedisRecord(
         "deckhands:states-intact",
@@ -213,6 +206,13 @@ RECORDS: tuple[RedisRecord, ...] = (
     # -- the gateway's own records
     _gateway("deckhands:idempotency:*:*", "idempotency", "an Idempotency-Key's request and result"),
     _gateway("deckhands:task-record:*", "task_records", "a task's owner, labels, creation time"),
+    RedisRecord(
+        "deckhands:task-creation:*",
+        GATEWAY,
+        (GATEWAY, CONTROLLER),
+        "shared.task_creation",
+        "the request to make a task the gateway sent the controller, shown until its State exists",
+    ),
     _gateway("deckhands:tenant:*:tasks", "task_records", "ZSET a tenant's tasks, newest first"),
     _gateway(
         "deckhands:tenant:*:tasks-complete",

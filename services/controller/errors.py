@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from shared.delivery import NotYet
 from shared.events import AgentState
 
-__all__ = ["ControllerError", "IllegalTransition", "RebuildError"]
+__all__ = ["ControllerError", "IllegalTransition", "RebuildError", "TaskNotMadeYet"]
 
 
 class ControllerError(Exception):
@@ -21,3 +22,11 @@ class IllegalTransition(ControllerError):
 class RebuildError(ControllerError):
     """The log cannot rebuild a State: it is empty, has a hole, or does not open with the
     task's creation (a task created before TaskCreatedObservation existed)."""
+
+
+class TaskNotMadeYet(ControllerError, NotYet):
+    """An input for a task the gateway has asked to make, before the controller made it: it is
+    redelivered until the task is made (not dead-lettered)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"task {task_id} is not made yet (its creation request is queued)")

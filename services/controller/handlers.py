@@ -14,6 +14,7 @@ from shared.events import (
     Event,
     EventBase,
     EventSource,
+    TaskCreatedObservation,
     utc_now,
 )
 from shared.periodic import every
@@ -21,10 +22,11 @@ from shared.publishing import publish_event_to, publish_json
 from shared.state import Awaiting, Outgoing, TaskState
 from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import EVENTS_STREAM, Service
+from shared.task_creation import first_message, requested, state_from_created
 
 from .agent_loop import apply, ask_for_lost_step, send_queued_action
 from .deadlines import AnswerDeadlines
-from .errors import RebuildError
+from .errors import RebuildError, TaskNotMadeYet
 from .metrics import CONFLICTS, OVERDUE, REBUILT, REPLAYED, TURN_SECONDS, count_task_end
 from .rebuild import rebuild_state, waits_for_a_seat
 from .secret_filter import SecretFilter
@@ -42,6 +44,13 @@ _SETTLE_S = 1.0
 _SETTLE_ROUNDS = 3
 # An overdue notice not yet applied (the controller busy or down) is looked at again after this.
 _OVERDUE_RECHECK_S = 30.0
+
+
+def _request_to_make(event: EventBase) -> TaskCreatedObservation | None:
+    """The gateway's request to make a task (its creation entry, with the task's text)."""
+    if isinstance(event, TaskCreatedObservation) and event.task is not None:
+        return event
+    return None
 
 
 class ControllerHandlers:
@@ -106,17 +115,24 @@ class ControllerHandlers:
             state = await (
                 self.store.fresh(cached) if cached is not None else self.store.load(event.task_id)
             )
-            if state is None:
+            making = _request_to_make(event) if state is None else None
+            if making is not None and not await self.store.intact():
+                # Redis lost its data: the request may be for a task that has run since (its
+                # copy redelivered); its log, not the request, says where it stands.
                 state = await self._recover(event.task_id, event)
-            if state is None:
-                raise PermanentError(f"unknown task {event.task_id}")
+                making = None if state is not None else making
+            if making is not None:
+                state = state_from_created(making)
+            elif state is None:
+                state = await self._recover(event.task_id, event) or await self._unmade(event)
             if state.has_processed(event.id):
                 # Applied before, but maybe not fully published: publish it again (the
                 # Nats-Msg-Id of each message makes a second copy a no-op in JetStream).
                 REPLAYED.inc()
                 return state.outboxes.get(event.id, [])
             turn = Turn(state, answer_retries=self.answer_retries)
-            apply(turn, event)
+            # A new task's first turn takes its text as the first user message.
+            apply(turn, event if making is None else first_message(making))
             turn.update(**self.deadlines.rearm(state, turn.state, event, utc_now()))
             for sub_task in turn.new_tasks:
                 # Before the parent's save: a sub-task must exist before its first input.
@@ -124,7 +140,7 @@ class ControllerHandlers:
             outbox = turn.outbox()
             turn.update(updated_at=utc_now(), **turn.state.record_input(event.id, outbox))
             try:
-                saved = await self.store.save(turn.state)
+                saved = await self._save(turn.state, new=making is not None)
             except StateConflict:
                 CONFLICTS.inc()
                 self.cache.drop(event.task_id)  # someone else wrote: read theirs next
@@ -135,6 +151,24 @@ class ControllerHandlers:
         raise RuntimeError(
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
         )
+
+    async def _save(self, state: TaskState, *, new: bool) -> TaskState:
+        """The turn's State saved by compare-and-set; a new task's made if nobody made it
+        first (StateConflict: another replica took its creation request)."""
+        if not new:
+            return await self.store.save(state)
+        if not await self.store.create(state):
+            raise StateConflict(state.task_id)
+        return state.model_copy(update={"version": 1})
+
+    async def _unmade(self, event: EventBase) -> TaskState:
+        """An input for a task with no State and no log. The gateway may have accepted the task
+        a moment ago and sent the request to make it (a message sent right after the task was
+        created, taken side by side with the request): wait for it. Otherwise nothing will
+        ever make the task."""
+        if event.source is EventSource.USER and await requested(self.store.redis, event.task_id):
+            raise TaskNotMadeYet(event.task_id)
+        raise PermanentError(f"unknown task {event.task_id}")
 
     async def _recover(
         self, task_id: str, event: EventBase | None, *, quiet: bool = False

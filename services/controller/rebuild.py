@@ -39,6 +39,7 @@ from shared.events import (
     UserRejectObservation,
 )
 from shared.state import PROCESSED_KEPT, Awaiting, TaskState
+from shared.task_creation import state_from_created
 
 from .agent_loop import CONTROLLER_ERROR_CODES, apply
 from .errors import RebuildError
@@ -129,27 +130,7 @@ def _created(first: TaskCreatedObservation, entries: list[EventBase]) -> TaskSta
         ),
         "",
     )
-    return TaskState(
-        task_id=first.task_id,
-        task=text,
-        created_at=first.created_at,
-        updated_at=first.created_at,
-        max_iterations=first.max_iterations,
-        initial_max_iterations=first.initial_max_iterations,
-        max_budget_usd=first.max_budget_usd,
-        initial_budget_usd=first.initial_budget_usd,
-        confirmation_mode=first.confirmation_mode,
-        confirmation_threshold=first.confirmation_threshold,
-        network_egress=first.network_egress,
-        workspace_mib=first.workspace_mib,
-        tenant_id=first.tenant_id,
-        priority=first.priority,
-        delegation_depth=first.delegation_depth,
-        max_delegation_depth=first.max_delegation_depth,
-        max_sub_tasks=first.max_sub_tasks,
-        parent_task_id=first.parent_task_id,
-        parent_action_id=first.parent_action_id,
-    )
+    return state_from_created(first, text)
 
 
 def _expecting(state: TaskState, entry: EventBase) -> TaskState:

@@ -11,7 +11,6 @@ from redis.asyncio import Redis
 
 from shared.blobs import BlobStore
 from shared.secrets_store import SecretsStore
-from shared.state_store import TaskStateStore
 from shared.subjects import SECRETS_BUCKET
 
 from .blob_service import BlobService
@@ -24,6 +23,7 @@ from .secret_records import SecretsRefill
 from .secret_service import SecretService
 from .settings import GatewaySettings
 from .task_attachments import TaskAttachments
+from .task_creations import TaskViews
 from .task_deletion import TaskDeletion
 from .task_listing import TaskListing
 from .task_service import TaskDefaults, TaskService
@@ -83,7 +83,7 @@ def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
 
 
 def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -> GatewayContext:
-    store = TaskStateStore(redis)
+    store = TaskViews(redis)  # the controller's States, and tasks it has not made yet
     tasks = TaskService(
         store,
         broker,

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import logging
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +21,15 @@ from shared.events import (
     EventSource,
     MessageAction,
     RiskLevel,
+    TaskCreatedObservation,
     TaskPriority,
     new_id,
+    utc_now,
 )
 from shared.publishing import MessageTooLarge, check_size, publish_event_to
 from shared.state import TaskState
-from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import Service
+from shared.task_creation import creation_request, derived_event_id, state_from_created
 from shared.trajectory import save_trajectory
 
 from .creation_slots import CreationSlots
@@ -48,6 +49,7 @@ from .quotas import QuotaDefaults, Quotas, TenantQuotas
 from .repositories import RepositoryCheck, RepositoryRefused
 from .secret_service import SecretsOff
 from .task_attachments import TaskAttachments
+from .task_creations import TaskViews
 from .task_records import TaskRecord, TaskRecords
 from .webhooks import WebhookSpec
 
@@ -66,18 +68,11 @@ log = logging.getLogger("deckhands.gateway.tasks")
 _TASK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 # A sub-task belongs to its root task's tenant; delegation is far shallower than this.
 _MAX_DELEGATION_DEPTH = 64
-_ID_NAMESPACE = uuid.UUID("6f1f3c52-7d1e-4d8a-9a57-1c1f0d2a9b10")
 
 
 def valid_task_id(task_id: str) -> bool:
     """Ids the gateway could have issued; anything else cannot name a task (or a subject token)."""
     return bool(_TASK_ID.fullmatch(task_id))
-
-
-def derived_event_id(*parts: str) -> str:
-    """A stable event id: publishing it again is dropped by JetStream's Nats-Msg-Id dedup and
-    recognised by the controller, so a retried request cannot queue the same input twice."""
-    return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(parts)).hex
 
 
 @dataclass(frozen=True)
@@ -133,7 +128,7 @@ class OwnedTask:
 class TaskService:
     def __init__(
         self,
-        store: TaskStateStore,
+        store: TaskViews,
         broker: NatsBroker,
         *,
         defaults: TaskDefaults,
@@ -257,39 +252,19 @@ class TaskService:
     async def _create(
         self, new: NewTask, tenant_id: str, idempotency_key: str | None = None
     ) -> CreatedTask:
-        """Save the task's record and State, then queue its first user message for the
-        controller.
+        """Save the task's record and ask the controller to make it (a creation request with
+        the task's text; only the controller writes a task's State).
 
         With an Idempotency-Key every step is safe to repeat, so a retry after any partial
-        failure (key claimed, state saved, publish lost) finishes the same task:
+        failure (key claimed, record saved, publish lost) finishes the same task:
         - the key is bound to this request and one task id in Redis (set-if-absent), in the
           tenant's namespace; the same key with another request is refused;
-        - the record and the State are created only if missing;
-        - the first message has an id derived from the task id, so publishing it again is
-          deduplicated, and it is published again only while the task is still LOADING,
-          i.e. before the controller has taken it.
+        - the record and the kept request are created only if missing;
+        - the request's id is derived from the task id, so publishing it again is
+          deduplicated, and it is published again only while the controller has not made the
+          task (the gateway shows the kept request's State, version 0, until then).
         """
-        self._fits(
-            MessageAction(task_id="0" * 32, source=EventSource.USER, content=new.task),
-            "the task text",
-        )
-        if new.network_egress and not self.defaults.network_egress_allowed:
-            raise EgressForbidden(
-                "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
-                "create the task without it"
-            )
-        if new.workspace_mib is not None and new.workspace_mib > self.defaults.max_workspace_mib:
-            raise WorkspaceTooLarge(
-                f"workspace_mib {new.workspace_mib} is above this server's maximum of "
-                f"{self.defaults.max_workspace_mib} MiB (DECKHANDS_MAX_WORKSPACE_MIB)"
-            )
-        quotas = await self.quotas.quotas(tenant_id)
-        if new.trajectory is not None and not quotas.allow_trajectory_tasks:
-            raise TrajectoryForbidden(
-                f"tenant {tenant_id!r} may not create a task from a trajectory: the operator "
-                "allows it per tenant (PUT /v1/admin/tenants/{id}/limits with "
-                '{"allow_trajectory_tasks": true})'
-            )
+        quotas = await self._allowed(new, tenant_id)
         webhook = await self._check_attachments(new, tenant_id)
         repository = None
         if new.repository is not None:
@@ -327,31 +302,59 @@ class TaskService:
                 if repository is not None and self.repositories is not None:
                     # Before the first message: the runtime reads it for the first sandbox.
                     await self.repositories.record(task_id, tenant_id, repository)
-                state = await self._create_state(
+                state = await self._request_task(
                     task_id, await self._redacted(new, tenant_id), record, budget, quotas
                 )
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
 
-        if state.agent_state is AgentState.LOADING:
-            first = MessageAction(
-                id=derived_event_id(task_id, "initial-message"),
-                task_id=task_id,
-                source=EventSource.USER,
-                content=state.task,
-            )
+        if state.agent_state is AgentState.LOADING and state.version == 0:
             try:
-                await self._publish(first)
+                await self._publish(creation_request(state))
             except PublishFailed:
                 # No retry can reach a task without a key: do not leave it LOADING forever.
-                # Unless the controller has it already: the message was stored and only its
+                # Unless the controller has it already: the request was stored and only its
                 # acknowledgement came late (JetStream under load); then it is accepted.
-                if idempotency_key is not None or await self._mark_unqueued(state):
+                if idempotency_key is not None or await self._mark_unqueued(task_id):
                     raise
                 log.info("task %s: queued, though JetStream acknowledged it late", task_id)
         if not replayed:
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
+
+    async def _allowed(self, new: NewTask, tenant_id: str) -> Quotas:
+        """The tenant's quotas, once the request is one this server and tenant accept: its text
+        fits a message, and it asks for no more than the operator allows."""
+        self._fits(
+            TaskCreatedObservation(
+                id=f"created-{'0' * 32}",
+                task_id="0" * 32,
+                source=EventSource.SYSTEM,
+                created_at=utc_now(),
+                max_iterations=1,
+                tenant_id=tenant_id,
+                task=new.task,
+            ),
+            "the task text",
+        )
+        if new.network_egress and not self.defaults.network_egress_allowed:
+            raise EgressForbidden(
+                "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
+                "create the task without it"
+            )
+        if new.workspace_mib is not None and new.workspace_mib > self.defaults.max_workspace_mib:
+            raise WorkspaceTooLarge(
+                f"workspace_mib {new.workspace_mib} is above this server's maximum of "
+                f"{self.defaults.max_workspace_mib} MiB (DECKHANDS_MAX_WORKSPACE_MIB)"
+            )
+        quotas = await self.quotas.quotas(tenant_id)
+        if new.trajectory is not None and not quotas.allow_trajectory_tasks:
+            raise TrajectoryForbidden(
+                f"tenant {tenant_id!r} may not create a task from a trajectory: the operator "
+                "allows it per tenant (PUT /v1/admin/tenants/{id}/limits with "
+                '{"allow_trajectory_tasks": true})'
+            )
+        return quotas
 
     async def _redacted(self, new: NewTask, tenant_id: str) -> NewTask:
         """`new` with a value of a secret it names, typed into its text, as `<secret:NAME>`:
@@ -389,7 +392,7 @@ class TaskService:
                 await self.idempotency.release(tenant_id, idempotency_key)
             raise
 
-    async def _create_state(
+    async def _request_task(
         self,
         task_id: str,
         new: NewTask,
@@ -397,6 +400,8 @@ class TaskService:
         budget: float | None,
         quotas: Quotas,
     ) -> TaskState:
+        """Save the task's record and keep the request to make it (shared/task_creation.py);
+        the State the controller will make of it, as the gateway shows it until then."""
         record = await self.records.put(task_id, record)
         d = self.defaults
         max_iterations = new.max_iterations or d.max_iterations
@@ -423,32 +428,22 @@ class TaskService:
             max_sub_tasks=quotas.max_sub_tasks,
         )
         if new.trajectory is not None:
-            # Saved before the State exists, so the task's first step already sees it.
+            # Saved before the task is made, so its first step already sees it.
             await save_trajectory(self.store.redis, task_id, new.trajectory)
-        if await self.store.create(state):
-            return state.model_copy(update={"version": 1})
-        # A concurrent request with the same key created it first: use theirs.
-        existing = await self.store.load(task_id)
-        if existing is None:  # pragma: no cover - created, then gone: only a manual delete
-            raise StorageUnavailable(f"task {task_id} vanished while being created")
-        return existing
+        # A concurrent request with the same key may have kept its request first: use theirs.
+        return state_from_created(await self.store.creations.put(creation_request(state)))
 
-    async def _mark_unqueued(self, state: TaskState) -> bool:
-        """Mark the new task failed; False when the controller changed it first (it took the
-        task's first message, whose publish only looked lost)."""
+    async def _mark_unqueued(self, task_id: str) -> bool:
+        """Show the new task as failed; False when the controller has made it (it took the
+        request, whose publish only looked lost)."""
         try:
-            await self.store.save(
-                state.model_copy(
-                    update={
-                        "agent_state": AgentState.ERROR,
-                        "reason": "the task could not be queued for the controller",
-                    }
-                )
+            if await self.store.exists(task_id):
+                return False
+            await self.store.creations.mark_unqueued(
+                task_id, "the task could not be queued for the controller"
             )
-        except StateConflict:
-            return False
         except RedisError as exc:
-            log.warning("task %s: could not mark unqueued task failed: %s", state.task_id, exc)
+            log.warning("task %s: could not mark unqueued task failed: %s", task_id, exc)
         return True
 
     async def send_message(

@@ -156,9 +156,10 @@ class StepHandler:
                 step, last_attempt=last_attempt, on_rate_limit=self._rate_limit_notice(step)
             )
         answered = time.perf_counter()
-        if isinstance(event, RUNNABLE_ACTION_TYPES):
-            # To the controller by way of the security monitor, which sends it on with its
-            # verdict: the controller logs both and orders the run in one turn.
+        if isinstance(event, RUNNABLE_ACTION_TYPES) and step.review_runnable:
+            # Where the controller's step request said: by way of the security monitor, which
+            # sends it on with its verdict, so the controller logs both and orders the run in
+            # one turn.
             await publish_work(
                 self.broker,
                 Service.SECURITY,

@@ -207,11 +207,13 @@ class SandboxQueuedObservation(EventBase):
 
 class TaskCreatedObservation(EventBase):
     """The limits and settings a task was created with: the first entry of every task's log,
-    written by the controller from the State the gateway (or the parent task) created.
+    written by the controller when it makes the task's State.
 
-    The log is the source of truth: with this entry, the task's State can be rebuilt from its
-    log alone when Redis lost it (services/controller/rebuild.py). The task's text is not
-    repeated here: it is the first user message, the entry after this one.
+    The gateway asks the controller to make a task by sending it this entry with the task's
+    text (`task`, shared/task_creation.py); a delegating parent makes its sub-task itself. The
+    log is the source of truth: with this entry, the task's State can be rebuilt from its log
+    alone when Redis lost it (services/controller/rebuild.py). The log's copy leaves the text
+    out: it is the first user message, the entry after this one.
     """
 
     kind: Literal["task_created"] = "task_created"
@@ -233,3 +235,8 @@ class TaskCreatedObservation(EventBase):
     max_sub_tasks: int = Field(default=10, ge=0)
     parent_task_id: str | None = None
     parent_action_id: str | None = None
+    task: str | None = Field(
+        default=None,
+        description="The task's text, in the gateway's request to make the task; left out of "
+        "the log (the first user message holds it).",
+    )

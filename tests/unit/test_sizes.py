@@ -22,27 +22,12 @@ EXEMPT = {"tools/eval/tasks.py"}
 
 # Over the limit today (issue 26 splits them), with their size then: they may only shrink.
 MODULES_OVER: dict[str, int] = {
-    "tools/scripted_llm/server.py": 942,
-    "services/controller/agent_loop.py": 680,
     "services/gateway/quotas.py": 673,
-    "tools/stack.py": 652,
-    "shared/admission.py": 574,
-    "services/runtime/containers.py": 556,
-    "services/gateway/task_service.py": 543,
+    "services/gateway/task_service.py": 538,
     "services/gateway/models.py": 541,
     "services/gateway/webhook_delivery.py": 500,
-    "shared/secrets_store.py": 495,
-    "services/reasoner/llm.py": 465,
-    "services/runtime/workspace_archive.py": 431,
-    "services/reasoner/tools.py": 429,
-    "services/reasoner/prompt.py": 425,
-    "services/runtime/settings.py": 410,
-    "services/runtime/pool.py": 401,
 }
-FUNCTIONS_OVER: dict[str, int] = {
-    "services/gateway/task_service.py:_create": 98,
-    "services/reasoner/llm.py:complete": 84,
-}
+FUNCTIONS_OVER: dict[str, int] = {}
 
 
 def _modules() -> Iterator[tuple[str, str]]:

@@ -38,11 +38,19 @@ from shared.events import (
     CmdRunAction,
     EventBase,
     MessageAction,
+    TaskCreatedObservation,
+    new_id,
 )
 from shared.settings import CommonSettings
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
 from shared.subjects import HISTORY_SUBJECT, WORK_STREAM, Service, work_subject
+from shared.task_creation import (
+    CREATION_REQUEST,
+    creation_key,
+    creation_request,
+    first_message,
+)
 
 
 def _common(settings: CommonSettings) -> dict[str, Any]:
@@ -340,3 +348,64 @@ async def test_a_live_task_is_rebuilt_without_any_input_and_its_lost_step_asked_
     events = await _log_of(harness.nc, task_id, done.last_seq)
     assert [e["seq"] for e in events] == list(range(1, done.last_seq + 1))
     assert "run" not in [e["kind"] for e in events]  # the stale answer is not logged
+
+
+def _creation_request(task_id: str, text: str) -> TaskCreatedObservation:
+    """What the gateway sends to make a task (services/gateway/task_service.py)."""
+    state = TaskState(task_id=task_id, task=text, max_iterations=4, tenant_id="tests")
+    return creation_request(state)
+
+
+async def test_the_controller_makes_a_task_from_the_gateways_request(harness: Harness) -> None:
+    """Only the controller writes a task's State: it makes it from the creation request, logs
+    the request without its text, and takes the text as the first user message, in one turn;
+    the request sent again (a retried POST) changes nothing."""
+    task_id, store, js, nc = harness.task_id, harness.store, harness.js, harness.nc
+    request = _creation_request(task_id, "list the files")
+    await _answer(js, request)
+    made = await _wait_state(store, task_id, AgentState.RUNNING)
+    assert (made.version, made.task, made.max_iterations, made.tenant_id) == (
+        1,
+        "list the files",
+        4,
+        "tests",
+    )
+    step = StepRequest.model_validate(await harness.reasoner.receive())
+    assert (step.after_seq, step.tenant_id) == (3, "tests")
+    entries = await _log_of(nc, task_id, 3)
+    assert [e["kind"] for e in entries] == ["task_created", "message", "agent_state_changed"]
+    assert entries[0]["task"] is None  # the text is the first message, not repeated
+    assert entries[0]["id"] == f"created-{task_id}" and entries[0]["max_iterations"] == 4
+    assert (entries[1]["id"], entries[1]["content"]) == (
+        first_message(request).id,
+        "list the files",
+    )
+
+    await _answer(js, request, msg_id=new_id())  # past JetStream's dedup: the controller's
+    assert await harness.reasoner.nothing_within(1.0)
+    again = await store.load(task_id)
+    assert again is not None and again.last_seq == made.last_seq
+
+
+async def test_a_message_sent_before_the_task_is_made_waits_for_it(
+    harness: Harness, system: CommonSettings
+) -> None:
+    """A message the gateway queued right after accepting the task can reach the controller
+    before the creation request (workers take messages side by side): while the gateway's copy
+    of the request exists, the message is redelivered, not dead-lettered."""
+    task_id, store, js, nc = harness.task_id, harness.store, harness.js, harness.nc
+    request = _creation_request(task_id, "first")
+    redis = Redis.from_url(system.redis_url)
+    try:
+        # The gateway keeps its copy of the request before sending it.
+        await redis.hset(creation_key(task_id), CREATION_REQUEST, request.model_dump_json())
+        follow_up = MessageAction(task_id=task_id, source="USER", content="and then this")
+        await _answer(js, follow_up)
+        await asyncio.sleep(1.0)  # taken at least once meanwhile, and put back
+        assert await store.load(task_id) is None
+        await _answer(js, request)
+        entries = await _log_of(nc, task_id, 4)
+    finally:
+        await redis.aclose()
+    messages = [e["content"] for e in entries if e["kind"] == "message"]
+    assert messages == ["first", "and then this"]

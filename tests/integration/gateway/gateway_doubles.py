@@ -2,7 +2,9 @@
 
 - `StorageDouble`: a core-NATS responder on the history subject that answers from a dict, in
   place of the storage service;
-- `controller_inbox`: reads (and acks) what the gateway queued on the controller's work subject.
+- `controller_inbox`: reads (and acks) what the gateway queued on the controller's work subject;
+- `make_as_controller`: makes a new task's State from the gateway's creation request, as the
+  controller's first turn does (only the controller writes States; no controller runs here).
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import httpx
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from redis.asyncio import Redis
 
 from services.gateway.settings import GatewaySettings
+from services.gateway.task_creations import TaskCreations
 from shared.commands import ForgetTaskReply, ForgetTaskRequest, HistoryReply, HistoryRequest
+from shared.state import TaskState
+from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 __all__ = [
@@ -29,6 +35,7 @@ __all__ = [
     "StorageDouble",
     "controller_inbox",
     "gateway_env",
+    "make_as_controller",
     "sse_frames",
 ]
 
@@ -67,6 +74,19 @@ class StorageDouble:
             last_seq=stored[-1]["seq"] if stored else 0,
         )
         await msg.respond(reply.model_dump_json().encode())
+
+
+async def make_as_controller(redis: Redis, task_id: str) -> TaskState:
+    """The task's State, made (if it is not yet) from the creation request the gateway kept,
+    as LOADING: what the controller's first turn starts from, for tests that then change the
+    State the way the controller would."""
+    [view] = await TaskCreations(redis).views([task_id])
+    store = TaskStateStore(redis)
+    if view is not None:
+        await store.create(view)
+    state = await store.load(task_id)
+    assert state is not None, f"task {task_id}: no State and no creation request"
+    return state
 
 
 async def controller_inbox(

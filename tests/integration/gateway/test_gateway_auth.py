@@ -145,9 +145,9 @@ async def test_another_tenants_task_is_not_found_on_every_route(
             assert answer.status_code == 404, (method, path, answer.text)
             # Word for word what a task that does not exist gets.
             assert answer.json()["detail"] == f"task {task_id!r} not found"
-    # Nothing of theirs reached the controller: only the owner's first message.
+    # Nothing of theirs reached the controller: only the owner's creation request.
     queued = await controller_inbox(nc, task_id, expect=1, settle_s=1.0)
-    assert [q["kind"] for q in queued] == ["message"]
+    assert [q["kind"] for q in queued] == ["task_created"]
     assert (await http.get(f"/v1/tasks/{task_id}")).status_code == 200
 
 

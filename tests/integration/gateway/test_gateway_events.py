@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from gateway_doubles import SseFrame, SseReader, StorageDouble
+from gateway_doubles import SseFrame, SseReader, StorageDouble, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
@@ -123,8 +123,7 @@ async def test_trajectory_waits_for_events_storage_has_not_stored_yet(
     waits for everything up to the State's last seq instead of returning a shorter log."""
     task_id = await new_task(http)
     store = TaskStateStore(redis)
-    state = await store.load(task_id)
-    assert state is not None
+    state = await make_as_controller(redis, task_id)
     await store.save(state.model_copy(update={"last_seq": 5}))
     storage.add(*make_events(task_id, 1, 3))
 

@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from gateway_doubles import StorageDouble, controller_inbox
+from gateway_doubles import StorageDouble, controller_inbox, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
+from services.gateway.task_creations import TaskViews
 from shared.blobs import BlobMissing, BlobStore
 from shared.events import AgentState, new_id
 from shared.state import TaskState
@@ -35,8 +36,7 @@ async def _create(http: httpx.AsyncClient, task: str, **body: object) -> str:
 
 async def _set_state(redis: Redis, task_id: str, agent_state: AgentState) -> None:
     store = TaskStateStore(redis)
-    state = await store.load(task_id)
-    assert state is not None
+    state = await make_as_controller(redis, task_id)
     await store.save(state.model_copy(update={"agent_state": agent_state}))
 
 
@@ -161,7 +161,7 @@ async def test_a_task_that_does_not_stop_is_not_deleted(
     assert "did not stop" in answer.json()["detail"]
     queued = await controller_inbox(nc, task_id, expect=2)
     assert (queued[1]["agent_state"], queued[1]["reason"]) == ("STOPPED", "deleted by user")
-    assert await TaskStateStore(redis).load(task_id) is not None  # nothing was removed
+    assert await TaskViews(redis).load(task_id) is not None  # nothing was removed
     assert (await http.get(f"/v1/tasks/{task_id}")).status_code == 200
 
 
@@ -178,8 +178,7 @@ async def test_sub_tasks_go_with_their_root_and_only_with_it(
         agent_state=AgentState.FINISHED,
     )
     assert await store.create(child)
-    parent = await store.load(parent_id)
-    assert parent is not None
+    parent = await make_as_controller(redis, parent_id)
     await store.save(
         parent.model_copy(update={"agent_state": AgentState.STOPPED, "sub_tasks": [child.task_id]})
     )

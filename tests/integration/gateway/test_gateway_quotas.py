@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_doubles import StorageDouble, controller_inbox
+from gateway_doubles import StorageDouble, controller_inbox, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
@@ -51,8 +51,7 @@ async def test_past_the_running_tasks_limit_a_new_task_is_429_and_nothing_is_que
 
         # The first task ends: the same request (same key) goes through now.
         store = TaskStateStore(redis)
-        state = await store.load(first.json()["id"])
-        assert state is not None
+        state = await make_as_controller(redis, first.json()["id"])
         await store.save(state.model_copy(update={"agent_state": AgentState.FINISHED}))
         again = await http.post("/v1/tasks", json={"task": "two"}, headers=key)
         assert again.status_code == 202, again.text
@@ -90,8 +89,7 @@ async def test_a_task_carries_the_default_budget_and_the_tenants_delegation_limi
     )
     async with http:
         created = (await http.post("/v1/tasks", json={"task": "x"})).json()
-    state = await TaskStateStore(redis).load(created["id"])
-    assert state is not None
+    state = await make_as_controller(redis, created["id"])
     assert (state.max_budget_usd, state.initial_budget_usd) == (2.5, 2.5)
     assert (state.max_delegation_depth, state.max_sub_tasks, state.delegation_depth) == (1, 10, 0)
 

@@ -8,16 +8,18 @@ import dataclasses
 import re
 
 import httpx
-from gateway_doubles import controller_inbox
+from gateway_doubles import controller_inbox, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
 from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
+from services.gateway.task_creations import TaskCreations
 from services.gateway.task_records import TaskRecord, TaskRecords
 from services.gateway.task_service import NewTask
 from shared.events import AgentState, CmdRunAction, EventSource, new_id
 from shared.state import Awaiting, TaskResult, TaskState
 from shared.state_store import TaskStateStore
+from shared.task_creation import creation_request
 
 SEED = "Write a Python script that prints the squares of 1 to 10 and run it"
 TENANT = "tests"  # the tenant of the `http` client's key (conftest)
@@ -30,7 +32,7 @@ async def claim_key_as_a_dead_request_would(redis: Redis, key: str, task_id: str
     assert bound == task_id
 
 
-async def test_create_saves_state_and_queues_the_first_user_message(
+async def test_create_asks_the_controller_to_make_the_task(
     http: httpx.AsyncClient, nc: NatsClient, redis: Redis
 ) -> None:
     resp = await http.post("/v1/tasks", json={"task": SEED, "max_iterations": 7})
@@ -40,15 +42,14 @@ async def test_create_saves_state_and_queues_the_first_user_message(
     assert body["state"] == "LOADING"
     assert resp.headers["location"] == f"/v1/tasks/{body['id']}"
 
-    state = await TaskStateStore(redis).load(body["id"])
-    assert state is not None and state.task == SEED and state.max_iterations == 7
-    assert state.agent_state is AgentState.LOADING
-
+    # Only the controller writes a task's State: the gateway asks it to make the task.
+    assert await TaskStateStore(redis).load(body["id"]) is None
     [queued] = await controller_inbox(nc, body["id"], expect=1)
-    assert queued["kind"] == "message" and queued["source"] == "USER"
-    assert queued["content"] == SEED and queued["task_id"] == body["id"]
+    assert queued["kind"] == "task_created" and queued["source"] == "SYSTEM"
+    assert queued["task"] == SEED and queued["task_id"] == body["id"]
+    assert queued["max_iterations"] == 7 and queued["tenant_id"] == TENANT
     assert queued["seq"] is None  # the controller assigns seq when it logs the event
-    assert queued["_headers"]["Nats-Msg-Id"] == queued["id"]
+    assert queued["_headers"]["Nats-Msg-Id"] == queued["id"] == f"created-{body['id']}"
 
     task = (await http.get(f"/v1/tasks/{body['id']}")).json()
     assert task["id"] == body["id"] and task["state"] == "LOADING"
@@ -71,8 +72,7 @@ async def test_max_iterations_defaults_from_settings(http: httpx.AsyncClient) ->
 async def test_finished_task_shows_result_and_usage(http: httpx.AsyncClient, redis: Redis) -> None:
     created = (await http.post("/v1/tasks", json={"task": "x"})).json()
     store = TaskStateStore(redis)
-    state = await store.load(created["id"])
-    assert state is not None
+    state = await make_as_controller(redis, created["id"])
     finished = state.model_copy(
         update={
             "agent_state": AgentState.FINISHED,
@@ -107,8 +107,7 @@ async def test_limits_and_confirmation_mode_are_set_per_task(
         "confirmation_threshold": "MEDIUM",
     }
     created = (await http.post("/v1/tasks", json=body)).json()
-    state = await TaskStateStore(redis).load(created["id"])
-    assert state is not None
+    state = await make_as_controller(redis, created["id"])
     # The initial limits are what a resuming user message adds again.
     assert (state.max_iterations, state.initial_max_iterations) == (5, 5)
     assert (state.max_budget_usd, state.initial_budget_usd) == (0.5, 0.5)
@@ -128,8 +127,8 @@ async def test_limits_and_confirmation_mode_are_set_per_task(
 
 async def test_network_egress_is_opt_in_per_task(http: httpx.AsyncClient, redis: Redis) -> None:
     created = (await http.post("/v1/tasks", json={"task": "x", "network_egress": True})).json()
-    state = await TaskStateStore(redis).load(created["id"])
-    assert state is not None and state.network_egress
+    state = await make_as_controller(redis, created["id"])
+    assert state.network_egress
     task = (await http.get(f"/v1/tasks/{created['id']}")).json()
     assert task["network_egress"] is True
     resp = await http.post("/v1/tasks", json={"task": "x", "network_egress": "sometimes"})
@@ -140,8 +139,8 @@ async def test_a_task_chooses_its_workspace_quota_within_the_operators_maximum(
     http: httpx.AsyncClient, redis: Redis
 ) -> None:
     created = (await http.post("/v1/tasks", json={"task": "x", "workspace_mib": 512})).json()
-    state = await TaskStateStore(redis).load(created["id"])
-    assert state is not None and state.workspace_mib == 512
+    state = await make_as_controller(redis, created["id"])
+    assert state.workspace_mib == 512
     assert (await http.get(f"/v1/tasks/{created['id']}")).json()["workspace_mib"] == 512
     # Above DECKHANDS_MAX_WORKSPACE_MIB (8192 by default): refused, naming the limit.
     resp = await http.post("/v1/tasks", json={"task": "x", "workspace_mib": 8193})
@@ -166,8 +165,7 @@ async def test_task_shows_its_pending_action_and_sub_tasks(
         result=TaskResult(final_message="child done", outputs={"n": 1}),
     )
     assert await store.create(child)
-    parent = await store.load(parent_id)
-    assert parent is not None
+    parent = await make_as_controller(redis, parent_id)
     action = CmdRunAction(task_id=parent_id, source=EventSource.AGENT, command="rm -rf build")
     await store.save(
         parent.model_copy(
@@ -206,7 +204,7 @@ async def test_same_idempotency_key_gives_the_same_task_and_one_message(
     assert "idempotent-replayed" not in first.headers
     assert again.headers["idempotent-replayed"] == "true"
     queued = await controller_inbox(nc, first.json()["id"], expect=1, settle_s=1.0)
-    assert [q["content"] for q in queued] == [SEED]
+    assert [q["task"] for q in queued] == [SEED]
 
 
 async def test_concurrent_retries_with_one_key_make_one_task(
@@ -253,7 +251,7 @@ async def test_a_message_key_reused_with_other_content_is_refused(
     resp = await http.post(path, json={"content": "bye"}, headers=key)
     assert resp.status_code == 422, resp.text
     queued = await controller_inbox(nc, task_id, expect=2, settle_s=1.0)
-    assert [q.get("content") for q in queued] == ["x", "hi"]
+    assert [q.get("task") or q.get("content") for q in queued] == ["x", "hi"]
 
 
 async def test_retry_completes_a_creation_that_died_before_saving_the_state(
@@ -268,28 +266,28 @@ async def test_retry_completes_a_creation_that_died_before_saving_the_state(
 
     resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})
     assert resp.status_code == 202 and resp.json()["id"] == orphan_id
-    state = await store.load(orphan_id)
-    assert state is not None and state.task == SEED
+    shown = (await http.get(f"/v1/tasks/{orphan_id}")).json()
+    assert (shown["task"], shown["state"]) == (SEED, "LOADING")
     [queued] = await controller_inbox(nc, orphan_id, expect=1)
-    assert queued["content"] == SEED
+    assert queued["task"] == SEED
 
 
 async def test_retry_completes_a_creation_that_died_before_publishing(
     http: httpx.AsyncClient, nc: NatsClient, redis: Redis
 ) -> None:
-    # A first attempt claimed the key and saved the record and the state, then died before
-    # publishing.
+    # A first attempt claimed the key and saved the record and the creation request, then
+    # died before publishing.
     key = new_id()
     task_id = new_id()
-    store = TaskStateStore(redis)
     await claim_key_as_a_dead_request_would(redis, key, task_id)
     await TaskRecords(redis).put(task_id, TaskRecord(tenant_id=TENANT, idempotency_key=key))
-    assert await store.create(TaskState(task_id=task_id, task=SEED, max_iterations=5))
+    state = TaskState(task_id=task_id, task=SEED, max_iterations=5, tenant_id=TENANT)
+    await TaskCreations(redis).put(creation_request(state))
 
     resp = await http.post("/v1/tasks", json={"task": SEED}, headers={"Idempotency-Key": key})
     assert resp.status_code == 202 and resp.json()["id"] == task_id
     [queued] = await controller_inbox(nc, task_id, expect=1)
-    assert queued["content"] == SEED and queued["kind"] == "message"
+    assert (queued["kind"], queued["task"], queued["max_iterations"]) == ("task_created", SEED, 5)
 
 
 async def test_a_retry_after_the_controller_took_the_task_queues_nothing(
@@ -299,8 +297,7 @@ async def test_a_retry_after_the_controller_took_the_task_queues_nothing(
     task_id = (await http.post("/v1/tasks", json={"task": SEED}, headers=key)).json()["id"]
     assert len(await controller_inbox(nc, task_id, expect=1)) == 1
     store = TaskStateStore(redis)
-    state = await store.load(task_id)
-    assert state is not None
+    state = await make_as_controller(redis, task_id)
     await store.save(state.model_copy(update={"agent_state": AgentState.RUNNING}))
 
     again = await http.post("/v1/tasks", json={"task": SEED}, headers=key)
@@ -329,7 +326,7 @@ async def test_user_input_is_queued_for_the_controller_in_order(
 
     queued = await controller_inbox(nc, task_id, expect=7)
     assert [q["id"] for q in queued[1:]] == accepted
-    assert all(q["source"] == "USER" and q["task_id"] == task_id for q in queued)
+    assert all(q["source"] == "USER" and q["task_id"] == task_id for q in queued[1:])
     _first, message, pause, resume, confirm, reject, stop = queued
     assert message["kind"] == "message" and message["content"] == "also print cubes"
     assert (pause["kind"], pause["agent_state"]) == ("change_agent_state", "PAUSED")
@@ -337,6 +334,7 @@ async def test_user_input_is_queued_for_the_controller_in_order(
     assert (confirm["agent_state"], confirm["cause"]) == ("USER_CONFIRMED", "a1")
     assert (reject["agent_state"], reject["cause"]) == ("USER_REJECTED", "a2")
     assert (stop["agent_state"], stop["reason"]) == ("STOPPED", "stopped by user")
+    assert _first["kind"] == "task_created" and _first["source"] == "SYSTEM"
 
 
 async def test_a_retried_message_with_a_key_is_queued_once(
@@ -352,7 +350,7 @@ async def test_a_retried_message_with_a_key_is_queued_once(
     ]
     assert ids[0] == ids[1]
     queued = await controller_inbox(nc, task_id, expect=2, settle_s=1.0)
-    assert [q["kind"] for q in queued] == ["message", "message"]
+    assert [q["kind"] for q in queued] == ["task_created", "message"]
     assert queued[1]["content"] == "hi"
 
 
@@ -440,6 +438,6 @@ async def test_a_task_text_too_large_to_carry_is_413_and_the_gateway_stays_conne
     resp = await http.post("/v1/tasks", json={"task": "small"})
     assert resp.status_code == 202, resp.text
     [queued] = await controller_inbox(nc, resp.json()["id"], expect=1)
-    assert queued["content"] == "small"
+    assert queued["task"] == "small"
     ready = await http.get("/readyz")
     assert ready.status_code == 200

@@ -25,7 +25,7 @@ from shared.events import (
     SecurityVerdictObservation,
     Verdict,
 )
-from shared.subjects import Service, dlq_subject
+from shared.subjects import Service, dlq_subject, work_subject
 
 SQUARES = "".join(f"{i} squared is {i * i}\n" for i in range(1, 11))
 
@@ -179,6 +179,21 @@ async def test_a_step_handled_twice_gives_one_answer(harness: Harness) -> None:
     first = await h.answer(task_id)
     assert first.id == step_event_id(step)
     assert await h.nothing_within(task_id, 2.0)
+
+
+async def test_a_runnable_answer_goes_where_the_step_request_says(harness: Harness) -> None:
+    """The controller's policy chooses each hop: by default a runnable action goes to the
+    security monitor (a ReviewAction); a step request saying otherwise sends it straight to
+    the controller."""
+    h = harness
+    for review, subject in ((True, Service.SECURITY), (False, Service.CONTROLLER)):
+        task_id = h.new_task("Write a Python script that prints the squares of 1 to 10 and run it")
+        step = StepRequest(task_id=task_id, after_seq=2, iteration=1, review_runnable=review)
+        await h.step(task_id, request=step)
+        msgs = await (await h._sub(task_id)).fetch(1, timeout=30)
+        await msgs[0].ack()
+        assert msgs[0].subject == work_subject(subject, task_id), (review, msgs[0].subject)
+        assert h.storage.last_seq(task_id) == 2
 
 
 async def test_a_step_for_an_unknown_task_is_dead_lettered_on_its_first_delivery(

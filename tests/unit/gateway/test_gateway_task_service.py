@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from services.gateway.errors import EgressForbidden, PublishFailed, TaskNotFound
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
+from services.gateway.task_creations import TaskViews
 from services.gateway.task_service import (
     NewTask,
     TaskDefaults,
@@ -21,17 +22,18 @@ from services.gateway.task_service import (
     valid_task_id,
 )
 from services.runtime.settings import RuntimeSettings
-from shared.events import AgentState, EventBase, new_id
+from shared.events import AgentState, EventBase, TaskCreatedObservation, new_id
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, work_subject
+from shared.task_creation import state_from_created
 from tools.procs import free_port, start_nats
 
 TENANT = "unit-tests"
 
 
 def service(redis: Redis, broker: NatsBroker) -> TaskService:
-    return TaskService(TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60)
+    return TaskService(TaskViews(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60)
 
 
 def test_task_ids_and_derived_event_ids() -> None:
@@ -80,17 +82,19 @@ async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
     await broker.start()
     try:
         tasks = service(redis, broker)
-        store = TaskStateStore(redis)
+        views = TaskViews(redis)
         text = f"task {new_id()}"
         with pytest.raises(PublishFailed, match="nothing was accepted") as failure:
             await tasks.create(NewTask(text), TENANT)
         assert failure.value.status_code == 503
-        # The one task it made is ERROR, not LOADING forever: no retry can reach it.
-        states = [
-            await store.load(k.decode().rsplit(":", 1)[1])
-            async for k in redis.scan_iter("deckhands:task:*")
+        # The one task it accepted shows as ERROR, not LOADING forever: no retry can reach it.
+        # Its State was never written: only the controller writes States.
+        ids = [
+            k.decode().rsplit(":", 1)[1] async for k in redis.scan_iter("deckhands:task-creation:*")
         ]
+        states = [await views.load(task_id) for task_id in ids]
         [made] = [s for s in states if s is not None and s.task == text]
+        assert not await views.exists(made.task_id)
         assert made.agent_state is AgentState.ERROR
         assert made.reason == "the task could not be queued for the controller"
     finally:
@@ -100,16 +104,16 @@ async def test_a_lost_publish_without_a_key_fails_the_task_not_strands_it(
 async def test_a_late_acknowledgement_is_no_failure_when_the_controller_has_the_task(
     redis: Redis, broker: NatsBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # JetStream stored the first message but its acknowledgement came after the deadline
-    # (seen with 200 tasks posted at once): the controller's turn moved the State on first.
+    # JetStream stored the creation request but its acknowledgement came after the deadline
+    # (seen with 200 tasks posted at once): the controller made the task first.
     tasks = service(redis, broker)
     store = TaskStateStore(redis)
 
     async def stored_but_acknowledged_late(event: EventBase) -> None:
-        state = await store.load(event.task_id)
-        assert state is not None
-        await store.save(state.model_copy(update={"agent_state": AgentState.RUNNING}))
-        raise PublishFailed("could not queue the MessageAction (TimeoutError: nats: timeout)")
+        assert isinstance(event, TaskCreatedObservation) and event.task is not None
+        made = state_from_created(event).model_copy(update={"agent_state": AgentState.RUNNING})
+        assert await store.create(made)
+        raise PublishFailed("could not queue the request (TimeoutError: nats: timeout)")
 
     monkeypatch.setattr(tasks, "_publish", stored_but_acknowledged_late)
     created = await tasks.create(NewTask(f"task {new_id()}"), TENANT)
@@ -135,7 +139,7 @@ async def test_a_lost_publish_with_a_key_is_finished_by_the_retry(
         assert created.state.max_iterations == 4
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
 
-        # And again: the first message's id is derived from the task, so it is stored once.
+        # And again: the request's id is derived from the task, so it is stored once.
         again = await tasks.create(NewTask("build it", max_iterations=4), TENANT, key)
         assert again.state.task_id == created.state.task_id
         assert await queued_for_controller(nats_without_streams, created.state.task_id) == 1
@@ -149,9 +153,7 @@ async def test_network_egress_is_refused_when_the_server_disallows_it(
     # The default: egress is off unless the operator allows it.
     assert GatewaySettings().allow_network_egress is False
     assert RuntimeSettings().allow_network_egress is False
-    strict = TaskService(
-        TaskStateStore(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60
-    )
+    strict = TaskService(TaskViews(redis), broker, defaults=TaskDefaults(), idempotency_ttl_s=60)
     with pytest.raises(EgressForbidden, match="DECKHANDS_ALLOW_NETWORK_EGRESS") as refused:
         await strict.create(NewTask("fetch a page", network_egress=True), TENANT)
     assert refused.value.status_code == 403

@@ -1,0 +1,96 @@
+"""Where a task goes next, decided here and nowhere else: its next step from the reasoner (with
+the sandbox prepared alongside its first), an order to the runtime, or its end. Each message
+names its next hop too: a step request tells the reasoner to send a runnable answer by way of
+the security monitor (`StepRequest.review_runnable`)."""
+
+from __future__ import annotations
+
+from shared.commands import ExecuteAction, PrepareSandbox, StepRequest
+from shared.events import AgentState, RunnableAction
+from shared.state import Awaiting, TaskState
+from shared.subjects import Service
+
+from ..metrics import STEPS, STUCK
+from ..stuck import detect
+from ..turn import Turn
+from .common import count
+
+__all__ = [
+    "execute_order",
+    "fail",
+    "next_step",
+    "request_step",
+    "step_request",
+]
+
+
+def step_request(state: TaskState, iteration: int) -> StepRequest:
+    """The reasoner's order for the step after the log's last entry: the tenant and priority
+    say where its LLM call stands among those waiting for the model. A runnable answer goes
+    by way of the security monitor: every such action is reviewed before it runs, and reviewed
+    on its way the controller takes it and its verdict in one turn instead of two."""
+    return StepRequest(
+        task_id=state.task_id,
+        after_seq=state.last_seq,
+        iteration=iteration,
+        tenant_id=state.tenant_id,
+        priority=state.priority,
+        review_runnable=True,
+    )
+
+
+def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
+    return ExecuteAction(
+        task_id=action.task_id,
+        action=action,
+        network_egress=state.network_egress,
+        workspace_mib=state.workspace_mib,
+        tenant_id=state.tenant_id,
+        priority=state.priority,
+    )
+
+
+def next_step(turn: Turn) -> None:
+    if turn.state.agent_state is not AgentState.RUNNING:
+        return  # paused, waiting for a person, or ended: no new step until resumed
+    request_step(turn)
+
+
+def request_step(turn: Turn) -> None:
+    state = turn.state
+    pattern = detect(state.recent)
+    if pattern is not None:
+        count(turn, STUCK)
+        fail(turn, f"stuck in a loop: {pattern}")
+        return
+    if state.iterations_used() >= state.max_iterations:
+        fail(turn, f"reached the maximum number of iterations ({state.max_iterations})")
+        return
+    spent = state.total_usage().cost_usd
+    if state.max_budget_usd is not None and spent >= state.max_budget_usd:
+        fail(
+            turn,
+            f"reached the maximum budget (${state.max_budget_usd:.4f}; spent ${spent:.4f})",
+        )
+        return
+    step = step_request(state, state.iteration + 1)
+    turn.update(iteration=step.iteration, awaiting=Awaiting.AGENT, awaiting_id=step.id)
+    if step.iteration == 1:
+        # The sandbox starts while the agent thinks about its first action.
+        turn.send(
+            Service.RUNTIME,
+            PrepareSandbox(
+                task_id=state.task_id,
+                network_egress=state.network_egress,
+                workspace_mib=state.workspace_mib,
+                tenant_id=state.tenant_id,
+                priority=state.priority,
+            ),
+        )
+    turn.send(Service.REASONER, step)
+    count(turn, STEPS)
+
+
+def fail(turn: Turn, reason: str) -> None:
+    turn.change_state(AgentState.ERROR, reason)
+    turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None, approval=None)
