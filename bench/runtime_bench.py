@@ -41,6 +41,10 @@ import docker  # noqa: E402
 from services.runtime.containers import LABEL_POOL, DockerSandboxes, Sandbox  # noqa: E402
 from services.runtime.pool import WarmPool  # noqa: E402
 from services.runtime.settings import RuntimeSettings  # noqa: E402
+from shared.sandbox_protocol.messages import BashRequest  # noqa: E402
+from shared.sandbox_protocol.session import answers  # noqa: E402
+
+ECHO: BashRequest = {"command": "echo hi", "timeout_s": 10}
 
 IMAGE = os.environ.get("DECKHANDS_SANDBOX_IMAGE", "deckhands/sandbox:latest")
 POOL = f"bench-{uuid.uuid4().hex[:6]}"
@@ -180,7 +184,7 @@ async def single(args: argparse.Namespace, settings: RuntimeSettings) -> dict[st
     for _ in range(args.samples):
         elapsed, sandbox = await timed(docker_sbx.create())
         cold.append(elapsed)
-        await sandbox.client.close()
+        await sandbox.session.close()
         await docker_sbx.remove(sandbox.container_id)
     figures["cold"] = report("cold start (create -> executor ready)", cold)
 
@@ -218,10 +222,10 @@ async def single(args: argparse.Namespace, settings: RuntimeSettings) -> dict[st
     sandbox = await docker_sbx.create()
     try:
         for _ in range(20):
-            await sandbox.client.request("bash", 10, command="echo hi")
+            await sandbox.session.bash(ECHO, 15)
         echo: list[float] = []
         for _ in range(args.samples * 10):
-            elapsed, answer = await timed(sandbox.client.request("bash", 10, command="echo hi"))
+            elapsed, answer = await timed(sandbox.session.bash(ECHO, 15))
             assert answer["output"] == "hi\n"
             echo.append(elapsed)
         figures["echo"] = report("echo hi through the executor (attach stream)", echo)
@@ -239,7 +243,7 @@ async def single(args: argparse.Namespace, settings: RuntimeSettings) -> dict[st
             exec_api.append(time.perf_counter() - started)
         report("baseline: docker exec via the API (exec_create + exec_start)", exec_api)
     finally:
-        await sandbox.client.close()
+        await sandbox.session.close()
         await docker_sbx.remove(sandbox.container_id)
     return figures
 
@@ -254,7 +258,7 @@ async def crowd(args: argparse.Namespace, settings: RuntimeSettings) -> None:
 
     results = await asyncio.gather(*(timed(docker_sbx.create()) for _ in range(n)))
     report(f"cold start, {n} concurrent", [t for t, _ in results])
-    await asyncio.gather(*(s.client.close() for _, s in results))
+    await asyncio.gather(*(s.session.close() for _, s in results))
     await asyncio.gather(*(docker_sbx.remove(s.container_id) for _, s in results))
 
     names = [f"bench-crowd-{uuid.uuid4().hex[:6]}-{i}" for i in range(n)]
@@ -299,7 +303,7 @@ async def crowd(args: argparse.Namespace, settings: RuntimeSettings) -> None:
         async def echo_loop(sandbox: Sandbox) -> list[float]:
             times = []
             for _ in range(args.rounds):
-                elapsed, _ = await timed(sandbox.client.request("bash", 30, command="echo hi"))
+                elapsed, _ = await timed(sandbox.session.bash(ECHO, 35))
                 times.append(elapsed)
             return times
 
@@ -346,8 +350,8 @@ async def capacity(args: argparse.Namespace, settings: RuntimeSettings) -> None:
             break
     elapsed = time.perf_counter() - started
     await asyncio.sleep(2)
-    answering = sum(await asyncio.gather(*(s.client.ping(10) for s in alive)))
-    echo = await asyncio.gather(*(s.client.request("bash", 30, command="echo hi") for s in alive))
+    answering = sum(await asyncio.gather(*(answers(s.session, 10) for s in alive)))
+    echo = await asyncio.gather(*(s.session.bash(ECHO, 35) for s in alive))
     assert all(a["output"] == "hi\n" for a in echo)
     after = mem_available_mb()
     per = [m for m in (cgroup_memory_mb(s.container_id) for s in alive) if m is not None]
@@ -376,7 +380,7 @@ async def capacity(args: argparse.Namespace, settings: RuntimeSettings) -> None:
             f"{(before - after) / max(1, len(alive)):.1f} MiB each",
         )
     )
-    await asyncio.gather(*(s.client.close() for s in alive))
+    await asyncio.gather(*(s.session.close() for s in alive))
     await asyncio.gather(*(docker_sbx.remove(s.container_id) for s in alive))
 
 

@@ -222,7 +222,7 @@ def sandbox_start_s() -> float:
                 started = time.perf_counter()
                 sandbox = await docker.create()
                 times.append(time.perf_counter() - started)
-                await sandbox.client.close()
+                await sandbox.session.close()
                 await docker.remove(sandbox.container_id)
             return statistics.median(times)
         finally:
@@ -254,7 +254,7 @@ def crowd_start_s(count: int, at_once: int) -> float:
 
             async def remove(sandbox: Any) -> None:
                 async with removals:
-                    await sandbox.client.close()
+                    await sandbox.session.close()
                     await docker.remove(sandbox.container_id)
 
             await asyncio.gather(*(remove(s) for s in made), return_exceptions=True)
