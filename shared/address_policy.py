@@ -1,5 +1,5 @@
 """Which hosts a connection the system makes on a tenant's behalf may reach: a webhook's POST
-(services/gateway/webhook_delivery.py) and a repository's fetch (services/runtime/checkout.py).
+(services/gateway/webhooks/sender.py) and a repository's fetch (services/runtime/checkout.py).
 
 A tenant names the URL, so without a policy the gateway and the runtime would reach whatever
 their own network reaches: NATS, Redis, the gateway itself on loopback, the operator's private

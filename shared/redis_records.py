@@ -69,14 +69,14 @@ class RedisRecord:
 _STATE_DELETED_BY_GATEWAY = SecondWriter(
     GATEWAY,
     "removes a deleted task's State and deadline (TaskDeletion._remove -> "
-    "TaskStateStore.delete), services/gateway/task_deletion.py",
+    "TaskStateStore.delete), services/gateway/tasks/deletion.py",
     "the gateway sends the controller a delete command, as for creation (issue 26, item 4)",
 )
 # DELETE /v1/tasks/{id} removes everything kept of the task, the runtime's workspace records too.
 _WORKSPACE_DELETED_BY_GATEWAY = SecondWriter(
     GATEWAY,
     "removes a deleted task's workspace records (TaskService.forget -> RepositoryCheck.forget "
-    "-> RepositoryRecords.forget), services/gateway/task_service.py",
+    "-> RepositoryRecords.forget), services/gateway/tasks/lookup.py",
     "the runtime removes a deleted task's records itself, told by the deletions stream as "
     "storage is",
 )
@@ -150,7 +150,7 @@ RECORDS: tuple[RedisRecord, ...] = (
         GATEWAY,
         (GATEWAY, REASONER, RUNTIME),
         "shared.admission",
-        "HASH tenant -> seat weight, from the operator's limits (services/gateway/quotas.py)",
+        "HASH tenant -> seat weight, from the operator's limits (services/gateway/quotas/)",
     ),
     # -- tenants' secrets (the gateway's; the runtime and the controller read them)
     RedisRecord(
@@ -169,7 +169,7 @@ RECORDS: tuple[RedisRecord, ...] = (
     ),
     _gateway(
         "deckhands:secrets-intact",
-        "secret_records",
+        "secrets.records",
         "marker: Redis holds every secret, grant and webhook (gone: filled again from NATS)",
     ),
     # -- what a task is created with, and what its checkout leaves
@@ -204,8 +204,10 @@ RECORDS: tuple[RedisRecord, ...] = (
         (_WORKSPACE_DELETED_BY_GATEWAY,),
     ),
     # -- the gateway's own records
-    _gateway("deckhands:idempotency:*:*", "idempotency", "an Idempotency-Key's request and result"),
-    _gateway("deckhands:task-record:*", "task_records", "a task's owner, labels, creation time"),
+    _gateway(
+        "deckhands:idempotency:*:*", "tasks.idempotency", "an Idempotency-Key's request and result"
+    ),
+    _gateway("deckhands:task-record:*", "tasks.records", "a task's owner, labels, creation time"),
     RedisRecord(
         "deckhands:task-creation:*",
         GATEWAY,
@@ -213,35 +215,43 @@ RECORDS: tuple[RedisRecord, ...] = (
         "shared.task_creation",
         "the request to make a task the gateway sent the controller, shown until its State exists",
     ),
-    _gateway("deckhands:tenant:*:tasks", "task_records", "ZSET a tenant's tasks, newest first"),
+    _gateway("deckhands:tenant:*:tasks", "tasks.records", "ZSET a tenant's tasks, newest first"),
     _gateway(
         "deckhands:tenant:*:tasks-complete",
-        "task_records",
+        "tasks.records",
         "marker: the tenant's index holds every record (gone: built again from NATS)",
     ),
-    _gateway("deckhands:tenant:*", "tenants", "a tenant, disabled or deleted or not (JSON)"),
-    _gateway("deckhands:apikey-hash:*", "tenants", "an API key hash's credential, or '-'"),
-    _gateway("deckhands:apikey-used:*", "tenants", "when an API key was last used"),
-    _gateway("deckhands:tenant:*:limits", "quotas", "the operator's limits of a tenant (JSON)"),
-    _gateway("deckhands:tenant:*:running", "quotas", "HASH task -> reservation: tasks running"),
+    _gateway("deckhands:tenant:*", "tenants.store", "a tenant, disabled or deleted or not (JSON)"),
+    _gateway("deckhands:apikey-hash:*", "tenants.store", "an API key hash's credential, or '-'"),
+    _gateway("deckhands:apikey-used:*", "tenants.store", "when an API key was last used"),
     _gateway(
-        "deckhands:tenant:*:holders", "quotas", "HASH root task -> the trees that may hold seats"
+        "deckhands:tenant:*:limits", "quotas.records", "the operator's limits of a tenant (JSON)"
     ),
-    _gateway("deckhands:tenant:*:spend:*", "quotas", "what a tenant spent or reserved on a day"),
+    _gateway(
+        "deckhands:tenant:*:running", "quotas.records", "HASH task -> reservation: tasks running"
+    ),
+    _gateway(
+        "deckhands:tenant:*:holders",
+        "quotas.records",
+        "HASH root task -> the trees that may hold seats",
+    ),
+    _gateway(
+        "deckhands:tenant:*:spend:*", "quotas.records", "what a tenant spent or reserved on a day"
+    ),
     _gateway(
         "deckhands:tenant:*:counts-complete",
-        "quotas",
+        "quotas.records",
         "marker: the tenant's quota counts are whole (gone: counted again from its tasks)",
     ),
     _gateway(
         "deckhands:tenant:*:counts-complete:lock",
-        "quotas",
+        "quotas.records",
         "lock: one gateway counts a tenant's quotas again at a time",
     ),
-    _gateway("deckhands:webhook:tenant:*", "webhooks", "a tenant's default webhook (JSON)"),
-    _gateway("deckhands:webhook:task:*", "webhooks", "the webhook a task notifies (JSON)"),
-    _gateway("deckhands:webhook:delivery:*", "webhooks", "HASH a notification's attempts"),
-    _gateway("deckhands:webhook:log:*", "webhooks", "LIST a task's delivery attempts (JSON)"),
+    _gateway("deckhands:webhook:tenant:*", "webhooks.store", "a tenant's default webhook (JSON)"),
+    _gateway("deckhands:webhook:task:*", "webhooks.store", "the webhook a task notifies (JSON)"),
+    _gateway("deckhands:webhook:delivery:*", "webhooks.store", "HASH a notification's attempts"),
+    _gateway("deckhands:webhook:log:*", "webhooks.store", "LIST a task's delivery attempts (JSON)"),
     # -- an LLM's shared capacity, per model (the reasoner's)
     _llm("inflight", "ZSET lease -> when it expires: the calls in flight"),
     _llm("recent", "ZSET lease -> when it was granted, the last 60 s"),

@@ -22,7 +22,7 @@ Redis keys (the `deckhands:` namespace):
 Redis is what every reader reads. The writer (the gateway) also keeps each record in a durable
 store first (`durable`: the NATS key-value bucket SECRETS_BUCKET, as `secret.<tenant>.<name>`
 and `grant.<task>`), from which a Redis that lost its data is filled again
-(services/gateway/secret_records.py).
+(services/gateway/secrets/records.py).
 
 For other modules, the read side is:
 

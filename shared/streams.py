@@ -148,7 +148,7 @@ async def ensure_tenants_bucket(js: JetStreamContext, replicas: int = 1) -> None
 
 async def ensure_secrets_bucket(js: JetStreamContext, replicas: int = 1) -> None:
     """The durable copy of tenants' secrets (sealed) and tasks' grants, from which the gateway
-    fills a Redis that lost its data (services/gateway/secret_records.py)."""
+    fills a Redis that lost its data (services/gateway/secrets/records.py)."""
     try:
         await js.key_value(SECRETS_BUCKET)
     except (BucketNotFoundError, NotFoundError):

@@ -1,4 +1,5 @@
-"""What the routers need, made once per process in the lifespan and handed out by Depends."""
+"""The gateway's services, built once per process in the lifespan (the routes get them through
+Depends), and the webhook deliverer and workspace service built beside them."""
 
 from __future__ import annotations
 
@@ -12,25 +13,32 @@ from redis.asyncio import Redis
 from shared.blobs import BlobStore
 from shared.secrets_store import SecretsStore
 from shared.subjects import SECRETS_BUCKET
+from shared.workspace import WorkspaceTransfers
 
-from .blob_service import BlobService
-from .creation_slots import CreationSlots
-from .event_service import EventService
-from .history import HistoryClient
-from .quotas import QuotaDefaults, TenantQuotas
-from .readiness_service import ReadinessService
-from .secret_records import SecretsRefill
-from .secret_service import SecretService
+from .events.history import HistoryClient
+from .events.service import EventService
+from .health.service import ReadinessService
+from .quotas.limits import QuotaDefaults
+from .quotas.service import TenantQuotas
+from .secrets.records import SecretsRefill
+from .secrets.service import SecretService
 from .settings import GatewaySettings
-from .task_attachments import TaskAttachments
-from .task_creations import TaskViews
-from .task_deletion import TaskDeletion
-from .task_listing import TaskListing
-from .task_service import TaskDefaults, TaskService
-from .tenant_records import TenantRecords
-from .tenant_service import TenantService
-from .tenants import TenantStore
-from .webhooks import WebhookStore
+from .tasks.attachments import TaskAttachments
+from .tasks.creation_slots import CreationSlots
+from .tasks.creations import TaskViews
+from .tasks.deletion import TaskDeletion
+from .tasks.listing import TaskListing
+from .tasks.service import TaskService
+from .tasks.values import TaskDefaults
+from .tenants.records import TenantRecords
+from .tenants.service import TenantService
+from .tenants.store import TenantStore
+from .webhooks.delivery import WebhookDeliverer
+from .webhooks.policy import DeliveryPolicy
+from .webhooks.store import WebhookStore
+from .workspace.blobs import BlobService
+from .workspace.repositories import RepositoryCheck
+from .workspace.service import WorkspaceService
 
 __all__ = [
     "BlobServiceDep",
@@ -44,6 +52,8 @@ __all__ = [
     "TenantServiceDep",
     "TenantStoreDep",
     "build_context",
+    "build_deliverer",
+    "build_workspace",
     "get_context",
     "quota_defaults",
 ]
@@ -154,6 +164,48 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         secrets=secrets_store,
         attachments=attachments,
         secrets_refill=secrets_refill,
+    )
+
+
+def build_workspace(
+    settings: GatewaySettings, broker: NatsBroker, redis: Redis, context: GatewayContext
+) -> WorkspaceService:
+    """The workspace routes' service; also gives task creation its repository check."""
+    context.tasks.repositories = RepositoryCheck(
+        redis,
+        settings.repository_url_schemes,
+        context.secrets,
+        settings.repository_allowed_hosts,
+    )
+    return WorkspaceService(
+        context.tasks,
+        broker,
+        WorkspaceTransfers(lambda: broker.connection.jetstream()),
+        timeout_s=settings.workspace_timeout_s,
+        max_download_bytes=settings.workspace_max_download_bytes,
+    )
+
+
+def build_deliverer(
+    settings: GatewaySettings, broker: NatsBroker, redis: Redis, context: GatewayContext
+) -> WebhookDeliverer:
+    assert context.attachments is not None
+    return WebhookDeliverer(
+        lambda: broker.connection.jetstream(),
+        context.attachments.webhooks,
+        context.secrets,
+        context.tasks.store,
+        context.tasks.records,
+        DeliveryPolicy(
+            timeout_s=settings.webhook_timeout_s,
+            backoff_s=settings.webhook_backoff_s,
+            backoff_max_s=settings.webhook_backoff_max_s,
+            deadline_s=settings.webhook_deadline_s,
+            max_attempts=settings.webhook_max_attempts,
+            allow_private=settings.webhook_allow_private_targets,
+            concurrency=settings.webhook_concurrency,
+        ),
+        lambda: broker.connection.is_connected,
     )
 
 

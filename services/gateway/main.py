@@ -34,29 +34,28 @@ from shared.subjects import (
 from shared.telemetry import setup_logging, setup_tracing
 from shared.workspace import WORKSPACE_SUBJECT, WorkspaceRequest
 
-from . import (
-    admin_router,
-    blob_router,
-    docs_router,
-    event_router,
-    health_router,
-    key_router,
-    quota_router,
-    secret_router,
-    task_router,
-    ui_router,
-    webhook_router,
-)
-from .context import build_context
+from .context import build_context, build_deliverer, build_workspace
 from .errors import install_error_handlers
-from .http_limits import BodyLimitMiddleware, bounded_h11_protocol
-from .observability import HttpObservabilityMiddleware
-from .secret_records import SecretsRefill
+from .http.limits import BodyLimitMiddleware, bounded_h11_protocol
+from .http.observability import HttpObservabilityMiddleware
+from .http.trusted_hosts import TrustedHostMiddleware
+from .routes import (
+    admin,
+    blobs,
+    docs,
+    events,
+    health,
+    keys,
+    quotas,
+    secrets,
+    tasks,
+    ui,
+    webhooks,
+    workspace,
+)
+from .secrets.records import SecretsRefill
 from .settings import GatewaySettings
-from .trusted_hosts import TrustedHostMiddleware
-from .webhook_delivery import WebhookDeliverer, build_deliverer
-from .workspace_router import router as workspace_routes
-from .workspace_service import build_workspace
+from .webhooks.delivery import WebhookDeliverer
 
 __all__ = ["build_app", "build_gateway_broker", "declare_direct_receivers", "main"]
 
@@ -115,13 +114,13 @@ def declare_direct_receivers(broker: NatsBroker) -> None:
         notice_subject("*"),
         title="gateway.webhooks",
         description="The tasks' state changes, for webhook delivery: one durable pull consumer "
-        "(`webhooks`) shared by the gateway replicas (webhook_delivery.py).",
+        "(`webhooks`) shared by the gateway replicas (webhooks/delivery.py).",
     )(_a_notice)
     broker.subscriber(
         event_subject("*"),
         title="gateway.live_events",
         description="A task's log as it grows, for a client following its Server-Sent Events "
-        "stream: a core NATS subscription per stream (event_service.py).",
+        "stream: a core NATS subscription per stream (events/stream.py).",
     )(_a_live_event)
 
 
@@ -204,7 +203,7 @@ def build_app(
         version="1",
         summary="Run OpenHands-style coding agents: create tasks, follow their events, steer them.",
         lifespan=_lifespan,
-        # The document is served by docs_router, behind a key; no public page.
+        # The document is served by routes/docs.py, behind a key; no public page.
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -221,18 +220,18 @@ def build_app(
     )
     app.add_middleware(TrustedHostMiddleware, trusted_hosts=settings.trusted_hosts)
     app.add_middleware(HttpObservabilityMiddleware)
-    app.include_router(task_router.router)
-    app.include_router(event_router.router)
-    app.include_router(blob_router.router)
-    app.include_router(workspace_routes)
-    app.include_router(health_router.router)
-    app.include_router(admin_router.router)
-    app.include_router(quota_router.router)
-    app.include_router(secret_router.router)
-    app.include_router(webhook_router.router)
-    app.include_router(key_router.router)
-    app.include_router(docs_router.router)
-    app.include_router(ui_router.router)  # the web console's static files, public
+    app.include_router(tasks.router)
+    app.include_router(events.router)
+    app.include_router(blobs.router)
+    app.include_router(workspace.router)
+    app.include_router(health.router)
+    app.include_router(admin.router)
+    app.include_router(quotas.router)
+    app.include_router(secrets.router)
+    app.include_router(webhooks.router)
+    app.include_router(keys.router)
+    app.include_router(docs.router)
+    app.include_router(ui.router)  # the web console's static files, public
     return app
 
 
@@ -269,7 +268,7 @@ def main() -> None:
         log_config=None,  # keep setup_logging's handler, which redacts secrets
         timeout_graceful_shutdown=5,  # a connection that will not close cannot hold us forever
         # h11 rather than httptools: it bounds the header bytes it buffers, and its protocol
-        # class is where an unfinished request gets its deadline (services.gateway.http_limits).
+        # class is where an unfinished request gets its deadline (services.gateway.http.limits).
         http=bounded_h11_protocol(
             request_timeout_s=settings.request_timeout_s,
             max_header_bytes=settings.max_request_header_bytes,

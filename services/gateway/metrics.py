@@ -17,7 +17,7 @@ __all__ = [
     "USER_EVENTS",
 ]
 
-# --- task creation (creation_slots.py, task_service.py) ---------------------------------------
+# --- task creation (tasks/creation_slots.py, tasks/service.py) --------------------------------
 
 CREATIONS_IN_FLIGHT = Gauge(
     "deckhands_gateway_creations_in_flight", "Task creations this gateway is handling now"
@@ -34,11 +34,11 @@ USER_EVENTS = Counter(
     "deckhands_gateway_user_events_total", "User events queued for the controller", ["kind"]
 )
 
-# --- event streams (event_service.py) ---------------------------------------------------------
+# --- event streams (events/stream.py) ---------------------------------------------------------
 
 OPEN_STREAMS = Gauge("deckhands_gateway_event_streams_open", "Event streams (SSE) now open")
 
-# --- HTTP (http_limits.py, observability.py) --------------------------------------------------
+# --- HTTP (http/limits.py, http/observability.py) --------------------------------------------
 
 REFUSED_REQUESTS = Counter(
     "deckhands_gateway_http_refused_total",
@@ -54,7 +54,7 @@ HTTP_LATENCY = Histogram(
     ["method", "route"],
 )
 
-# --- webhooks (webhook_delivery.py) -----------------------------------------------------------
+# --- webhooks (webhooks/sender.py) -----------------------------------------------------------
 
 DELIVERIES = Counter(
     "deckhands_gateway_webhook_attempts_total",

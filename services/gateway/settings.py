@@ -41,7 +41,7 @@ class GatewaySettings(CommonSettings):
         description="The largest /workspace quota a task may ask for (`workspace_mib`), in MiB; "
         "keep it within the runtime's DECKHANDS_SANDBOX_WORKSPACE_MAX_SIZE.",
     )
-    # A task's workspace in and out, its repository (workspace_service.py, workspace_router.py).
+    # A task's workspace in and out, its repository (workspace/, routes/workspace.py).
     workspace_max_upload_bytes: int = Field(
         default=256 << 20,
         ge=1,
@@ -186,7 +186,7 @@ class GatewaySettings(CommonSettings):
         description="How long DELETE /v1/tasks/{id} waits for a running task to stop before it "
         "gives up (503, nothing removed).",
     )
-    # Webhooks (issue 11): services/gateway/webhooks.py and webhook_delivery.py.
+    # Webhooks (issue 11): services/gateway/webhooks/.
     webhook_allow_private_targets: bool = Field(
         default=False,
         description="Let webhooks go to loopback, private and link-local addresses (refused by "

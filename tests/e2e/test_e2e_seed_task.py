@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.gateway.api_keys import key_prefix_of
+from services.gateway.tenants.api_keys import key_prefix_of
 from tools.api_access import auth_headers
 from tools.run_task import SEED_TASK, run_task
 from tools.stack import Stack, StackConfig, running

@@ -20,7 +20,7 @@ from faststream import FastStream
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
-from services.gateway.task_deletion import announce_deletion
+from services.gateway.tasks.deletion import announce_deletion
 from services.storage.main import build_app
 from services.storage.settings import StorageSettings
 from shared.commands import ForgetTaskReply, ForgetTaskRequest

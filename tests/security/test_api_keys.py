@@ -9,7 +9,7 @@ import httpx
 import pytest
 from conftest import Tenant
 
-from services.gateway.api_keys import issue_api_key, key_prefix_of
+from services.gateway.tenants.api_keys import issue_api_key, key_prefix_of
 from shared.events import new_id
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack

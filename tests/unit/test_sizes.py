@@ -21,12 +21,7 @@ MAX_FUNCTION_LINES = 80
 EXEMPT = {"tools/eval/tasks.py"}
 
 # Over the limit today (issue 26 splits them), with their size then: they may only shrink.
-MODULES_OVER: dict[str, int] = {
-    "services/gateway/quotas.py": 673,
-    "services/gateway/task_service.py": 538,
-    "services/gateway/models.py": 541,
-    "services/gateway/webhook_delivery.py": 500,
-}
+MODULES_OVER: dict[str, int] = {}
 FUNCTIONS_OVER: dict[str, int] = {}
 
 

@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from redis.asyncio import Redis
 
 from services.gateway.settings import GatewaySettings
-from services.gateway.task_creations import TaskCreations
+from services.gateway.tasks.creations import TaskCreations
 from shared.commands import ForgetTaskReply, ForgetTaskRequest, HistoryReply, HistoryRequest
 from shared.state import TaskState
 from shared.state_store import TaskStateStore

@@ -10,9 +10,9 @@ import pytest
 from gateway_doubles import StorageDouble, controller_inbox
 from nats.aio.client import Client as NatsClient
 
-from services.gateway.api_keys import issue_api_key
 from services.gateway.main import build_app
 from services.gateway.settings import GatewaySettings
+from services.gateway.tenants.api_keys import issue_api_key
 from shared.events import new_id
 from tools.api_access import auth_headers, issue_key
 

@@ -1,4 +1,4 @@
-"""Bounded HTTP on the real gateway process (services.gateway.http_limits): no client can grow
+"""Bounded HTTP on the real gateway process (services.gateway.http.limits): no client can grow
 its memory with a body or hold its connections with requests it never finishes.
 
 The gateway here has short timeouts and a small cap on event streams, so it is a process of

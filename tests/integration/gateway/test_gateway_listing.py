@@ -11,7 +11,7 @@ from gateway_doubles import StorageDouble, controller_inbox, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
-from services.gateway.task_creations import TaskViews
+from services.gateway.tasks.creations import TaskViews
 from shared.blobs import BlobMissing, BlobStore
 from shared.events import AgentState, new_id
 from shared.state import TaskState

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from gateway_doubles import StorageDouble, gateway_env
 
-from services.gateway.api_keys import issue_api_key
 from services.gateway.main import build_app
 from services.gateway.settings import GatewaySettings
+from services.gateway.tenants.api_keys import issue_api_key
 from tools.api_access import auth_headers
 from tools.procs import free_port, start_nats, start_redis, wait_for_port
 

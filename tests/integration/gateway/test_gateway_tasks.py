@@ -12,10 +12,10 @@ from gateway_doubles import controller_inbox, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
-from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
-from services.gateway.task_creations import TaskCreations
-from services.gateway.task_records import TaskRecord, TaskRecords
-from services.gateway.task_service import NewTask
+from services.gateway.tasks.creations import TaskCreations
+from services.gateway.tasks.idempotency import IdempotencyKeys, request_fingerprint
+from services.gateway.tasks.records import TaskRecord, TaskRecords
+from services.gateway.tasks.values import NewTask
 from shared.events import AgentState, CmdRunAction, EventSource, new_id
 from shared.state import Awaiting, TaskResult, TaskState
 from shared.state_store import TaskStateStore

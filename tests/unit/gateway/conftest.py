@@ -17,7 +17,7 @@ from nats.js.api import KeyValueConfig
 
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
-from services.gateway.tenant_records import TenantRecords
+from services.gateway.tenants.records import TenantRecords
 from shared.events import new_id
 from shared.settings import CommonSettings
 from shared.streams import ensure_streams

@@ -10,22 +10,23 @@ import hashlib
 import pytest
 from redis.asyncio import Redis
 
-from services.gateway.api_keys import (
-    hash_api_key,
-    issue_api_key,
-    key_prefix_of,
-    same_secret,
-)
 from services.gateway.errors import (
     ApiKeyNotFound,
     IdempotencyConflict,
     TenantExists,
     TenantNotFound,
 )
-from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
-from services.gateway.quotas import QuotaDefaults, TenantLimits, TenantQuotas
-from services.gateway.tenant_records import TenantRecords
-from services.gateway.tenants import LastKey, TenantDisabled, TenantStore
+from services.gateway.quotas.limits import QuotaDefaults, TenantLimits
+from services.gateway.quotas.service import TenantQuotas
+from services.gateway.tasks.idempotency import IdempotencyKeys, request_fingerprint
+from services.gateway.tenants.api_keys import (
+    hash_api_key,
+    issue_api_key,
+    key_prefix_of,
+    same_secret,
+)
+from services.gateway.tenants.records import TenantRecords
+from services.gateway.tenants.store import LastKey, TenantDisabled, TenantStore
 from shared.events import new_id
 from shared.state_store import TaskStateStore
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from services.gateway.main import build_app
+from services.gateway.routes.ui import CONTENT_SECURITY_POLICY, UI_DIR, UI_FILES
 from services.gateway.settings import GatewaySettings
-from services.gateway.ui_router import CONTENT_SECURITY_POLICY, UI_DIR, UI_FILES
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ async def test_each_file_is_served_public_with_its_type_and_the_policy(
             assert answer.content == (UI_DIR / name).read_bytes()
         page = await http.get("/ui/")
         assert page.content == (UI_DIR / "index.html").read_bytes()
-        for path in ("/ui/main.py", "/ui/..%2fmain.py", "/ui/ui_router.py", "/ui/index.htm"):
+        for path in ("/ui/main.py", "/ui/..%2fmain.py", "/ui/context.py", "/ui/index.htm"):
             assert (await http.get(path)).status_code == 404, path
         assert (await http.get("/")).headers["location"] == "/ui/"
         assert (await http.get("/ui/", headers={"Host": "evil.example"})).status_code == 400

@@ -12,10 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from services.gateway.errors import QuotaExceeded
-from services.gateway.idempotency import IdempotencyKeys, request_fingerprint
-from services.gateway.quotas import QuotaDefaults, TenantQuotas
-from services.gateway.task_records import IndexRange, TaskRecord, TaskRecords
-from services.gateway.tenant_records import TenantRecords
+from services.gateway.quotas.limits import QuotaDefaults
+from services.gateway.quotas.service import TenantQuotas
+from services.gateway.tasks.idempotency import IdempotencyKeys, request_fingerprint
+from services.gateway.tasks.records import IndexRange, TaskRecord, TaskRecords
+from services.gateway.tenants.records import TenantRecords
 from shared.events import AgentState, new_id, utc_now
 from shared.state import TaskState, TaskUsage
 from shared.state_store import TaskStateStore

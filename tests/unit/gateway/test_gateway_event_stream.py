@@ -17,9 +17,10 @@ from redis.asyncio import Redis
 
 from services.gateway.context import build_context
 from services.gateway.errors import StorageUnavailable, TaskNotFound
-from services.gateway.event_service import EventService, EventStream
+from services.gateway.events.service import EventService
+from services.gateway.events.stream import EventStream
 from services.gateway.settings import GatewaySettings
-from services.gateway.task_service import NewTask
+from services.gateway.tasks.values import NewTask
 from shared.commands import HistoryReply, HistoryRequest
 from shared.events import new_id
 from shared.subjects import event_subject

@@ -14,7 +14,7 @@ from faststream.nats import NatsBroker
 from gateway_unit_doubles import Responder, StorageStandIn
 
 from services.gateway.errors import StorageBadReply, StorageUnavailable
-from services.gateway.history import HistoryClient
+from services.gateway.events.history import HistoryClient
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
 from shared.commands import HistoryRequest

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from services.gateway.event_service import EventSequencer, is_terminal_event
-from services.gateway.sse import sse_comment, sse_event, sse_retry
+from services.gateway.events.stream import EventSequencer, is_terminal_event
+from services.gateway.http.sse import sse_comment, sse_event, sse_retry
 
 
 def ev(seq: int | None, kind: str = "message", **fields: object) -> dict[str, object]:

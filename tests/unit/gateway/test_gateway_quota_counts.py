@@ -9,7 +9,8 @@ import pytest
 from redis.asyncio import Redis
 
 from services.gateway.errors import QuotaExceeded
-from services.gateway.quotas import QuotaDefaults, TenantLimits, TenantQuotas
+from services.gateway.quotas.limits import QuotaDefaults, TenantLimits
+from services.gateway.quotas.service import TenantQuotas
 from shared.admission import SandboxSeats
 from shared.events import AgentState, new_id
 from shared.state import TaskState, TaskUsage

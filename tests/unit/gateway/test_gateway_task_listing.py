@@ -9,9 +9,9 @@ import pytest
 from redis.asyncio import Redis
 
 from services.gateway.errors import InvalidCursor
-from services.gateway.task_deletion import blob_refs
-from services.gateway.task_listing import SCAN_BUDGET, TaskListing, TaskQuery
-from services.gateway.task_records import TaskRecord, TaskRecords, decode_cursor, encode_cursor
+from services.gateway.tasks.deletion import blob_refs
+from services.gateway.tasks.listing import SCAN_BUDGET, TaskListing, TaskQuery
+from services.gateway.tasks.records import TaskRecord, TaskRecords, decode_cursor, encode_cursor
 from shared.events import AgentState, new_id
 from shared.state import TaskState
 from shared.state_store import TaskStateStore

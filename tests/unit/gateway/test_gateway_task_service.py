@@ -13,20 +13,15 @@ from redis.asyncio import Redis
 from services.gateway.errors import EgressForbidden, PublishFailed, TaskNotFound
 from services.gateway.main import build_gateway_broker
 from services.gateway.settings import GatewaySettings
-from services.gateway.task_creations import TaskViews
-from services.gateway.task_service import (
-    NewTask,
-    TaskDefaults,
-    TaskService,
-    derived_event_id,
-    valid_task_id,
-)
+from services.gateway.tasks.creations import TaskViews
+from services.gateway.tasks.service import TaskService
+from services.gateway.tasks.values import NewTask, TaskDefaults, valid_task_id
 from services.runtime.settings import RuntimeSettings
 from shared.events import AgentState, EventBase, TaskCreatedObservation, new_id
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, work_subject
-from shared.task_creation import state_from_created
+from shared.task_creation import derived_event_id, state_from_created
 from tools.procs import free_port, start_nats
 
 TENANT = "unit-tests"

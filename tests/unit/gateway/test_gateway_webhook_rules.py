@@ -13,20 +13,12 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from services.gateway.webhook_delivery import (
-    DeliveryPolicy,
-    WebhookDeliverer,
-    WebhookTarget,
-    pinned_target,
-)
-from services.gateway.webhooks import (
-    DeliveryAttempt,
-    DeliveryRecord,
-    TaskWebhook,
-    WebhookSpec,
-    sign,
-    url_refused,
-)
+from services.gateway.webhooks.delivery import WebhookDeliverer
+from services.gateway.webhooks.models import DeliveryAttempt, WebhookSpec
+from services.gateway.webhooks.notifications import sign
+from services.gateway.webhooks.policy import DeliveryPolicy
+from services.gateway.webhooks.store import DeliveryRecord, TaskWebhook
+from services.gateway.webhooks.targets import WebhookTarget, pinned_target, url_refused
 from shared.address_policy import Resolver, address_refused
 from shared.events import AgentState, AgentStateChangedObservation, EventSource
 

@@ -1,0 +1,1 @@
+"""Whether the gateway can serve: NATS and Redis answering."""

@@ -1,0 +1,1 @@
+"""Webhooks: what a task or tenant asks for, the record of every attempt, and their delivery."""
