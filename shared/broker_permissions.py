@@ -174,6 +174,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
         "controller",
         [
             *_consumer(WORK_STREAM, "controller"),
+            *_consumer(DELETIONS_STREAM, "controller"),  # a deleted task's State goes
             "deckhands.events.*",
             "deckhands.notices.*",  # each state change again, for webhooks
             # A task's log read back, entry by entry, to rebuild a State Redis lost.
@@ -204,6 +205,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
         "runtime",
         [
             *_consumer(WORK_STREAM, "runtime"),
+            *_consumer(DELETIONS_STREAM, "runtime"),  # a deleted task's workspace records go
             # Its own replica's queue, and that of a replica that is gone (drained).
             *_consumer(ROUTED_STREAM, "*"),
             _CONTROLLER_INBOX,

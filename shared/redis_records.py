@@ -6,10 +6,12 @@ writes only the patterns it is the writer of (shared/broker_permissions.py, `red
 write path this table does not name is refused by the server (NOPERM; inside a Lua script,
 "can't access at least one of the keys").
 
-Where a second service writes a record today, it is listed with the record as a named
-exception (`SecondWriter`): what it writes, from where, and what ends the exception. Redis lets
-it write that record too; tests/unit/test_redis_records.py fails for any exception not listed
-there as well, so a new one is a decision, not an accident.
+Were a second service to write a record, it would be listed with the record as a named
+exception (`SecondWriter`): what it writes, from where, and what ends the exception. None is
+today: the gateway's creation and removal of States went to the controller, its removal of the
+runtime's records to the runtime. Redis would let it write that record too;
+tests/unit/test_redis_records.py fails for any exception not listed there as well, so a new one
+is a decision, not an accident.
 
 Patterns are Redis globs, written as the code builds the keys (each `{...}` of an f-string is a
 `*`); tests/unit/test_redis_records.py finds every key the code builds in services/ and shared/
@@ -64,23 +66,6 @@ class RedisRecord:
         return tuple(dict.fromkeys([self.writer, *(w.service for w in self.second_writers)]))
 
 
-# The gateway removes a deleted task's State: the controller writes it every other time, and
-# makes it from the gateway's creation request (shared/task_creation.py).
-_STATE_DELETED_BY_GATEWAY = SecondWriter(
-    GATEWAY,
-    "removes a deleted task's State and deadline (TaskDeletion._remove -> "
-    "TaskStateStore.delete), services/gateway/tasks/deletion.py",
-    "the gateway sends the controller a delete command, as for creation (issue 26, item 4)",
-)
-# DELETE /v1/tasks/{id} removes everything kept of the task, the runtime's workspace records too.
-_WORKSPACE_DELETED_BY_GATEWAY = SecondWriter(
-    GATEWAY,
-    "removes a deleted task's workspace records (TaskService.forget -> RepositoryCheck.forget "
-    "-> RepositoryRecords.forget), services/gateway/tasks/lookup.py",
-    "the runtime removes a deleted task's records itself, told by the deletions stream as "
-    "storage is",
-)
-
 _ALL = (GATEWAY, CONTROLLER, REASONER, RUNTIME)
 _GATEWAY_ONLY = (GATEWAY,)
 
@@ -115,7 +100,6 @@ RECORDS: tuple[RedisRecord, ...] = (
         _ALL,
         "shared.state_store",
         "a task's State (HASH: version, state JSON), saved by compare-and-set",
-        (_STATE_DELETED_BY_GATEWAY,),
     ),
     RedisRecord(
         "deckhands:deadlines",
@@ -123,7 +107,6 @@ RECORDS: tuple[RedisRecord, ...] = (
         (CONTROLLER,),
         "shared.state_store",
         "ZSET task -> when its awaited answer is due, written with the State it indexes",
-        (_STATE_DELETED_BY_GATEWAY,),
     ),
     RedisRecord(
         "deckhands:states-intact",
@@ -193,7 +176,6 @@ RECORDS: tuple[RedisRecord, ...] = (
         (RUNTIME,),
         "shared.workspace",
         "the sandbox and commit a task's repository was checked out into",
-        (_WORKSPACE_DELETED_BY_GATEWAY,),
     ),
     RedisRecord(
         "deckhands:instructions:*",
@@ -201,7 +183,6 @@ RECORDS: tuple[RedisRecord, ...] = (
         (REASONER,),
         "shared.workspace",
         "the repository instructions (AGENTS.md) of a task's workspace, path and text (JSON)",
-        (_WORKSPACE_DELETED_BY_GATEWAY,),
     ),
     # -- the gateway's own records
     _gateway(

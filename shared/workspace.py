@@ -262,7 +262,10 @@ class RepositoryRecords:
         value = json.loads(raw)
         return str(value["path"]), str(value["text"])
 
-    async def forget(self, task_id: str) -> None:
-        await self.redis.delete(
-            _KEY.format(task_id), _DONE_KEY.format(task_id), _INSTRUCTIONS_KEY.format(task_id)
-        )
+    async def forget_repository(self, task_id: str) -> None:
+        """A deleted task's repository (the gateway's record)."""
+        await self.redis.delete(_KEY.format(task_id))
+
+    async def forget_checkout(self, task_id: str) -> None:
+        """What a deleted task's checkout left (the runtime's records)."""
+        await self.redis.delete(_DONE_KEY.format(task_id), _INSTRUCTIONS_KEY.format(task_id))

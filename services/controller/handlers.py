@@ -8,6 +8,7 @@ import time
 
 from faststream.nats import NatsBroker
 
+from shared.commands import ForgetTaskRequest
 from shared.delivery import PermanentError
 from shared.events import (
     AnswerMissingObservation,
@@ -151,6 +152,14 @@ class ControllerHandlers:
         raise RuntimeError(
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
         )
+
+    async def on_deletion(self, request: ForgetTaskRequest) -> None:
+        """A deleted task (DELETE /v1/tasks/{id}, from the deletions stream): its State and
+        deadline go. The gateway waited for the task to stop and removed its record first, so
+        nobody sees the task meanwhile, and no turn of it runs any more."""
+        await self.store.delete(request.task_id)
+        self.cache.drop(request.task_id)
+        log.info("task %s deleted: State removed", request.task_id)
 
     async def _save(self, state: TaskState, *, new: bool) -> TaskState:
         """The turn's State saved by compare-and-set; a new task's made if nobody made it

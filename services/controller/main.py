@@ -7,7 +7,15 @@ import asyncio
 from faststream import FastStream
 from faststream.nats import NatsBroker
 
-from shared.broker import EVENTS, NOTICES, ROUTED, WORK, build_broker, durable_subscription
+from shared.broker import (
+    DELETIONS,
+    EVENTS,
+    NOTICES,
+    ROUTED,
+    WORK,
+    build_broker,
+    durable_subscription,
+)
 from shared.commands import (
     ExecuteAction,
     PrepareSandbox,
@@ -24,6 +32,7 @@ from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
 from shared.subjects import (
     Service,
+    deletion_subject,
     event_subject,
     notice_subject,
     routed_subject,
@@ -61,6 +70,13 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         description="User input, agent actions, verdicts and observations of every task.",
         **durable_subscription(settings, WORK, "controller", workers=settings.workers),
     )(handlers.on_input)
+    broker.subscriber(
+        deletion_subject("*"),
+        title="controller.deletions",
+        description="A deleted task: its State and deadline are removed (one consumer shared "
+        "by the replicas).",
+        **durable_subscription(settings, DELETIONS, "controller"),
+    )(handlers.on_deletion)
 
     _declare_sends(broker)
 

@@ -14,11 +14,12 @@ from faststream.nats import NatsBroker
 from pydantic import Field
 
 from shared.broker import handled_message
-from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
+from shared.commands import ExecuteAction, ForgetTaskRequest, PrepareSandbox, ReleaseSandbox
 from shared.workspace import WORKSPACE_SUBJECT, WorkspaceReply, WorkspaceRequest
 
 from .errors import HeldElsewhere
 from .execution import Execution
+from .repository_checkout import RepositoryCheckout
 from .routing import ReplicaQueues, relay_id
 from .seating import Seating
 from .settings import RuntimeSettings
@@ -44,6 +45,7 @@ class RuntimeHandlers:
         seating: Seating,
         workspace: RuntimeWorkspace,
         tasks: TaskSandboxes,
+        checkouts: RepositoryCheckout,
     ) -> None:
         self.broker = broker
         self.settings = settings
@@ -52,6 +54,13 @@ class RuntimeHandlers:
         self.seating = seating
         self.workspace = workspace
         self.tasks = tasks
+        self.checkouts = checkouts
+
+    # -- a deleted task (the deletions stream, one consumer shared by the replicas)
+
+    async def on_deletion(self, request: ForgetTaskRequest) -> None:
+        await self.checkouts.forget(request.task_id)
+        log.info("task %s deleted: its checkout's records removed", request.task_id)
 
     # -- work orders: on the shared subject, and on this replica's own
 

@@ -9,7 +9,7 @@ from faststream import FastStream
 from faststream.nats import NatsBroker
 
 from shared.blobs import BlobStore
-from shared.broker import ROUTED, WORK, build_broker, durable_subscription
+from shared.broker import DELETIONS, ROUTED, WORK, build_broker, durable_subscription
 from shared.broker_permissions import inbox_prefix
 from shared.commands import ExecuteAction, PrepareSandbox
 from shared.event_loop import run
@@ -27,7 +27,7 @@ from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
 from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
-from shared.subjects import WORK_STREAM, Service, routed_subject, work_subject
+from shared.subjects import WORK_STREAM, Service, deletion_subject, routed_subject, work_subject
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 from shared.workspace import WORKSPACE_SUBJECT, WorkspaceRequest, WorkspaceTransfers
 
@@ -91,6 +91,7 @@ def build_runtime(
         service.seating,
         service.workspace,
         service.tasks,
+        service.checkouts,
     )
     _subscribe(broker, settings, handlers, service.replica)
     _declare_sends(broker)
@@ -158,6 +159,13 @@ def _subscribe(
         description="Request/reply: a workspace request passed on by another replica to the "
         "replica holding the task's sandbox (this one: the subject names the replica).",
     )(handlers.on_own_workspace)
+    broker.subscriber(
+        deletion_subject("*"),
+        title="runtime.deletions",
+        description="A deleted task: what its checkout recorded (commit, instructions) is "
+        "removed (one consumer shared by the replicas).",
+        **durable_subscription(settings, DELETIONS, "runtime"),
+    )(handlers.on_deletion)
     broker.subscriber(
         work_subject(Service.RUNTIME),
         title="runtime.work",

@@ -53,6 +53,10 @@ class RepositoryCheckout:
             weakref.WeakValueDictionary()
         )
 
+    async def forget(self, task_id: str) -> None:
+        """A deleted task: what its checkout recorded goes (its commit, its instructions)."""
+        await self.records.forget_checkout(task_id)
+
     async def ensure(self, task_id: str, sandbox: Sandbox) -> None:
         """Check the task's repository out into its sandbox, once, before its first action.
         CheckoutFailed says why it could not be."""

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import nats
 import pytest
+import redis
 from conftest import Tenant
 
 from shared.commands import HistoryReply, HistoryRequest
@@ -174,6 +175,16 @@ def test_the_owner_deletes_a_running_task_and_nothing_of_it_is_left(
     assert alpha.http.get(f"/v1/tasks/{task_id}/events").status_code == 404
     assert task_id not in [t["id"] for t in alpha.http.get("/v1/tasks").json()["tasks"]]
     assert asyncio.run(_stored(stack, task_id)) == (0, 0)
+    # Its State and deadline, removed by the controller (told by the deletions stream).
+    client = redis.Redis(**stack.redis_login())
+    try:
+        deadline = time.monotonic() + 15
+        while client.exists(f"deckhands:task:{task_id}"):
+            assert time.monotonic() < deadline, "the deleted task's State is still there"
+            time.sleep(0.1)
+        assert client.zscore("deckhands:deadlines", task_id) is None
+    finally:
+        client.close()
 
 
 async def _stored(stack: Stack, task_id: str) -> tuple[int, int]:

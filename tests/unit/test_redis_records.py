@@ -29,13 +29,10 @@ KEY_START = "deckhands:"
 SERVICES = tuple(user for user in REDIS_USERS if user != ADMIN_USER)
 
 # The second writers the table documents, and no others: adding one is a decision (say why in
-# the table, and what ends it), made here too.
-DOCUMENTED_SECOND_WRITERS = {
-    ("deckhands:task:*", "gateway"),
-    ("deckhands:deadlines", "gateway"),
-    ("deckhands:repository-checked-out:*", "gateway"),
-    ("deckhands:instructions:*", "gateway"),
-}
+# the table, and what ends it), made here too. None today: the gateway's writes of States went
+# to the controller (creation requests, the deletions stream), its removal of the runtime's
+# records to the runtime.
+DOCUMENTED_SECOND_WRITERS: set[tuple[str, str]] = set()
 
 # `prefix .. ':name'` (and `ARGV[1] .. ':name'`, the prefix passed as the first argument) in a
 # Lua script: a key under the module's store prefix; `.. tenant` after it: one per value.

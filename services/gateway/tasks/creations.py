@@ -93,6 +93,24 @@ class TaskViews(TaskStateStore):
         views = dict(zip(missing, await self.creations.views(missing), strict=True))
         return [state or views[task_id] for task_id, state in zip(task_ids, states, strict=True)]
 
+    # Only the controller writes States (shared/redis_records.py; Redis refuses the gateway's
+    # user too): the writes of the store it reads through are not the gateway's to call.
+
+    async def save(self, state: TaskState, new_version: int | None = None) -> TaskState:
+        raise _not_ours("save")
+
+    async def create(self, state: TaskState, version: int = 1) -> bool:
+        raise _not_ours("create")
+
     async def delete(self, task_id: str) -> None:
-        await super().delete(task_id)
-        await self.creations.forget(task_id)
+        raise _not_ours("delete")
+
+    async def postpone(self, task_id: str, deadline: float, until: float) -> bool:
+        raise _not_ours("postpone")
+
+    async def mark_intact(self) -> None:
+        raise _not_ours("mark_intact")
+
+
+def _not_ours(method: str) -> TypeError:
+    return TypeError(f"TaskViews.{method}: only the controller writes a task's State")

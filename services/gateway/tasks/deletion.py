@@ -171,6 +171,9 @@ class TaskDeletion:
             raise StorageUnavailable(f"the blob store (NATS) is unavailable: {exc}") from exc
         try:
             await self.tasks.store.redis.delete(trajectory_key(task_id))
-            await self.tasks.store.delete(task_id)
+            # The State and its deadline are the controller's: it removes them when the
+            # deletions stream tells it (announced above). The gateway's copy of the creation
+            # request is the gateway's.
+            await self.tasks.store.creations.forget(task_id)
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc

@@ -81,4 +81,6 @@ class RepositoryCheck:
         await self.records.put(task_id, spec, tenant_id)
 
     async def forget(self, task_id: str) -> None:
-        await self.records.forget(task_id)
+        """A deleted task's repository, the gateway's record. What its checkout recorded is
+        the runtime's: it removes that when the deletions stream tells it."""
+        await self.records.forget_repository(task_id)

@@ -25,6 +25,7 @@ from services.storage.main import build_app as build_storage
 from services.storage.settings import StorageSettings
 from shared.commands import (
     ExecuteAction,
+    ForgetTaskRequest,
     HistoryReply,
     HistoryRequest,
     PrepareSandbox,
@@ -44,7 +45,14 @@ from shared.events import (
 from shared.settings import CommonSettings
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
-from shared.subjects import HISTORY_SUBJECT, WORK_STREAM, Service, work_subject
+from shared.subjects import (
+    DELETIONS_STREAM,
+    HISTORY_SUBJECT,
+    WORK_STREAM,
+    Service,
+    deletion_subject,
+    work_subject,
+)
 from shared.task_creation import (
     CREATION_REQUEST,
     creation_key,
@@ -351,7 +359,7 @@ async def test_a_live_task_is_rebuilt_without_any_input_and_its_lost_step_asked_
 
 
 def _creation_request(task_id: str, text: str) -> TaskCreatedObservation:
-    """What the gateway sends to make a task (services/gateway/task_service.py)."""
+    """What the gateway sends to make a task (services/gateway/tasks/service.py)."""
     state = TaskState(task_id=task_id, task=text, max_iterations=4, tenant_id="tests")
     return creation_request(state)
 
@@ -409,3 +417,25 @@ async def test_a_message_sent_before_the_task_is_made_waits_for_it(
         await redis.aclose()
     messages = [e["content"] for e in entries if e["kind"] == "message"]
     assert messages == ["first", "and then this"]
+
+
+async def test_a_deleted_task_s_state_is_removed_by_the_controller(harness: Harness) -> None:
+    """Only the controller writes States, removal included: the gateway announces a deleted
+    task on the deletions stream (as storage hears it) and the controller removes its State
+    and deadline."""
+    task_id, store, js = harness.task_id, harness.store, harness.js
+    await _answer(js, _creation_request(task_id, "soon gone"))
+    await _wait_state(store, task_id, AgentState.RUNNING)
+    assert await store.redis.zscore(store.deadlines_key, task_id) is not None
+    await js.publish(
+        deletion_subject(task_id),
+        ForgetTaskRequest(task_id=task_id).model_dump_json().encode(),
+        stream=DELETIONS_STREAM,
+        headers={"Nats-Msg-Id": f"deleted-{task_id}"},
+    )
+    for _ in range(200):
+        if await store.load(task_id) is None:
+            break
+        await asyncio.sleep(0.05)
+    assert await store.load(task_id) is None
+    assert await store.redis.zscore(store.deadlines_key, task_id) is None

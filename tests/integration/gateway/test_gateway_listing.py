@@ -16,7 +16,8 @@ from shared.blobs import BlobMissing, BlobStore
 from shared.events import AgentState, new_id
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
-from shared.subjects import EVENTS_STREAM, event_subject
+from shared.subjects import DELETIONS_STREAM, EVENTS_STREAM, deletion_subject, event_subject
+from shared.task_creation import creation_key
 from shared.trajectory import load_trajectory, trajectory_key
 from tools.api_access import auth_headers, issue_key
 
@@ -38,6 +39,13 @@ async def _set_state(redis: Redis, task_id: str, agent_state: AgentState) -> Non
     store = TaskStateStore(redis)
     state = await make_as_controller(redis, task_id)
     await store.save(state.model_copy(update={"agent_state": agent_state}))
+
+
+async def _deletion_announced(nc: NatsClient, task_id: str) -> bool:
+    info = await nc.jetstream().stream_info(
+        DELETIONS_STREAM, subjects_filter=deletion_subject(task_id)
+    )
+    return bool((info.state.subjects or {}).get(deletion_subject(task_id)))
 
 
 async def test_labels_are_set_at_creation_and_checked(http: httpx.AsyncClient) -> None:
@@ -140,7 +148,11 @@ async def test_delete_removes_state_log_blobs_and_record(
     assert (await http.get(f"/v1/tasks/{task_id}")).status_code == 404
     assert (await http.delete(f"/v1/tasks/{task_id}")).status_code == 404
     assert task_id not in [t["id"] for t in (await http.get("/v1/tasks")).json()["tasks"]]
-    assert await TaskStateStore(redis).load(task_id) is None
+    # The State is the controller's to remove: the deletion is announced to it (and to the
+    # runtime and storage) on the deletions stream; the gateway writes no State.
+    assert await _deletion_announced(nc, task_id)
+    assert await TaskStateStore(redis).load(task_id) is not None
+    assert not await redis.exists(creation_key(task_id))
     assert await redis.exists(trajectory_key(task_id)) == 0
     assert task_id in storage.forgotten and task_id not in storage.events
     with pytest.raises(BlobMissing):
@@ -166,7 +178,7 @@ async def test_a_task_that_does_not_stop_is_not_deleted(
 
 
 async def test_sub_tasks_go_with_their_root_and_only_with_it(
-    http: httpx.AsyncClient, redis: Redis, storage: StorageDouble
+    http: httpx.AsyncClient, redis: Redis, nc: NatsClient, storage: StorageDouble
 ) -> None:
     store = TaskStateStore(redis)
     parent_id = await _create(http, "parent")
@@ -185,5 +197,5 @@ async def test_sub_tasks_go_with_their_root_and_only_with_it(
     refused = await http.delete(f"/v1/tasks/{child.task_id}")
     assert refused.status_code == 409 and parent_id in refused.json()["detail"]
     assert (await http.delete(f"/v1/tasks/{parent_id}")).status_code == 204
-    assert await store.load(child.task_id) is None
+    assert await _deletion_announced(nc, child.task_id)
     assert {parent_id, child.task_id} <= set(storage.forgotten)

@@ -23,6 +23,7 @@ from services.gateway.settings import GatewaySettings
 from services.gateway.tasks.values import NewTask
 from shared.commands import HistoryReply, HistoryRequest
 from shared.events import new_id
+from shared.state_store import TaskStateStore
 from shared.subjects import event_subject
 
 TENANT = "unit-tests"
@@ -146,9 +147,11 @@ async def test_events_logged_before_the_stream_and_not_yet_stored_still_come(
     """The State says seq 3 is logged; storage, a moment behind, has 1 only, and 2 and 3 were
     published before the stream subscribed (nothing will bring them live): the stream fetches
     them once storage has them. Before, it waited for a live event for ever."""
-    state = await events.tasks.store.load(task_id)
-    assert state is not None
-    await events.tasks.store.save(state.model_copy(update={"last_seq": 3}))
+    view = await events.tasks.store.load(task_id)  # the creation request's State
+    assert view is not None
+    # As the controller makes it and logs three entries.
+    states = TaskStateStore(events.tasks.store.redis)
+    assert await states.create(view.model_copy(update={"last_seq": 3}))
     log.store(1, 1)
     reader = Reader(await events.open_stream(task_id, after=0, tenant_id=TENANT))
     try:

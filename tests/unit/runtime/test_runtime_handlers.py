@@ -24,7 +24,7 @@ from services.runtime.bindings import TaskBindings
 from services.runtime.main import build_runtime
 from services.runtime.routing import relay_id
 from services.runtime.service import RuntimeService
-from shared.commands import ExecuteAction, PrepareSandbox, ReleaseSandbox
+from shared.commands import ExecuteAction, ForgetTaskRequest, PrepareSandbox, ReleaseSandbox
 from shared.events import (
     AgentState,
     AnswerMissingObservation,
@@ -34,14 +34,17 @@ from shared.events import (
     EventBase,
 )
 from shared.subjects import (
+    DELETIONS_STREAM,
     DLQ_STREAM,
     ROUTED_STREAM,
     WORK_STREAM,
     Service,
+    deletion_subject,
     dlq_subject,
     routed_subject,
     work_subject,
 )
+from shared.workspace import RepositoryRecords
 from tests.fakes.engine import FAKE_ENGINE
 from tests.fakes.runtime import RuntimeHarness, cmd, unit_settings
 
@@ -217,3 +220,22 @@ async def test_an_order_whose_sandbox_another_live_replica_holds_is_passed_on(
     assert ExecuteAction.model_validate_json(body) == order and kwargs["stream"] == ROUTED_STREAM
     assert kwargs["headers"]["Nats-Msg-Id"] == relay_id(order.id, WORK_STREAM, seq)
     assert wired.to_controller() == [] and rt.engine.calls == []
+
+
+async def test_a_deleted_task_s_checkout_records_are_removed(wired: Wired) -> None:
+    """The deletions stream tells the runtime a task is deleted: what its checkout recorded
+    (its commit, its repository's instructions), the runtime's records, go; the repository the
+    gateway recorded is the gateway's to remove."""
+    task_id = await wired.rt.task()
+    records = RepositoryRecords(wired.service.redis)
+    await records.mark_checked_out(task_id, "0" * 40)
+    await records.put_instructions(task_id, "AGENTS.md", "run the tests")
+    reply = f"$JS.ACK.{DELETIONS_STREAM}.runtime.1.1.1.{time.time_ns()}.0"
+    await wired.broker.publish(
+        ForgetTaskRequest(task_id=task_id).model_dump_json().encode(),
+        deletion_subject(task_id),
+        reply_to=reply,
+    )
+    assert await records.checked_out(task_id) is None
+    assert await records.instructions(task_id) is None
+    assert wired.dead == []

@@ -143,6 +143,7 @@ def test_build_app_does_no_io() -> None:
     subjects = [sub.subject.broker_address for sub in app.broker.subscribers]  # type: ignore[union-attr]
     # The shared queue and workspace requests, and this replica's own (its name a token).
     assert sorted(subjects) == [
+        "deckhands.deletions.*",
         "deckhands.routed.runtime.node-1_zone_internal.*",
         "deckhands.runtime.workspace",
         "deckhands.runtime.workspace.node-1_zone_internal",
