@@ -1,6 +1,6 @@
 """Module and function sizes of the production code (services, shared, tools, the executor),
 checked on the source like the import rules: a module holds one job, under 400 lines; a
-function reads in one screen, under 80 lines.
+function reads in one screen, under 80 lines; the median module is under 100 lines.
 
 What is over today is listed below with its size, and may only shrink: a listed module or
 function that grew fails, and so does one that got under the limit while still listed (take
@@ -10,6 +10,7 @@ it off the list, so it cannot grow back). Data tables (the eval task set) are ex
 from __future__ import annotations
 
 import ast
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = ("services", "shared", "tools", "deploy/sandbox")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
+MEDIAN_MODULE_LINES = 100
 # Tables of data rather than code.
 EXEMPT = {"tools/eval/tasks.py"}
 
-# Over the limit today (issue 26 splits them), with their size then: they may only shrink.
+# Over the limit (issue 26 split every one), with their size then: they may only shrink.
 MODULES_OVER: dict[str, int] = {}
 FUNCTIONS_OVER: dict[str, int] = {}
 
@@ -77,4 +79,14 @@ def test_no_function_over_80_lines_but_the_listed_ones_which_only_shrink() -> No
     _, functions = _sizes()
     assert not (problems := _check(functions, FUNCTIONS_OVER, MAX_FUNCTION_LINES, "function")), (
         "\n".join(problems)
+    )
+
+
+def test_the_median_module_is_under_100_lines() -> None:
+    """Most modules are small: the median of every production module (a package's
+    `__init__.py` included) stays under 100 lines (96 when this was written)."""
+    modules, _ = _sizes()
+    assert (median := statistics.median(modules.values())) < MEDIAN_MODULE_LINES, (
+        f"the median module has {median} lines, {MEDIAN_MODULE_LINES} or more: split the large "
+        "ones rather than adding to them"
     )
