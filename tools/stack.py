@@ -32,6 +32,7 @@ from contextlib import contextmanager
 
 import httpx
 
+from .cpu_priority import favour, on_accept_path
 from .local_llm import LocalLLMError
 from .procs import (
     NatsClusterNode,
@@ -83,6 +84,8 @@ class Stack(StackAccess):
 
     def _record(self, name: str, proc: subprocess.Popen[bytes]) -> None:
         (self.pids / f"{name}.pid").write_text(str(proc.pid))
+        if on_accept_path(name):
+            favour(proc.pid)  # tools/cpu_priority.py: why
 
     def _spawn(
         self,
