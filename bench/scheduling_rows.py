@@ -1,6 +1,6 @@
 """The scheduling rows of the system benchmark (issue 25), each with its baseline from the same
-run, on stacks of the deployed shape (two controllers and two reasoners, as deploy/k8s/base
-runs them);
+run, on stacks of the deployed shape (two controllers, two reasoners and two gateways, as
+deploy/k8s/base runs them);
 `bench/system_bench.py --rows fair,weights,priority,accept,cold,llm` runs them.
 
   fair      tenant `quiet` posts 3 tasks on an idle stack (its baseline), tenant `flood` posts
@@ -196,8 +196,8 @@ def settle(stack: Stack, idle: int = 16, timeout_s: float = 120) -> None:
 
 def deployed(run_dir: Path, **overrides: Any) -> StackConfig:
     """An isolated stack of the shape deploy/k8s/base and `make up` run: two controllers, two
-    reasoners."""
-    return StackConfig.isolated(run_dir, controllers=2, reasoners=2, **overrides)
+    reasoners, two gateways."""
+    return StackConfig.isolated(run_dir, controllers=2, reasoners=2, gateways=2, **overrides)
 
 
 def _all_finished(views: dict[str, dict[str, Any]]) -> bool:

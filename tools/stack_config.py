@@ -48,9 +48,17 @@ class StackConfig:
     # waits in its queue (docs/tenants.md, "Quotas"). `isolated` stacks run one of each unless told.
     controllers: int = int(os.environ.get("DECKHANDS_STACK_CONTROLLERS", "2"))
     reasoners: int = int(os.environ.get("DECKHANDS_STACK_REASONERS", "2"))
+    # Gateway processes sharing its port (SO_REUSEPORT), as deploy/k8s/base runs two replicas:
+    # a burst of POSTs is served on both cores (`isolated` stacks run one unless told).
+    gateways: int = int(os.environ.get("DECKHANDS_STACK_GATEWAYS", "2"))
 
     def __post_init__(self) -> None:
-        for setting, count in (("CONTROLLERS", self.controllers), ("REASONERS", self.reasoners)):
+        counts = (
+            ("CONTROLLERS", self.controllers),
+            ("REASONERS", self.reasoners),
+            ("GATEWAYS", self.gateways),
+        )
+        for setting, count in counts:
             if count < 1:
                 raise ValueError(f"DECKHANDS_STACK_{setting}={count}: at least 1")
         for name, service in self.replicas:
@@ -68,7 +76,11 @@ class StackConfig:
     @property
     def replicas(self) -> tuple[tuple[str, str], ...]:
         """(name, service) of each process beyond a service's first: `controller-2`..."""
-        counts = (("controller", self.controllers), ("reasoner", self.reasoners))
+        counts = (
+            ("controller", self.controllers),
+            ("reasoner", self.reasoners),
+            ("gateway", self.gateways),
+        )
         return tuple((f"{svc}-{i}", svc) for svc, n in counts for i in range(2, n + 1))
 
     @property
@@ -102,6 +114,7 @@ class StackConfig:
             "metrics_ports": {name: free_port() for name in WORKERS},
             "controllers": 1,
             "reasoners": 1,
+            "gateways": 1,
         }
         return cls(**(fields | overrides))
 

@@ -277,7 +277,22 @@ def main() -> None:
         h11_max_incomplete_event_size=settings.max_request_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
-    _GatewayServer(config, app).run()
+    sockets = [shared_socket(settings)] if settings.reuse_port else None
+    _GatewayServer(config, app).run(sockets=sockets)
+
+
+def shared_socket(settings: GatewaySettings) -> socket.socket:
+    """The listening socket, bound with SO_REUSEPORT: another gateway process may bind the same
+    address and port (the same user only: Linux refuses it to anyone else)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":

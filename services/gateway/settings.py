@@ -13,6 +13,13 @@ __all__ = ["GatewaySettings"]
 class GatewaySettings(CommonSettings):
     host: str = Field(default="127.0.0.1", description="Address uvicorn binds (DECKHANDS_HOST).")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port (DECKHANDS_PORT).")
+    reuse_port: bool = Field(
+        default=False,
+        description="Bind the port with SO_REUSEPORT, so that several gateway processes on one "
+        "host serve it together (the kernel spreads the connections between them); `make up` "
+        "runs two, as deploy/k8s/base runs two replicas. Each process counts its own "
+        "/metrics, and a scrape of the shared port reaches one of them.",
+    )
 
     default_max_iterations: int = Field(
         default=30, ge=1, le=1000, description="Iteration limit of a task that names none."
