@@ -38,6 +38,7 @@ How each is counted, in Redis beside the tenant (`deckhands:tenant:<id>:...`):
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
@@ -49,13 +50,24 @@ from shared.state_store import TaskStateStore
 from ..tasks.records import IndexRange, TaskRecords
 from .reservations import ENDED, SETTLE, SPEND_KEPT_S, UNHOLD, Holder, Reservation, as_text, utc_day
 
-__all__ = ["QuotaRecords"]
+__all__ = ["AdmissionCounts", "QuotaRecords"]
 
 _PREFIX = "deckhands"
 _RECOUNT_PAGE = 500
 _RECOUNT_LOCK_S = 60  # one gateway counts again at a time; a dead one's turn passes after this
 _RECOUNT_WAIT_S = 5.0  # another gateway counting: wait this long for it, then go on
 _HOLDERS_SLACK = 64  # trees kept beyond twice the running tasks before the ended are let go
+
+
+@dataclass(frozen=True)
+class AdmissionCounts:
+    """A tenant's counts as an admission reads them (QuotaRecords.admission_counts)."""
+
+    admitted: bool  # the task is counted as running already (a retried request)
+    seats_held: int
+    spent_usd: float  # today's, as counted (settled only when a limit needs it)
+    holders: int
+    running: int
 
 
 class QuotaRecords:
@@ -99,12 +111,34 @@ class QuotaRecords:
         held = await self.redis.hget(self._held_key, tenant_id)
         return int(held or 0)
 
-    async def _prune_holders(self, tenant_id: str) -> None:
+    async def admission_counts(self, tenant_id: str, task_id: str, day: str) -> AdmissionCounts:
+        """What an admission reads, in one round trip (each a round trip of its own cost a
+        POST about a millisecond of the gateway's CPU under a burst); the counts counted again
+        first if Redis lost them."""
+        for _ in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.exists(self._counted_key(tenant_id))
+                pipe.hexists(self._running_key(tenant_id), task_id)
+                pipe.hget(self._held_key, tenant_id)
+                pipe.get(self._spend_key(tenant_id, day))
+                pipe.hlen(self._holders_key(tenant_id))
+                pipe.hlen(self._running_key(tenant_id))
+                counted, admitted, held, spent, holders, running = await pipe.execute()
+            if counted or self.tasks is None:
+                break
+            await self._ensure_counts(tenant_id)
+        return AdmissionCounts(
+            admitted=bool(admitted),
+            seats_held=int(held or 0),
+            spent_usd=float(spent or 0.0),
+            holders=int(holders),
+            running=int(running),
+        )
+
+    async def _prune_holders(self, counts: AdmissionCounts, tenant_id: str) -> None:
         """Let go of the trees that ended and hold nothing, once they are many: a walk over the
         tenant's trees now and then, not on every admission."""
-        holders = await self.redis.hlen(self._holders_key(tenant_id))
-        running = await self.redis.hlen(self._running_key(tenant_id))
-        if holders > 2 * running + _HOLDERS_SLACK:
+        if counts.holders > 2 * counts.running + _HOLDERS_SLACK:
             await self._sandboxes(tenant_id)
 
     async def _ensure_counts(self, tenant_id: str) -> None:

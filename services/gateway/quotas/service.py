@@ -141,10 +141,10 @@ class TenantQuotas(QuotaRecords):
         now = utc_now()
         today = utc_day(now)
         try:
-            await self._ensure_counts(tenant_id)
-            if await self.redis.hexists(self._running_key(tenant_id), task_id):
+            counts = await self.admission_counts(tenant_id, task_id, today)
+            if counts.admitted:
                 return budget_usd  # admitted already (a retried request)
-            sandboxes = await self.seats_held(tenant_id)
+            sandboxes = counts.seats_held
             if sandboxes >= quotas.max_sandboxes:
                 raise QuotaExceeded(
                     "max_sandboxes",
@@ -155,9 +155,10 @@ class TenantQuotas(QuotaRecords):
                     f"({quotas.max_sandboxes}); retry when one of its tasks ends",
                 )
             limit = quotas.max_spend_usd_per_day
+            spent = counts.spent_usd
             if limit is not None:
                 await self._running(tenant_id)  # today's spend: what ended tasks really spent
-            spent = float(await self.redis.get(self._spend_key(tenant_id, today)) or 0.0)
+                spent = float(await self.redis.get(self._spend_key(tenant_id, today)) or 0.0)
             if limit is not None and asked_usd is None:
                 # No budget asked: the default, or less when less is left today.
                 left = limit - spent
@@ -172,7 +173,7 @@ class TenantQuotas(QuotaRecords):
                     raise
                 await self._running(tenant_id)  # those that ended give their places back
                 await self._admit(tenant_id, task_id, reservation, quotas, now, spent)
-            await self._prune_holders(tenant_id)
+            await self._prune_holders(counts, tenant_id)
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return budget_usd
