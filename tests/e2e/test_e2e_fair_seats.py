@@ -139,7 +139,10 @@ def test_a_flood_does_not_hold_back_a_quiet_tenant(stack: Stack) -> None:
                 time.sleep(0.1)
                 view = quiet.view(task_id)
             positions.append(view["queue_position"])
-        assert positions[0] in (1, 2) and positions[1] in (2, 3), positions
+        # The two POSTs are milliseconds apart, and their first orders reach the queue through
+        # two controllers: either may be queued first (first come, first served is by arrival).
+        first, second = sorted(positions)
+        assert first in (1, 2) and second in (2, 3), positions
         ended = quiet.finished_at(mine)
         flood_ended = flood.finished_at(flooded)
         # Both quiet tasks were done while most of the flood still waited.
