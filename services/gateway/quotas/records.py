@@ -115,7 +115,7 @@ class QuotaRecords:
         """What an admission reads, in one round trip (each a round trip of its own cost a
         POST about a millisecond of the gateway's CPU under a burst); the counts counted again
         first if Redis lost them."""
-        for _ in range(2):
+        for attempt in range(2):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.exists(self._counted_key(tenant_id))
                 pipe.hexists(self._running_key(tenant_id), task_id)
@@ -124,8 +124,8 @@ class QuotaRecords:
                 pipe.hlen(self._holders_key(tenant_id))
                 pipe.hlen(self._running_key(tenant_id))
                 counted, admitted, held, spent, holders, running = await pipe.execute()
-            if counted or self.tasks is None:
-                break
+            if counted or self.tasks is None or attempt == 1:
+                break  # counted, or another gateway still counting: go on with what is there
             await self._ensure_counts(tenant_id)
         return AdmissionCounts(
             admitted=bool(admitted),
