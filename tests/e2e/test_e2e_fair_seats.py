@@ -161,12 +161,17 @@ def test_seats_follow_the_weights_while_both_tenants_queue(stack: Stack) -> None
 
     def sample() -> None:
         client = _seats(stack)
+        turned = False
         try:
             while not stop.is_set():
                 waiting = client.hgetall(f"{prefix}:waiting")
                 held = client.hgetall(f"{prefix}:held")
-                if int(waiting.get(b"heavy", 0)) and int(waiting.get(b"light", 0)):  # type: ignore[union-attr]
-                    samples[(int(held.get(b"heavy", 0)), int(held.get(b"light", 0)))] += 1  # type: ignore[union-attr]
+                pair = (int(held.get(b"heavy", 0)), int(held.get(b"light", 0)))  # type: ignore[union-attr]
+                # Counted once a seat has changed hands: `light` took every seat before `heavy`
+                # asked (no seat idles while anyone waits), and none frees before its tasks end.
+                turned = turned or pair[0] > 0
+                if turned and int(waiting.get(b"heavy", 0)) and int(waiting.get(b"light", 0)):  # type: ignore[union-attr]
+                    samples[pair] += 1
                 stop.wait(0.2)
         finally:
             client.close()
