@@ -19,6 +19,11 @@ no sandbox starting still takes a free seat past that pace (a start slot of its 
 that comes during another's flood waits for no start of the flood. A starting entry older than
 `start_stale_s` (its replica died mid-start) stops counting.
 
+A task seated in arrival order while younger ones still queue (the head of a backlog) is marked
+`in_order`: its sandbox is started for it rather than taken from the pool's last warm ones, which
+stay for a task that goes ahead of the backlog (another tenant's, an interactive one), so that
+it starts at once instead of waiting for a start among the backlog's.
+
 Weights are the operator's (per tenant, `seat_weight` in the tenant's limits, 1 by default),
 kept by the gateway in `deckhands:seat-weights` (HASH tenant -> weight); the scripts only read
 them.
@@ -164,6 +169,12 @@ class SandboxSeats:
         """The task's sandbox started (or failed to): it no longer counts as starting. True when
         it did, so a start slot is free for the next queued task (`pump`)."""
         return bool(await self.redis.zrem(f"{self.prefix}:starting", task_id))
+
+    async def in_order(self, task_id: str) -> bool:
+        """Whether the task was seated in arrival order ahead of a backlog (every task still
+        queued then came after it): its sandbox should leave the pool's last warm ones to a
+        task that goes ahead of the backlog."""
+        return bool(await self.redis.sismember(f"{self.prefix}:in_order", task_id))
 
     async def starting(self) -> int:
         """Tasks seated whose sandbox has not started yet."""

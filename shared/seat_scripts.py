@@ -17,6 +17,9 @@ replicas never give away the same seat. The keys (per sandbox pool, under
 - `orders`    HASH  task -> the order that waits (JSON), until it is handled after admission
 - `admitted`  ZSET  task -> unix time admitted while its order still waits to be sent again
 - `released`  LIST  unix times of the latest releases, newest first: the rate seats free at
+- `in_order`  SET   tasks seated in arrival order while younger ones still queued: a backlog's
+               head, whose sandbox leaves the pool's last warm ones to a task that goes ahead
+               of a backlog (another tenant's, an interactive one), until the task ends
 
 The per-tenant queues are named inside the scripts, so these keys need one Redis (not a
 cluster), which is what deckhands deploys. The runtime owns them; the gateway only reads.
@@ -65,7 +68,7 @@ local function seat_next(prefix, weights, now, busy)
   redis.call('HSET', prefix .. ':seats', task, now)
   redis.call('ZADD', prefix .. ':starting', now, task)
   redis.call('HINCRBY', prefix .. ':held', best, 1)
-  return task
+  return task, best_ticket
 end
 
 local function seated_entry(prefix, task, now)
@@ -96,14 +99,16 @@ local function seat_while_free(prefix, weights, now, max, asking, max_starting, 
       busy[redis.call('HGET', prefix .. ':owner', starting) or ''] = true
     end
   end
+  local tickets = {}
   while free > 0 do
-    local task
+    local task, ticket
     if room > 0 then
-      task = seat_next(prefix, weights, now, nil)
+      task, ticket = seat_next(prefix, weights, now, nil)
     else
-      task = seat_next(prefix, weights, now, busy)
+      task, ticket = seat_next(prefix, weights, now, busy)
     end
     if not task then break end
+    tickets[task] = ticket
     if busy then busy[redis.call('HGET', prefix .. ':owner', task) or ''] = true end
     free = free - 1
     room = room - 1
@@ -112,6 +117,14 @@ local function seat_while_free(prefix, weights, now, max, asking, max_starting, 
       mine = true
     else
       redis.call('ZADD', prefix .. ':admitted', now, task)
+    end
+  end
+  -- Seated in arrival order ahead of a backlog (every task still queued came later): its
+  -- sandbox leaves the pool's last warm ones to whoever goes ahead of the backlog.
+  local oldest = redis.call('ZRANGE', prefix .. ':queue', 0, 0, 'WITHSCORES')
+  if #oldest > 0 then
+    for task, ticket in pairs(tickets) do
+      if ticket < tonumber(oldest[2]) then redis.call('SADD', prefix .. ':in_order', task) end
     end
   end
   return seated, mine
@@ -251,6 +264,7 @@ redis.call('HDEL', prefix .. ':owner', task)
 redis.call('HDEL', prefix .. ':orders', task)
 redis.call('ZREM', prefix .. ':admitted', task)
 redis.call('ZREM', prefix .. ':starting', task)
+redis.call('SREM', prefix .. ':in_order', task)
 return held
 """
 )

@@ -177,12 +177,19 @@ class WarmPool:
     # -- acquisition
 
     async def acquire(
-        self, network: str | None = None, workspace_bytes: int | None = None
+        self,
+        network: str | None = None,
+        workspace_bytes: int | None = None,
+        *,
+        leave_idle: int = 0,
     ) -> Sandbox:
         """A ready sandbox, used by nobody before; it now counts as busy.
 
         With a `network` other than the pool's, or a /workspace quota of the task's own
-        (`workspace_bytes`), the sandbox is started for the caller.
+        (`workspace_bytes`), the sandbox is started for the caller. `leave_idle`: the warm
+        sandboxes the caller leaves to others (the head of a backlog leaves the pool's last
+        ones to whoever goes ahead of it); it takes one only beyond them, or at the pool's
+        maximum, where nothing else can start.
         """
         dedicated = (
             network is not None and network != self.docker.pool_network
@@ -197,7 +204,8 @@ class WarmPool:
         self._waiting += demand
         try:
             while True:
-                sandbox = None if dedicated else await self._take_idle()
+                at_max = self.total >= self.settings.pool_max_total
+                sandbox = None if dedicated else await self._take_idle(0 if at_max else leave_idle)
                 if sandbox is not None:
                     POOL_HITS.inc()
                     break
@@ -224,8 +232,8 @@ class WarmPool:
         self._publish_gauges()
         return sandbox
 
-    async def _take_idle(self) -> Sandbox | None:
-        while self._idle:
+    async def _take_idle(self, leave: int = 0) -> Sandbox | None:
+        while len(self._idle) > leave:
             sandbox = self._idle.popleft()
             # Counted busy while checked, so nobody else can take it or count it twice.
             self._busy[sandbox.container_id] = sandbox

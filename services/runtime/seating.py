@@ -156,6 +156,19 @@ class Seating:
         except Exception as exc:
             log.warning("task %s: the next queued task was not seated now: %s", task_id, exc)
 
+    async def idle_left_by(self, task_id: str) -> int:
+        """The warm sandboxes the task's first sandbox leaves in the pool: the pool's floor
+        (pool_min_idle) for the head of a backlog, seated in arrival order; none for a task
+        that went ahead of one, or was seated with nobody waiting. During a flood the warm
+        sandboxes are thus there for a quiet tenant's task (or an interactive one), which
+        starts at once instead of waiting for a start among the flood's."""
+        try:
+            in_order = await self.seats.in_order(task_id)
+        except Exception as exc:  # a cold start then, never a failed one
+            log.warning("task %s: its place in the seat order is unknown: %s", task_id, exc)
+            return 0
+        return self.settings.pool_min_idle if in_order else 0
+
     async def hold_bound_seats(self) -> None:
         """Every running task sandbox holds a seat (after an upgrade, or a Redis that lost the
         seats): new tasks are admitted only into what is left, even when that is nothing."""

@@ -61,7 +61,11 @@ class RuntimeSettings(CommonSettings, SandboxSizes):
         "task ends; warm idle sandboxes are on top (pool_max_idle per replica).",
     )
     pool_min_idle: int = Field(
-        default=2, ge=0, description="Ready sandboxes kept waiting for new tasks."
+        default=2,
+        ge=0,
+        description="Ready sandboxes kept waiting for new tasks. While a backlog queues, these "
+        "last ones are left to a task that goes ahead of it (another tenant's, an interactive "
+        "one): the backlog's own tasks get sandboxes started for them or the pool's surplus.",
     )
     pool_max_idle: int = Field(
         default=16,

@@ -59,6 +59,8 @@ class TaskSandboxes:
         # Told each time a task's sandbox was looked for beyond this replica's memory (bound,
         # started, or failed): the seats count it as starting until then.
         self.on_settled: Callable[[str], Awaitable[None]] | None = None
+        # How many warm sandboxes a task's first sandbox leaves in the pool (seating.py).
+        self.idle_left_by: Callable[[str], Awaitable[int]] | None = None
 
     def _lock(self, task_id: str) -> asyncio.Lock:
         lock = self._locks.get(task_id)
@@ -127,7 +129,8 @@ class TaskSandboxes:
     async def _bind_fresh(
         self, task_id: str, network: str | None, workspace_bytes: int | None = None
     ) -> Sandbox:
-        sandbox = await self.pool.acquire(network, workspace_bytes)
+        leave = await self.idle_left_by(task_id) if self.idle_left_by is not None else 0
+        sandbox = await self.pool.acquire(network, workspace_bytes, leave_idle=leave)
         winner, holder = await self.bindings.bind_held(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.

@@ -321,3 +321,35 @@ async def test_an_order_sent_again_is_sent_once(paced: SandboxSeats) -> None:
     assert (await paced.pump(resend_after_s=0))[0] == [order("a-action")]
     await paced.handled_order("a", order("a-action"))
     assert (await paced.pump(resend_after_s=0))[0] == []
+
+
+async def test_the_head_of_a_backlog_leaves_the_warm_sandboxes_to_who_goes_ahead(
+    paced: SandboxSeats,
+) -> None:
+    # Alone on an idle pool: nobody waits behind it, the warm sandboxes are its to take.
+    assert (await paced.admit("lone", order("lone"), tenant_id="flood")).seated
+    assert not await paced.in_order("lone")
+    await paced.release("lone")
+    # A flood: its first tasks were seated before anyone queued; the backlog builds after.
+    flood = [await paced.admit(f"f{i}", order(f"f{i}"), tenant_id="flood") for i in range(6)]
+    assert [a.seated for a in flood] == [True, True, False, False, False, False]
+    assert not await paced.in_order("f0")
+    # Another tenant's task goes ahead of the flood's backlog: a warm sandbox is for it.
+    assert (await paced.admit("q0", order("q0"), tenant_id="quiet")).seated
+    assert not await paced.in_order("q0")
+    # So is an interactive task that goes ahead of its own tenant's batch.
+    batch = [
+        await paced.admit(f"b{i}", order(f"b{i}"), tenant_id="team", batch=True) for i in range(2)
+    ]
+    assert [b.seated for b in batch] == [True, False]  # a start slot of its own, then the pace
+    await paced.admit("urgent", order("urgent"), tenant_id="team")
+    for task in ("f0", "f1", "q0"):
+        await paced.started(task)
+    _, seated = await paced.pump()
+    by_task = {s.task_id: s for s in seated}
+    assert "urgent" in by_task and not await paced.in_order("urgent")
+    # The head of the flood's backlog, seated in arrival order while the rest of it queues,
+    # leaves them; its release forgets it.
+    assert "f2" in by_task and await paced.in_order("f2")
+    await paced.release("f2")
+    assert not await paced.in_order("f2")

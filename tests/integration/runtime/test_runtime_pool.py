@@ -109,3 +109,34 @@ async def test_acquisition_gives_up_after_its_timeout(
         await pool.discard(first.container_id, "test")
     finally:
         await pool.stop()
+
+
+async def test_the_head_of_a_backlog_leaves_the_last_warm_sandboxes(
+    settings: CommonSettings, sandbox_image: str, pool_name: str
+) -> None:
+    pool = await _pool(
+        settings, sandbox_image, pool_name, pool_min_idle=1, pool_max_idle=1, pool_max_total=2
+    )
+    try:
+
+        async def one_idle() -> bool:
+            return pool.idle == 1
+
+        await eventually(one_idle)
+        warm_one = pool._idle[0].container_id
+        # A backlog's head leaves it and gets a sandbox started for it...
+        started = await pool.acquire(leave_idle=1)
+        assert started.container_id != warm_one and pool.idle == 1
+        # ...at the pool's maximum nothing else can start: then it takes the warm one.
+        at_max = await pool.acquire(leave_idle=1)
+        assert at_max.container_id == warm_one
+        for sandbox in (started, at_max):
+            await pool.discard(sandbox.container_id, "test")
+        await eventually(one_idle)
+        # A task that went ahead of the backlog takes the warm one at once.
+        warm_two = pool._idle[0].container_id
+        ahead = await pool.acquire()
+        assert ahead.container_id == warm_two
+        await pool.discard(ahead.container_id, "test")
+    finally:
+        await pool.stop()
