@@ -86,6 +86,12 @@ class CommonSettings(BaseSettings):
     ack_wait_s: float = Field(
         default=60.0, gt=0, description="A silent consumer's message is redelivered after this."
     )
+    shutdown_timeout_s: float = Field(
+        default=25.0,
+        gt=0,
+        description="A service whose shutdown has not finished after this exits anyway (a "
+        "broker or store gone meanwhile must not keep it running).",
+    )
     stream_max_age_days: float = Field(default=30.0, gt=0)
     stream_replicas: int = Field(
         default=1,

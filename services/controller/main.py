@@ -27,6 +27,7 @@ from shared.event_loop import run
 from shared.events import AgentStateChangedObservation, AnswerMissingObservation, Event
 from shared.redis_client import connect_redis
 from shared.secrets_store import SecretsStore
+from shared.shutdown import bound_shutdown
 from shared.startup import settings_or_exit
 from shared.state_store import TaskStateStore
 from shared.streams import ensure_streams
@@ -81,6 +82,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
     _declare_sends(broker)
 
     app = FastStream(broker)
+    bound_shutdown(app, settings.shutdown_timeout_s)
     sweeper: list[asyncio.Task[None]] = []
 
     @app.on_startup

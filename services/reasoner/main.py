@@ -13,6 +13,7 @@ from shared.commands import HistoryRequest, ReviewAction
 from shared.event_loop import run
 from shared.periodic import every
 from shared.redis_client import connect_redis
+from shared.shutdown import bound_shutdown
 from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import HISTORY_SUBJECT, Service, work_subject
@@ -73,6 +74,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
     )
 
     app = FastStream(broker)
+    bound_shutdown(app, settings.shutdown_timeout_s)
     withhold_tools(settings.agent_withheld_tools)
     mcp = McpOffer(settings.mcp_servers)
     retrying: list[asyncio.Task[None]] = []

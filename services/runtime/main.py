@@ -25,6 +25,7 @@ from shared.events import (
 )
 from shared.periodic import every
 from shared.publishing import publish_event_to, publish_json
+from shared.shutdown import bound_shutdown
 from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import WORK_STREAM, Service, deletion_subject, routed_subject, work_subject
@@ -97,6 +98,7 @@ def build_runtime(
     _declare_sends(broker)
 
     app = FastStream(broker)
+    bound_shutdown(app, settings.shutdown_timeout_s)
     _run_with(app, settings, service, queues)
     return app, service
 

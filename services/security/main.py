@@ -7,6 +7,7 @@ from faststream import FastStream
 from shared.broker import WORK, build_broker, durable_subscription
 from shared.event_loop import run
 from shared.events import ReviewedAction
+from shared.shutdown import bound_shutdown
 from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import Service, work_subject
@@ -40,6 +41,7 @@ def build_app(settings: SecuritySettings | None = None) -> FastStream:
     )
 
     app = FastStream(broker)
+    bound_shutdown(app, settings.shutdown_timeout_s)
 
     @app.on_startup
     async def _start() -> None:

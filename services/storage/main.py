@@ -8,6 +8,7 @@ from faststream.nats.message import NatsBatchMessage
 from shared.broker import DELETIONS, EVENTS, build_broker, durable_subscription, handled_message
 from shared.commands import HistoryReply
 from shared.event_loop import run
+from shared.shutdown import bound_shutdown
 from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import (
@@ -77,6 +78,7 @@ def build_app(settings: StorageSettings | None = None) -> FastStream:
     )(handlers.on_forget)
 
     app = FastStream(broker)
+    bound_shutdown(app, settings.shutdown_timeout_s)
 
     @app.on_startup
     async def _start() -> None:
