@@ -164,7 +164,7 @@ class Seating:
         starts at once instead of waiting for a start among the flood's."""
         try:
             in_order = await self.seats.in_order(task_id)
-        except Exception as exc:  # a cold start then, never a failed one
+        except Exception as exc:  # then as any task: a warm sandbox if one is there
             log.warning("task %s: its place in the seat order is unknown: %s", task_id, exc)
             return 0
         return self.settings.pool_min_idle if in_order else 0
