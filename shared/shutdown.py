@@ -26,7 +26,7 @@ log = logging.getLogger("deckhands.shutdown")
 
 
 def bound_shutdown(app: FastStream, timeout_s: float) -> None:
-    """Exit the process `timeout_s` after `app`'s shutdown began, if it is still running."""
+    """Exit the process if `app`'s stop has not finished `timeout_s` after it began."""
 
     def expire() -> None:
         log.critical(
@@ -35,9 +35,17 @@ def bound_shutdown(app: FastStream, timeout_s: float) -> None:
         logging.shutdown()
         os._exit(EXIT_SHUTDOWN_STUCK)
 
-    @app.on_shutdown
-    async def _start_the_clock() -> None:
-        # A thread, not a task: the event loop may be what is stuck.
+    stop = app.stop
+
+    async def bounded_stop() -> None:
+        # A thread, not a task: the event loop may be what is stuck. Cancelled once the stop
+        # is over, so an app stopped inside a longer-lived process (a test) ends nothing.
         timer = threading.Timer(timeout_s, expire)
         timer.daemon = True
         timer.start()
+        try:
+            await stop()
+        finally:
+            timer.cancel()
+
+    app.stop = bounded_stop  # type: ignore[method-assign]

@@ -64,3 +64,28 @@ def test_a_stuck_shutdown_ends_the_service(settings: CommonSettings) -> None:
     assert code == EXIT_SHUTDOWN_STUCK, err[-2000:]
     assert took < 10
     assert "shutdown did not finish within 1s" in err
+
+
+def test_a_finished_shutdown_ends_nothing_later(settings: CommonSettings) -> None:
+    """An app stopped inside a process that goes on (a test's, an embedding one) leaves no
+    timer that would end that process."""
+    program = (
+        SERVICE.replace("bound_shutdown(app, 1.0)", "bound_shutdown(app, 0.5)")
+        .replace("await asyncio.sleep(3600)  # a store that never answers again", "pass")
+        .replace("asyncio.run(app.run())", "asyncio.run(started_and_stopped())")
+    )
+    program = program.replace(
+        "asyncio.run(started_and_stopped())",
+        "async def started_and_stopped():\n    await app.start()\n    await app.stop()\n\n"
+        "asyncio.run(started_and_stopped())",
+    )
+    program += "import time; time.sleep(2); print('alive', flush=True)\n"
+    done = subprocess.run(
+        [sys.executable, "-c", program, settings.nats_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "alive" in done.stdout
