@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from .loss_marker import LossMarker
 from .state import TaskState
 
 __all__ = ["StateConflict", "TaskStateStore"]
@@ -55,6 +56,7 @@ class TaskStateStore:
         self._load_if_changed = redis.register_script(_LOAD_IF_CHANGED)
         self.deadlines_key = f"{prefix}:deadlines"
         self.intact_key = f"{prefix}:states-intact"
+        self.marker = LossMarker(redis, self.intact_key)
 
     def _key(self, task_id: str) -> str:
         return f"{self.prefix}:task:{task_id}"
@@ -116,11 +118,12 @@ class TaskStateStore:
 
     async def intact(self) -> bool:
         """False when Redis lost what it held (a FLUSHALL, a new empty Redis) since the
-        controller last made sure every live task has its State (`mark_intact`)."""
-        return bool(await self.redis.exists(self.intact_key))
+        controller last made sure every live task has its State (a recovery pass ended)."""
+        return await self.marker.intact()
 
     async def mark_intact(self) -> None:
-        await self.redis.set(self.intact_key, "1")
+        """Redis holds every live task's State, said outright (no recovery pass)."""
+        await self.marker.mark()
 
     async def overdue(self, now: float, limit: int = 200) -> list[tuple[str, float]]:
         """Tasks whose awaited answer was due before `now`, with their deadlines."""

@@ -236,6 +236,8 @@ class ControllerHandlers:
         task_log = self.task_log
         if task_log is None or await self.store.intact():
             return 0
+        # Before the first read: a loss during the pass then keeps the marker from being set.
+        token = await self.store.marker.begin_pass()
         ended: list[str] = []
         settling: list[str] = []
         recovered = 0
@@ -266,7 +268,7 @@ class ControllerHandlers:
             ):
                 restored += 1
         if not settling:
-            await self.store.mark_intact()
+            await self.store.marker.end_pass(token)
         if recovered or restored:
             log.warning(
                 "Redis had lost its States: rebuilt %d live and %d ended tasks from the log",

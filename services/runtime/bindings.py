@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from shared.loss_marker import LossMarker
+
 __all__ = ["ActionLedger", "TaskBindings"]
 
 _DELETE_IF = """
@@ -157,14 +159,10 @@ class TaskBindings:
 
     # -- whether Redis still holds what this replica wrote
 
-    async def intact(self, replica_id: str) -> bool:
-        """False once Redis lost its keys (a FLUSHALL, a new Redis) since `mark_intact`."""
-        return bool(await self.redis.exists(f"{self.prefix}:intact:{replica_id}"))
-
-    async def mark_intact(self, replica_id: str) -> None:
-        # Expiring is harmless (the next check binds what is bound already) and keeps no key
-        # of a replica that died.
-        await self.redis.set(f"{self.prefix}:intact:{replica_id}", "1", ex=86_400)
+    def marker(self, replica_id: str) -> LossMarker:
+        """ "1" while Redis holds what this replica wrote. Expiring is harmless (the next check
+        binds what is bound already) and keeps no key of a replica that died."""
+        return LossMarker(self.redis, f"{self.prefix}:intact:{replica_id}", ttl_s=86_400)
 
     # -- replicas
 

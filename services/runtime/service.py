@@ -188,9 +188,11 @@ class RuntimeService:
         self._connected = True
         await self.upkeep.send_heartbeats()
         self._heartbeat = asyncio.create_task(self.upkeep.beat(), name="runtime-heartbeat")
+        marker = self.bindings.marker(self.replica_id)
+        token = await marker.begin_pass()
         await self.upkeep.reconcile()
         await self.seating.hold_bound_seats()
-        await self.bindings.mark_intact(self.replica_id)
+        await marker.end_pass(token)  # a loss meanwhile: the upkeep binds them again
         self._admitter = asyncio.create_task(
             every(_ADMIT_EVERY_S, self.seating.admit_queued, "admitting queued tasks", log),
             name="runtime-admission",

@@ -156,8 +156,10 @@ class Upkeep:
         replica restarted meanwhile) is bound again by reconciliation, by its name, once the
         controller has rebuilt its task's State. What Redis held for queued tasks is gone: the
         controller sends their order again when it rebuilds their State."""
-        if await self.bindings.intact(self.replica_id):
+        marker = self.bindings.marker(self.replica_id)
+        if await marker.intact():
             return 0
+        token = await marker.begin_pass()
         # Alive again first: another replica must not take the sandboxes bound again below for
         # a gone replica's.
         await self.send_heartbeats()
@@ -168,7 +170,7 @@ class Upkeep:
             if await self.bindings.bind(task_id, sandbox.container_id) == sandbox.container_id:
                 await self.seats.hold(task_id, await self.status.tenant_of(task_id))
                 readopted += 1
-        await self.bindings.mark_intact(self.replica_id)
+        await marker.end_pass(token)  # unless Redis lost them again meanwhile: then again
         log.warning("Redis lost the runtime's records: %d task sandboxes bound again", readopted)
         return readopted
 

@@ -2,8 +2,9 @@
 sealed record, every task's grant and every webhook to the NATS key-value bucket SECRETS_BUCKET
 first (the store's
 `durable`, services.gateway.tenants.records.TenantRecords on that bucket), and fills Redis again
-from it when Redis lost them (its marker `deckhands:secrets-intact` is gone). Readers (the
-runtime, the controller, a checkout) read Redis only and need no access to the bucket.
+from it when Redis lost them (its marker `deckhands:secrets-intact` is not "1": see
+shared/loss_marker.py). Readers (the runtime, the controller, a checkout) read Redis only and
+need no access to the bucket.
 
 Filling never overwrites: a record Redis has (written since) wins over the bucket's.
 """
@@ -16,6 +17,7 @@ import logging
 
 from redis.asyncio import Redis
 
+from shared.loss_marker import LossMarker
 from shared.periodic import every
 from shared.secrets_store import SecretsStore
 
@@ -43,18 +45,20 @@ class SecretsRefill:
         self.store = store
         self.webhooks = webhooks
         self.records = records
+        self.marker = LossMarker(redis, INTACT_KEY)
         self.every_s = every_s or _CHECK_EVERY_S
         self._loop: asyncio.Task[None] | None = None
 
     async def refill_if_lost(self) -> int:
         """Put back what the bucket holds if Redis lost it; how many records were missing."""
-        if await self.redis.exists(INTACT_KEY):
+        if await self.marker.intact():
             return 0
+        token = await self.marker.begin_pass()
         restored = 0
         for key, value in await self.records.values(">"):
             if await self.store.restore(key, value) or await self.webhooks.restore(key, value):
                 restored += 1
-        await self.redis.set(INTACT_KEY, "1")
+        await self.marker.end_pass(token)  # unless lost again meanwhile: then filled again
         if restored:
             log.warning("Redis had lost tenants' secrets: %d records put back", restored)
         return restored

@@ -125,7 +125,7 @@ async def test_after_redis_lost_the_runtimes_records_its_sandboxes_are_bound_aga
     task_id = await rt.task()
     await rt.run(task_id, "echo hi")
     container_id = rt.container_of(task_id).id
-    await service.bindings.mark_intact(service.replica_id)
+    await service.bindings.marker(service.replica_id).mark()
     assert await service.upkeep.readopt_after_redis_loss() == 0  # nothing lost
 
     # Redis loses every record of this pool (a FLUSHALL scoped to the test's own keys).
