@@ -14,15 +14,18 @@ furthest below its share, weighted fair queuing on seats held:
 Seats are given at the pace sandboxes start (`max_starting`, 0 for no such limit): a task seated
 but whose sandbox has not started yet is *starting*, and while `max_starting` tasks are, the
 next waits in the queue even if seats are free. The engine starts a few sandboxes at once as
-fast as many (and many at once all finish late), so this costs a burst nothing. A tenant with
-no sandbox starting still takes a free seat past that pace (a start slot of its own): a tenant
-that comes during another's flood waits for no start of the flood. A starting entry older than
-`start_stale_s` (its replica died mid-start) stops counting.
+fast as many (and many at once all finish late), so this costs a burst nothing. A *kind* (a
+tenant's interactive tasks, or its batch ones) with no sandbox starting still takes a free seat
+past that pace (a start slot of its own): a tenant that comes during another's flood, and an
+interactive task during its own tenant's batch, wait for no start of the flood. A starting
+entry older than `start_stale_s` (its replica died mid-start) stops counting.
 
-A task seated in arrival order while younger ones still queue (the head of a backlog) is marked
-`in_order`: its sandbox is started for it rather than taken from the pool's last warm ones, which
-stay for a task that goes ahead of the backlog (another tenant's, an interactive one), so that
-it starts at once instead of waiting for a start among the backlog's.
+A task seated while one of its kind still starts (the rest of a burst), or in arrival order
+while younger ones still queue (the head of a backlog), is marked `leaves_warm`: its sandbox
+is started for it rather than taken from the pool's last warm ones, which stay for whoever
+comes next (another tenant's task, an interactive one), so that it starts at once instead of
+waiting for a start among the burst's. A burst's first task takes a warm one; the pool starts
+more for the rest while their first LLM call runs.
 
 Weights are the operator's (per tenant, `seat_weight` in the tenant's limits, 1 by default),
 kept by the gateway in `deckhands:seat-weights` (HASH tenant -> weight); the scripts only read
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from .seat_scripts import SeatScripts, seats_prefix
+from .seat_scripts import BATCH_OFFSET, SeatScripts, seats_prefix
 
 __all__ = [
     "NO_TENANT",
@@ -48,6 +51,7 @@ __all__ = [
     "Admission",
     "QueuePlace",
     "SandboxSeats",
+    "SeatRecord",
     "Seating",
     "queue_place",
     "queue_position",
@@ -58,11 +62,20 @@ __all__ = [
 WEIGHTS_KEY = "deckhands:seat-weights"
 # The tenant of a task made before tasks named theirs (an order of an older controller).
 NO_TENANT = "-"
-# A batch task's rank is its ticket plus this: after every interactive one of its tenant. A
-# ZSET score is a double, exact up to 2**53: tickets stay far below 2**40.
-BATCH_OFFSET = 2**40
 _RELEASES_KEPT = 100
 _RATE_WINDOW_S = 600.0
+
+
+@dataclass(frozen=True)
+class SeatRecord:
+    """A task's seat, as its sandbox's start goes by it: its tenant (None: no record), whether
+    it was seated as a batch task, and whether it leaves the pool's last warm sandboxes to
+    whoever comes next (seated while one of its kind still started, or in arrival order ahead
+    of a backlog)."""
+
+    tenant: str | None
+    batch: bool
+    leaves_warm: bool
 
 
 @dataclass(frozen=True)
@@ -170,11 +183,14 @@ class SandboxSeats:
         it did, so a start slot is free for the next queued task (`pump`)."""
         return bool(await self.redis.zrem(f"{self.prefix}:starting", task_id))
 
-    async def in_order(self, task_id: str) -> bool:
-        """Whether the task was seated in arrival order ahead of a backlog (every task still
-        queued then came after it): its sandbox should leave the pool's last warm ones to a
-        task that goes ahead of the backlog."""
-        return bool(await self.redis.sismember(f"{self.prefix}:in_order", task_id))
+    async def seat_of(self, task_id: str) -> SeatRecord:
+        """What the task's seat says of its sandbox's start, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(f"{self.prefix}:owner", task_id)
+        pipe.sismember(f"{self.prefix}:batch", task_id)
+        pipe.sismember(f"{self.prefix}:leaves_warm", task_id)
+        owner, batch, leaves = await pipe.execute()
+        return SeatRecord(_text(owner) if owner is not None else None, bool(batch), bool(leaves))
 
     async def starting(self) -> int:
         """Tasks seated whose sandbox has not started yet."""

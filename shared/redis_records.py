@@ -128,7 +128,8 @@ RECORDS: tuple[RedisRecord, ...] = (
     _seats("orders", "HASH task -> its order waiting for a seat (JSON), sent again once seated"),
     _seats("admitted", "ZSET task -> when seated while its order waits to be sent again"),
     _seats("released", "LIST when the latest seats freed (the wait estimate)", gateway_reads=True),
-    _seats("in_order", "SET tasks seated in arrival order ahead of a backlog (warm sandboxes)"),
+    _seats("batch", "SET tasks seated as batch ones: a starting task's kind"),
+    _seats("leaves_warm", "SET tasks seated amid a burst or a backlog (warm sandboxes)"),
     RedisRecord(
         "deckhands:seat-weights",
         GATEWAY,

@@ -9,7 +9,7 @@ replicas never give away the same seat. The keys (per sandbox pool, under
 - `owner`     HASH  task -> tenant, for each task seated or queued
 - `held`      HASH  tenant -> seats its tasks hold
 - `queue`     ZSET  task -> ticket (a counter: arrival order), every queued task
-- `q:<tenant>` ZSET task -> ticket, plus BATCH_OFFSET (shared/admission.py) for a batch task:
+- `q:<tenant>` ZSET task -> ticket, plus BATCH_OFFSET (below) for a batch task:
                the tenant's own queue
 - `waiting`   HASH  tenant -> tasks it has queued (only tenants with some)
 - `queued_at` HASH  task -> unix time it joined the queue
@@ -17,9 +17,12 @@ replicas never give away the same seat. The keys (per sandbox pool, under
 - `orders`    HASH  task -> the order that waits (JSON), until it is handled after admission
 - `admitted`  ZSET  task -> unix time admitted while its order still waits to be sent again
 - `released`  LIST  unix times of the latest releases, newest first: the rate seats free at
-- `in_order`  SET   tasks seated in arrival order while younger ones still queued: a backlog's
-               head, whose sandbox leaves the pool's last warm ones to a task that goes ahead
-               of a backlog (another tenant's, an interactive one), until the task ends
+- `batch`     SET   tasks seated as batch ones, until released: with `owner`, a starting
+               task's kind (its tenant's interactive or batch tasks)
+- `leaves_warm` SET  tasks seated while one of their kind still started, or in arrival order
+               while younger ones still queued (a burst's rest, a backlog's head): their
+               sandboxes leave the pool's last warm ones to whoever comes next (another
+               tenant's task, an interactive one), until the task ends
 
 The per-tenant queues are named inside the scripts, so these keys need one Redis (not a
 cluster), which is what deckhands deploys. The runtime owns them; the gateway only reads.
@@ -29,7 +32,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-__all__ = ["SeatScripts", "seats_prefix"]
+__all__ = ["BATCH_OFFSET", "SeatScripts", "seats_prefix"]
+
+
+# A batch task's rank is its ticket plus this: after every interactive one of its tenant. A
+# ZSET score is a double, exact up to 2**53: tickets stay far below 2**40.
+BATCH_OFFSET = 2**40
 
 
 def seats_prefix(pool_name: str) -> str:
@@ -37,24 +45,39 @@ def seats_prefix(pool_name: str) -> str:
 
 
 # The choice of the next seated task, shared by the scripts. prefix: the pool's key prefix.
-# Returns the task seated, or false when nobody waits.
-_SEAT_NEXT = """
+# Returns the task seated, or false when nobody waits. A task's kind is its tenant and whether
+# it is batch: the start slots past the pace are per kind.
+_SEAT_NEXT = (
+    f"""
+local BATCH_OFFSET = {BATCH_OFFSET}
+"""
+    + """
+local function kind_of(prefix, task)
+  local tenant = redis.call('HGET', prefix .. ':owner', task) or ''
+  if redis.call('SISMEMBER', prefix .. ':batch', task) == 1 then return tenant .. '|b' end
+  return tenant .. '|i'
+end
+
 local function seat_next(prefix, weights, now, busy)
   local waiting = redis.call('HGETALL', prefix .. ':waiting')
-  local best, best_rank, best_ticket = nil, nil, nil
+  local best, best_rank, best_ticket, best_batch = nil, nil, nil, false
   for i = 1, #waiting, 2 do
     local tenant = waiting[i]
     local weight = tonumber(redis.call('HGET', weights, tenant) or '1') or 1
     if weight <= 0 then weight = 1 end
     local held = tonumber(redis.call('HGET', prefix .. ':held', tenant) or '0')
     local rank = (held + 1) / weight
-    local head = redis.call('ZRANGE', prefix .. ':q:' .. tenant, 0, 0)
+    local head = redis.call('ZRANGE', prefix .. ':q:' .. tenant, 0, 0, 'WITHSCORES')
     if #head == 0 then
       redis.call('HDEL', prefix .. ':waiting', tenant)
-    elseif not (busy and busy[tenant]) then
-      local ticket = tonumber(redis.call('ZSCORE', prefix .. ':queue', head[1]))
-      if best == nil or rank < best_rank or (rank == best_rank and ticket < best_ticket) then
-        best, best_rank, best_ticket = tenant, rank, ticket
+    else
+      local batch = tonumber(head[2]) >= BATCH_OFFSET
+      local kind = tenant .. (batch and '|b' or '|i')
+      if not (busy and busy[kind]) then
+        local ticket = tonumber(redis.call('ZSCORE', prefix .. ':queue', head[1]))
+        if best == nil or rank < best_rank or (rank == best_rank and ticket < best_ticket) then
+          best, best_rank, best_ticket, best_batch = tenant, rank, ticket, batch
+        end
       end
     end
   end
@@ -68,6 +91,7 @@ local function seat_next(prefix, weights, now, busy)
   redis.call('HSET', prefix .. ':seats', task, now)
   redis.call('ZADD', prefix .. ':starting', now, task)
   redis.call('HINCRBY', prefix .. ':held', best, 1)
+  if best_batch then redis.call('SADD', prefix .. ':batch', task) end
   return task, best_ticket
 end
 
@@ -81,8 +105,9 @@ end
 
 -- Seats the fairest while seats are free and fewer than `max_starting` (0: no limit) seated
 -- tasks wait for their sandbox to start (entries seated before `stale_before` no longer
--- count). Past that pace, a tenant with no sandbox starting still gets a free seat: a start
--- slot of its own, so that a tenant arriving during another's flood waits for no start of the
+-- count). Past that pace, a kind (a tenant's interactive or batch tasks) with no sandbox
+-- starting still gets a free seat: a start slot of its own, so that a tenant arriving during
+-- another's flood, or an interactive task during its tenant's batch, waits for no start of the
 -- flood (the engine takes a few more starts at once as fast). Each task seated but `asking`
 -- waits in `admitted` (due now) for its order to be sent again. Returns the entries
 -- {task, tenant, waited} of the tasks seated, and whether `asking` was one.
@@ -90,26 +115,27 @@ local function seat_while_free(prefix, weights, now, max, asking, max_starting, 
   local seated, mine = {}, false
   local free = tonumber(max) - redis.call('HLEN', prefix .. ':seats')
   local room = free
-  local busy = nil
+  redis.call('ZREMRANGEBYSCORE', prefix .. ':starting', '-inf', '(' .. stale_before)
   if tonumber(max_starting) > 0 then
-    redis.call('ZREMRANGEBYSCORE', prefix .. ':starting', '-inf', '(' .. stale_before)
     room = tonumber(max_starting) - redis.call('ZCARD', prefix .. ':starting')
-    busy = {}
-    for _, starting in ipairs(redis.call('ZRANGE', prefix .. ':starting', 0, -1)) do
-      busy[redis.call('HGET', prefix .. ':owner', starting) or ''] = true
-    end
   end
-  local tickets = {}
+  -- The kinds with a sandbox starting: the pace's, and who leaves the warm sandboxes.
+  local busy = {}
+  for _, starting in ipairs(redis.call('ZRANGE', prefix .. ':starting', 0, -1)) do
+    busy[kind_of(prefix, starting)] = true
+  end
+  local leaves = {}
   while free > 0 do
     local task, ticket
-    if room > 0 then
+    if room > 0 or tonumber(max_starting) <= 0 then
       task, ticket = seat_next(prefix, weights, now, nil)
     else
       task, ticket = seat_next(prefix, weights, now, busy)
     end
     if not task then break end
-    tickets[task] = ticket
-    if busy then busy[redis.call('HGET', prefix .. ':owner', task) or ''] = true end
+    local kind = kind_of(prefix, task)
+    leaves[task] = {ticket, busy[kind] == true}
+    busy[kind] = true
     free = free - 1
     room = room - 1
     table.insert(seated, seated_entry(prefix, task, now))
@@ -119,17 +145,19 @@ local function seat_while_free(prefix, weights, now, max, asking, max_starting, 
       redis.call('ZADD', prefix .. ':admitted', now, task)
     end
   end
-  -- Seated in arrival order ahead of a backlog (every task still queued came later): its
-  -- sandbox leaves the pool's last warm ones to whoever goes ahead of the backlog.
+  -- A task seated while one of its kind still starts (the rest of a burst), or in arrival
+  -- order ahead of a backlog (every task still queued came later), leaves the pool's last
+  -- warm sandboxes to whoever comes next: another tenant's task, an interactive one.
   local oldest = redis.call('ZRANGE', prefix .. ':queue', 0, 0, 'WITHSCORES')
-  if #oldest > 0 then
-    for task, ticket in pairs(tickets) do
-      if ticket < tonumber(oldest[2]) then redis.call('SADD', prefix .. ':in_order', task) end
+  for task, why in pairs(leaves) do
+    if why[2] or (#oldest > 0 and why[1] < tonumber(oldest[2])) then
+      redis.call('SADD', prefix .. ':leaves_warm', task)
     end
   end
   return seated, mine
 end
 """
+)
 
 # KEYS: none. ARGV: prefix, weights key, task, tenant, now, max, order json ('' when none),
 # batch (0|1), batch offset, max starting, stale before, weak (0|1: an order that does not
@@ -264,7 +292,8 @@ redis.call('HDEL', prefix .. ':owner', task)
 redis.call('HDEL', prefix .. ':orders', task)
 redis.call('ZREM', prefix .. ':admitted', task)
 redis.call('ZREM', prefix .. ':starting', task)
-redis.call('SREM', prefix .. ':in_order', task)
+redis.call('SREM', prefix .. ':leaves_warm', task)
+redis.call('SREM', prefix .. ':batch', task)
 return held
 """
 )

@@ -1,9 +1,8 @@
 """The warm pool: ready sandboxes waiting for tasks, scaled by load.
 
-- It keeps a target number of idle sandboxes: `pool_min_idle`, plus what the recent
-  acquisition rate will consume during one cold start, plus the acquisitions waiting now,
-  capped by `pool_max_idle` and by `pool_max_total` for everything this replica holds
-  (pool_scaling.py).
+- It keeps a target number of idle sandboxes (pool_scaling.py): `pool_min_idle`, plus the
+  demand expected during one cold start, within `pool_max_idle` and `pool_max_total`.
+- Every start, the pool's own and its callers', waits for a fair slot (sandbox_starts.py).
 - A sandbox is handed out only after its executor answered a ping just now; a dead one is
   removed and the next is tried. When none is idle, the caller's own sandbox is started on
   demand (a miss) and the pool refills in the background; at `pool_max_total` it waits.
@@ -39,7 +38,8 @@ from .metrics import (
     SANDBOXES_LOST,
     SANDBOXES_REMOVED,
 )
-from .pool_scaling import idle_target
+from .pool_scaling import idle_target, refills_due
+from .sandbox_starts import ANYONE, REFILL, StartGate, StartTerms
 from .settings import RuntimeSettings
 
 __all__ = ["WarmPool"]
@@ -53,11 +53,10 @@ class WarmPool:
         self.docker = docker
         self._idle: deque[Sandbox] = deque()
         self._busy: dict[str, Sandbox] = {}
-        # Sandboxes this pool let go of for removal: see let_go.
-        self._let_go = RecentlyLetGo()
-        self._creating = 0
-        self._waiting = 0
-        self.queued_demand = 0  # see expect_queued
+        self._let_go = RecentlyLetGo()  # sandboxes let go of for removal: see let_go
+        self._creating, self._refilling = 0, 0  # starts; of them, the pool's own (refills)
+        self._starts = StartGate(settings.sandbox_start_concurrency)
+        self._waiting, self.queued_demand = 0, 0  # acquisitions waiting; see expect_queued
         self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
         self._acquired_at: deque[float] = deque()
@@ -117,7 +116,8 @@ class WarmPool:
             self.settings,
             self._acquired_at,
             self._cold_starts,
-            waiting=self._waiting,
+            # A caller starting a sandbox of its own waits for nothing in the pool.
+            waiting=max(0, self._waiting - (self._creating - self._refilling)),
             queued=self.queued_demand,
             busy=self.busy,
         )
@@ -181,15 +181,15 @@ class WarmPool:
         network: str | None = None,
         workspace_bytes: int | None = None,
         *,
-        leave_idle: int = 0,
+        terms: StartTerms = ANYONE,
     ) -> Sandbox:
         """A ready sandbox, used by nobody before; it now counts as busy.
 
         With a `network` other than the pool's, or a /workspace quota of the task's own
-        (`workspace_bytes`), the sandbox is started for the caller. `leave_idle`: the warm
-        sandboxes the caller leaves to others (the head of a backlog leaves the pool's last
-        ones to whoever goes ahead of it); it takes one only beyond them, or at the pool's
-        maximum, where nothing else can start.
+        (`workspace_bytes`), the sandbox is started for the caller. `terms`: whose start it is
+        (sandbox_starts.py), and the warm sandboxes the caller leaves to others (the rest of a
+        burst leaves the pool's last ones to whoever comes next); it takes one only beyond
+        them, or at the pool's maximum, where nothing else can start.
         """
         dedicated = (
             network is not None and network != self.docker.pool_network
@@ -205,16 +205,15 @@ class WarmPool:
         try:
             while True:
                 at_max = self.total >= self.settings.pool_max_total
-                sandbox = None if dedicated else await self._take_idle(0 if at_max else leave_idle)
+                leave = 0 if at_max else terms.leave_idle
+                sandbox = None if dedicated else await self._take_idle(leave)
                 if sandbox is not None:
                     POOL_HITS.inc()
                     break
                 if self.total < self.settings.pool_max_total:
                     if not dedicated:
                         POOL_MISSES.inc()
-                    sandbox = await self._create(
-                        for_caller=True, network=network, workspace_bytes=workspace_bytes
-                    )
+                    sandbox = await self._create(terms, network, workspace_bytes)
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -246,19 +245,22 @@ class WarmPool:
         return None
 
     async def _create(
-        self, *, for_caller: bool, network: str | None = None, workspace_bytes: int | None = None
+        self, terms: StartTerms, network: str | None = None, workspace_bytes: int | None = None
     ) -> Sandbox:
+        """A sandbox started when `terms` get a start slot: a caller's, counted busy at once,
+        or the pool's own (REFILL), for the caller to make idle."""
         self._creating += 1
         self._publish_gauges()
-        started = time.monotonic()
         try:
-            sandbox = await self.docker.create(network, workspace_bytes)
+            async with self._starts.slot(terms):
+                started = time.monotonic()
+                sandbox = await self.docker.create(network, workspace_bytes)
         finally:
             self._creating -= 1
         elapsed = time.monotonic() - started
         self._cold_starts.append(elapsed)
         COLD_START_SECONDS.observe(elapsed)
-        if for_caller:
+        if terms is not REFILL:
             self._busy[sandbox.container_id] = sandbox
         return sandbox
 
@@ -344,22 +346,20 @@ class WarmPool:
     def _refill(self) -> None:
         target = self.target_idle()
         POOL_TARGET_IDLE.set(target)
-        room = self.settings.pool_max_total - self.total
-        in_flight = self._creating
-        missing = min(
-            target - self.idle - in_flight, room, self.settings.pool_create_concurrency - in_flight
-        )
-        for _ in range(max(0, missing)):
+        for _ in range(refills_due(self.settings, target, self.idle, self._refilling, self.total)):
+            self._refilling += 1
             self._spawn(self._refill_one())
 
     async def _refill_one(self) -> None:
         try:
-            sandbox = await self._create(for_caller=False)
+            sandbox = await self._create(REFILL)
         except SandboxStartError as exc:
             self._refill_failures += 1
             log.error("could not start a warm sandbox (attempt %d): %s", self._refill_failures, exc)
             self._publish_gauges()
             return
+        finally:
+            self._refilling -= 1
         self._refill_failures = 0
         if self._closed:
             await self._destroy(sandbox, "shutdown")

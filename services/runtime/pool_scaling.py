@@ -12,7 +12,7 @@ from collections import deque
 
 from .settings import RuntimeSettings
 
-__all__ = ["idle_target"]
+__all__ = ["idle_target", "refills_due"]
 
 
 def idle_target(
@@ -38,3 +38,19 @@ def idle_target(
     expected = math.ceil(rate * lead_s * 2) if rate else 0
     target = min(s.pool_max_idle, s.pool_min_idle + expected + waiting + queued)
     return max(0, min(target, s.pool_max_total - busy))
+
+
+def refills_due(
+    settings: RuntimeSettings, target: int, idle: int, refilling: int, total: int
+) -> int:
+    """Warm sandboxes the pool should start now: what `target` lacks beyond the `refilling`
+    under way, within pool_max_total (`total`: all the replica holds or starts), at most
+    pool_create_concurrency of its own at once. Its callers' starts for themselves do not
+    count: counting them, a flood's starts for its tasks kept the pool from refilling at all,
+    and a task arriving from another tenant found no warm sandbox left."""
+    missing = min(
+        target - idle - refilling,
+        settings.pool_max_total - total,
+        settings.pool_create_concurrency - refilling,
+    )
+    return max(0, missing)

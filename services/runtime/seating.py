@@ -31,6 +31,7 @@ from .metrics import PREPARED, observe_seatings, publish_seat_gauges
 from .pool import WarmPool
 from .repository_checkout import RepositoryCheckout
 from .retention import KeptSandboxes
+from .sandbox_starts import ANYONE, StartTerms
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes
 from .task_secrets import TaskSecrets
@@ -156,18 +157,24 @@ class Seating:
         except Exception as exc:
             log.warning("task %s: the next queued task was not seated now: %s", task_id, exc)
 
-    async def idle_left_by(self, task_id: str) -> int:
-        """The warm sandboxes the task's first sandbox leaves in the pool: the pool's floor
-        (pool_min_idle) for the head of a backlog, seated in arrival order; none for a task
-        that went ahead of one, or was seated with nobody waiting. During a flood the warm
-        sandboxes are thus there for a quiet tenant's task (or an interactive one), which
-        starts at once instead of waiting for a start among the flood's."""
+    async def start_terms(self, task_id: str) -> StartTerms:
+        """What the task's first sandbox start goes by (sandbox_starts.py): its tenant's turn
+        among the starts, and the warm sandboxes it leaves in the pool: the pool's floor
+        (pool_min_idle) for the rest of a burst (seated while one of its kind still started)
+        and for the head of a backlog; none for a burst's first task, or one that went ahead
+        of a backlog. During a flood the warm sandboxes are thus there for a quiet tenant's
+        task (or an interactive one), which starts at once instead of waiting for a start
+        among the flood's."""
         try:
-            in_order = await self.seats.in_order(task_id)
+            seat = await self.seats.seat_of(task_id)
         except Exception as exc:  # then as any task: a warm sandbox if one is there
-            log.warning("task %s: its place in the seat order is unknown: %s", task_id, exc)
-            return 0
-        return self.settings.pool_min_idle if in_order else 0
+            log.warning("task %s: its seat could not be read: %s", task_id, exc)
+            return ANYONE
+        return StartTerms(
+            tenant=seat.tenant if seat.tenant is not None else ANYONE.tenant,
+            priority=TaskPriority.BATCH if seat.batch else TaskPriority.INTERACTIVE,
+            leave_idle=self.settings.pool_min_idle if seat.leaves_warm else 0,
+        )
 
     async def hold_bound_seats(self) -> None:
         """Every running task sandbox holds a seat (after an upgrade, or a Redis that lost the

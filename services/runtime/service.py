@@ -107,7 +107,7 @@ class RuntimeService:
         )
         self.seating = self._seating(publish_now, resend)
         self.tasks.on_settled = self.seating.start_settled
-        self.tasks.idle_left_by = self.seating.idle_left_by
+        self.tasks.start_terms = self.seating.start_terms
         self.execution = self._execution(publish_now, blobs)
         # A task's files in and out (workspace_ops.py).
         self.workspace = self._workspace(transfers)

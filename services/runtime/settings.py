@@ -85,7 +85,18 @@ class RuntimeSettings(CommonSettings, SandboxSizes):
         description="Threads for blocking Docker API calls (concurrent creates, removals, ...).",
     )
     pool_create_concurrency: int = Field(
-        default=4, ge=1, description="Sandboxes started in parallel to refill the pool."
+        default=4,
+        ge=1,
+        description="Sandboxes the pool starts in parallel to refill itself, besides those "
+        "its callers start for themselves.",
+    )
+    sandbox_start_concurrency: int = Field(
+        default=3,
+        ge=1,
+        description="Sandboxes this replica's engine is asked to start at once; the others "
+        "wait for a slot, handed out fairly between tenants (with the pool's refills as one "
+        "more). The engine starts as many a second from 2 at once as from 16, each the "
+        "slower the more run beside it: a few at once keeps every start quick.",
     )
     pool_scale_window_s: float = Field(
         default=60.0,

@@ -38,6 +38,7 @@ from .containers import (
 from .errors import HeldElsewhere, SandboxStartError, WorkspaceLost
 from .metrics import SANDBOXES_IDLE_STOPPED, SANDBOXES_LOST, SANDBOXES_RESTARTED
 from .pool import WarmPool
+from .sandbox_starts import ANYONE, StartTerms
 
 __all__ = ["TaskSandboxes", "describe_loss"]
 
@@ -59,8 +60,9 @@ class TaskSandboxes:
         # Told each time a task's sandbox was looked for beyond this replica's memory (bound,
         # started, or failed): the seats count it as starting until then.
         self.on_settled: Callable[[str], Awaitable[None]] | None = None
-        # How many warm sandboxes a task's first sandbox leaves in the pool (seating.py).
-        self.idle_left_by: Callable[[str], Awaitable[int]] | None = None
+        # Whose a task's first sandbox start is, and how many warm sandboxes it leaves in the
+        # pool (seating.py).
+        self.start_terms: Callable[[str], Awaitable[StartTerms]] | None = None
 
     def _lock(self, task_id: str) -> asyncio.Lock:
         lock = self._locks.get(task_id)
@@ -129,8 +131,8 @@ class TaskSandboxes:
     async def _bind_fresh(
         self, task_id: str, network: str | None, workspace_bytes: int | None = None
     ) -> Sandbox:
-        leave = await self.idle_left_by(task_id) if self.idle_left_by is not None else 0
-        sandbox = await self.pool.acquire(network, workspace_bytes, leave_idle=leave)
+        terms = ANYONE if self.start_terms is None else await self.start_terms(task_id)
+        sandbox = await self.pool.acquire(network, workspace_bytes, terms=terms)
         winner, holder = await self.bindings.bind_held(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.

@@ -323,33 +323,36 @@ async def test_an_order_sent_again_is_sent_once(paced: SandboxSeats) -> None:
     assert (await paced.pump(resend_after_s=0))[0] == []
 
 
-async def test_the_head_of_a_backlog_leaves_the_warm_sandboxes_to_who_goes_ahead(
+async def test_a_burst_and_a_backlog_leave_the_warm_sandboxes_to_who_comes_next(
     paced: SandboxSeats,
 ) -> None:
     # Alone on an idle pool: nobody waits behind it, the warm sandboxes are its to take.
     assert (await paced.admit("lone", order("lone"), tenant_id="flood")).seated
-    assert not await paced.in_order("lone")
+    assert not (await paced.seat_of("lone")).leaves_warm
     await paced.release("lone")
-    # A flood: its first tasks were seated before anyone queued; the backlog builds after.
+    # A flood: its first task takes a warm sandbox; the next, seated while the first still
+    # starts, leaves them (the rest of a burst); the backlog builds after.
     flood = [await paced.admit(f"f{i}", order(f"f{i}"), tenant_id="flood") for i in range(6)]
     assert [a.seated for a in flood] == [True, True, False, False, False, False]
-    assert not await paced.in_order("f0")
+    assert not (await paced.seat_of("f0")).leaves_warm
+    assert (await paced.seat_of("f1")).leaves_warm
     # Another tenant's task goes ahead of the flood's backlog: a warm sandbox is for it.
     assert (await paced.admit("q0", order("q0"), tenant_id="quiet")).seated
-    assert not await paced.in_order("q0")
-    # So is an interactive task that goes ahead of its own tenant's batch.
+    assert not (await paced.seat_of("q0")).leaves_warm
+    # A tenant's batch and its interactive tasks each have a start slot of their own past the
+    # pace: an interactive task waits for no start of its tenant's batch, and takes a warm one.
     batch = [
         await paced.admit(f"b{i}", order(f"b{i}"), tenant_id="team", batch=True) for i in range(2)
     ]
-    assert [b.seated for b in batch] == [True, False]  # a start slot of its own, then the pace
-    await paced.admit("urgent", order("urgent"), tenant_id="team")
+    assert [b.seated for b in batch] == [True, False]
+    assert (await paced.admit("urgent", order("urgent"), tenant_id="team")).seated
+    assert not (await paced.seat_of("urgent")).leaves_warm
+    assert not (await paced.admit("urgent2", order("urgent2"), tenant_id="team")).seated
+    # The head of the flood's backlog, seated in arrival order while the rest of it queues,
+    # leaves them; its release forgets it.
     for task in ("f0", "f1", "q0"):
         await paced.started(task)
     _, seated = await paced.pump()
-    by_task = {s.task_id: s for s in seated}
-    assert "urgent" in by_task and not await paced.in_order("urgent")
-    # The head of the flood's backlog, seated in arrival order while the rest of it queues,
-    # leaves them; its release forgets it.
-    assert "f2" in by_task and await paced.in_order("f2")
+    assert "f2" in {s.task_id for s in seated} and (await paced.seat_of("f2")).leaves_warm
     await paced.release("f2")
-    assert not await paced.in_order("f2")
+    assert not (await paced.seat_of("f2")).leaves_warm

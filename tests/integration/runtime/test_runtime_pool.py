@@ -15,6 +15,7 @@ from runtime_helpers import eventually, make_settings, remove_pool_containers  #
 from services.runtime.containers import DockerSandboxes
 from services.runtime.errors import PoolExhausted
 from services.runtime.pool import WarmPool
+from services.runtime.sandbox_starts import StartTerms
 from shared.sandbox_protocol.session import answers
 from shared.settings import CommonSettings
 
@@ -26,6 +27,10 @@ def pool_name(docker_client: docker.DockerClient) -> Any:
     name = f"test-pool-{uuid.uuid4().hex[:6]}"
     yield name
     remove_pool_containers(docker_client, name)
+
+
+# A task seated amid a burst: it leaves the pool's last warm sandbox to whoever comes next.
+_LEAVES_ONE = StartTerms(tenant="flood", leave_idle=1)
 
 
 async def _pool(settings: CommonSettings, image: str, name: str, **kw: Any) -> WarmPool:
@@ -125,10 +130,10 @@ async def test_the_head_of_a_backlog_leaves_the_last_warm_sandboxes(
         await eventually(one_idle)
         warm_one = pool._idle[0].container_id
         # A backlog's head leaves it and gets a sandbox started for it...
-        started = await pool.acquire(leave_idle=1)
+        started = await pool.acquire(terms=_LEAVES_ONE)
         assert started.container_id != warm_one and pool.idle == 1
         # ...at the pool's maximum nothing else can start: then it takes the warm one.
-        at_max = await pool.acquire(leave_idle=1)
+        at_max = await pool.acquire(terms=_LEAVES_ONE)
         assert at_max.container_id == warm_one
         for sandbox in (started, at_max):
             await pool.discard(sandbox.container_id, "test")
@@ -138,5 +143,81 @@ async def test_the_head_of_a_backlog_leaves_the_last_warm_sandboxes(
         ahead = await pool.acquire()
         assert ahead.container_id == warm_two
         await pool.discard(ahead.container_id, "test")
+    finally:
+        await pool.stop()
+
+
+async def test_the_pool_refills_while_tasks_start_sandboxes_of_their_own(
+    settings: CommonSettings, sandbox_image: str, pool_name: str
+) -> None:
+    """A flood's tasks starting their own sandboxes do not keep the pool from refilling: the
+    next tenant's task finds a warm one instead of waiting for a start among the flood's."""
+    pool = await _pool(
+        settings,
+        sandbox_image,
+        pool_name,
+        pool_min_idle=1,
+        pool_max_idle=1,
+        pool_max_total=6,
+        pool_create_concurrency=1,
+    )
+    try:
+
+        async def one_idle() -> bool:
+            return pool.idle == 1
+
+        await eventually(one_idle)
+        # Three tasks of a burst leave the warm one and start their own...
+        callers = [asyncio.create_task(pool.acquire(terms=_LEAVES_ONE)) for _ in range(3)]
+
+        async def three_starting() -> bool:
+            return pool.creating == 3
+
+        await eventually(three_starting)
+        # ...another tenant's task takes the warm one meanwhile: the pool starts the next now.
+        taken = await pool.acquire()
+        assert not all(c.done() for c in callers)  # the burst's starts still run
+        pool._refill()
+        assert pool._refilling == 1
+        started = await asyncio.gather(*callers)
+        await eventually(one_idle)
+        for sandbox in (taken, *started):
+            await pool.discard(sandbox.container_id, "test")
+    finally:
+        await pool.stop()
+
+
+async def test_a_tenant_arriving_during_a_flood_of_starts_waits_for_one_or_two_only(
+    settings: CommonSettings, sandbox_image: str, pool_name: str
+) -> None:
+    """Starts go through fair slots: the engine starts as many a second one at a time as many
+    at once, so a tenant's start that comes during another's five is not the sixth to end."""
+    pool = await _pool(
+        settings,
+        sandbox_image,
+        pool_name,
+        pool_min_idle=0,
+        pool_max_idle=0,
+        pool_max_total=10,
+        sandbox_start_concurrency=1,
+    )
+    ended: list[str] = []
+
+    async def start(tenant: str) -> str:
+        sandbox = await pool.acquire(terms=StartTerms(tenant=tenant))
+        ended.append(tenant)
+        return sandbox.container_id
+
+    try:
+        flood = [asyncio.create_task(start("flood")) for _ in range(5)]
+
+        async def five_starting() -> bool:
+            return pool.creating == 5
+
+        await eventually(five_starting)
+        made = await asyncio.gather(*flood, start("quiet"))
+        assert ended.index("quiet") <= 2, ended  # after the one under way and the next
+        for container_id in made:
+            await pool.discard(container_id, "test")
     finally:
         await pool.stop()
