@@ -17,7 +17,7 @@ import threading
 
 from faststream import FastStream
 
-__all__ = ["EXIT_SHUTDOWN_STUCK", "bound_shutdown"]
+__all__ = ["EXIT_SHUTDOWN_STUCK", "bound_shutdown", "exit_unless_done_within"]
 
 # EX_TEMPFAIL: the service did not stop cleanly, and may be started again.
 EXIT_SHUTDOWN_STUCK = 75
@@ -25,8 +25,10 @@ EXIT_SHUTDOWN_STUCK = 75
 log = logging.getLogger("deckhands.shutdown")
 
 
-def bound_shutdown(app: FastStream, timeout_s: float) -> None:
-    """Exit the process if `app`'s stop has not finished `timeout_s` after it began."""
+def exit_unless_done_within(timeout_s: float) -> threading.Timer:
+    """A deadline for a shutdown that begins now: the process exits (status 75) if it still
+    runs `timeout_s` from now, unless the returned timer is cancelled first. A thread, not a
+    task: the event loop may be what is stuck."""
 
     def expire() -> None:
         log.critical(
@@ -35,17 +37,23 @@ def bound_shutdown(app: FastStream, timeout_s: float) -> None:
         logging.shutdown()
         os._exit(EXIT_SHUTDOWN_STUCK)
 
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def bound_shutdown(app: FastStream, timeout_s: float) -> None:
+    """Exit the process if `app`'s stop has not finished `timeout_s` after it began."""
     stop = app.stop
 
     async def bounded_stop() -> None:
-        # A thread, not a task: the event loop may be what is stuck. Cancelled once the stop
-        # is over, so an app stopped inside a longer-lived process (a test) ends nothing.
-        timer = threading.Timer(timeout_s, expire)
-        timer.daemon = True
-        timer.start()
+        # Cancelled once the stop is over, so an app stopped inside a longer-lived process (a
+        # test) ends nothing.
+        deadline = exit_unless_done_within(timeout_s)
         try:
             await stop()
         finally:
-            timer.cancel()
+            deadline.cancel()
 
     app.stop = bounded_stop  # type: ignore[method-assign]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
@@ -19,6 +20,7 @@ from shared.commands import ForgetTaskRequest, HistoryRequest
 from shared.events import AgentStateChangedObservation, ChangeAgentStateAction, Event, MessageAction
 from shared.redis_client import connect_redis
 from shared.settings import CommonSettings
+from shared.shutdown import exit_unless_done_within
 from shared.startup import settings_or_exit
 from shared.streams import ensure_streams
 from shared.subjects import (
@@ -237,18 +239,24 @@ def build_app(
 
 class _GatewayServer(uvicorn.Server):
     """uvicorn waits for open connections before it shuts the app down; event streams never
-    end by themselves, so on the exit signal they are asked to end first."""
+    end by themselves, so on the exit signal they are asked to end first. The whole shutdown
+    is bounded, as every service's is (shared/shutdown.py): the app's own (its broker and
+    stores closed) may wait for ever on a NATS or Redis gone meanwhile."""
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    def __init__(self, config: uvicorn.Config, app: FastAPI, shutdown_timeout_s: float) -> None:
         super().__init__(config)
         self._app = app
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._deadline: threading.Timer | None = None
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._deadline is None:  # the process ends with its last line: never cancelled
+            self._deadline = exit_unless_done_within(self._shutdown_timeout_s)
         context = getattr(self._app.state, "gateway", None)
         if context is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(context.events.stop_streams)
@@ -278,7 +286,7 @@ def main() -> None:
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     sockets = [shared_socket(settings)] if settings.reuse_port else None
-    _GatewayServer(config, app).run(sockets=sockets)
+    _GatewayServer(config, app, settings.shutdown_timeout_s).run(sockets=sockets)
 
 
 def shared_socket(settings: GatewaySettings) -> socket.socket:

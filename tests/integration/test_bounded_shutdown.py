@@ -89,3 +89,51 @@ def test_a_finished_shutdown_ends_nothing_later(settings: CommonSettings) -> Non
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "alive" in done.stdout
+
+
+GATEWAY = """
+import asyncio, contextlib, logging, sys
+import uvicorn
+from fastapi import FastAPI
+from services.gateway.main import _GatewayServer
+
+logging.basicConfig(level=logging.INFO)
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    print("started", flush=True)
+    yield
+    await asyncio.sleep(3600)  # closing a broker whose server never answers again
+
+app = FastAPI(lifespan=lifespan)
+config = uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None)
+_GatewayServer(config, app, shutdown_timeout_s=1.0).run()
+print("stopped cleanly")
+"""
+
+
+def test_a_stuck_shutdown_ends_the_gateway() -> None:
+    """The gateway (uvicorn) bounds its shutdown the same way: its app's own, after the
+    connections, may wait on a NATS or Redis gone meanwhile."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GATEWAY],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started"
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+        took = time.monotonic() - began
+        _, err = proc.communicate(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert code == EXIT_SHUTDOWN_STUCK, err[-2000:]
+    assert took < 10
+    assert "shutdown did not finish within 1s" in err
