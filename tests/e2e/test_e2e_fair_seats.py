@@ -167,9 +167,11 @@ def test_seats_follow_the_weights_while_both_tenants_queue(stack: Stack) -> None
                 waiting = client.hgetall(f"{prefix}:waiting")
                 held = client.hgetall(f"{prefix}:held")
                 pair = (int(held.get(b"heavy", 0)), int(held.get(b"light", 0)))  # type: ignore[union-attr]
-                # Counted once a seat has changed hands: `light` took every seat before `heavy`
-                # asked (no seat idles while anyone waits), and none frees before its tasks end.
-                turned = turned or pair[0] > 0
+                # Counted once `heavy` holds its share: `light` took every seat before `heavy`
+                # asked (no seat idles while anyone waits), and seats change hands only as its
+                # tasks end (no preemption), as slowly as they run on a busy machine (CI saw
+                # 8 of 35 samples in that handover). What is measured is the share kept after.
+                turned = turned or pair[0] >= 3
                 if turned and int(waiting.get(b"heavy", 0)) and int(waiting.get(b"light", 0)):  # type: ignore[union-attr]
                     samples[pair] += 1
                 stop.wait(0.2)
@@ -188,7 +190,7 @@ def test_seats_follow_the_weights_while_both_tenants_queue(stack: Stack) -> None
         sampler.join(10)
         heavy.close()
         light.close()
-    assert sum(samples.values()) >= 10, samples
+    assert sum(samples.values()) >= 10, samples  # the share was reached while both queued
     # Seats change hands one at a time: most samples show 3:1, the rest one seat short.
     full = [s for s in samples.elements() if sum(s) == SEATS]
     at_share = sum(1 for s in full if s == (3, 1))
