@@ -41,9 +41,11 @@ print("stopped cleanly")
 """
 
 
-def test_a_stuck_shutdown_ends_the_service(settings: CommonSettings) -> None:
+def _terminated_when_started(*argv: str) -> tuple[int, float, str]:
+    """Run a program until it prints "started", send it SIGTERM: its exit status, how long it
+    took to exit, and what it wrote on stderr."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", SERVICE, settings.nats_url],
+        [sys.executable, "-c", *argv],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -61,6 +63,11 @@ def test_a_stuck_shutdown_ends_the_service(settings: CommonSettings) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+    return code, took, err
+
+
+def test_a_stuck_shutdown_ends_the_service(settings: CommonSettings) -> None:
+    code, took, err = _terminated_when_started(SERVICE, settings.nats_url)
     assert code == EXIT_SHUTDOWN_STUCK, err[-2000:]
     assert took < 10
     assert "shutdown did not finish within 1s" in err
@@ -115,25 +122,7 @@ print("stopped cleanly")
 def test_a_stuck_shutdown_ends_the_gateway() -> None:
     """The gateway (uvicorn) bounds its shutdown the same way: its app's own, after the
     connections, may wait on a NATS or Redis gone meanwhile."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", GATEWAY],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "started"
-        began = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=20)
-        took = time.monotonic() - began
-        _, err = proc.communicate(timeout=5)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+    code, took, err = _terminated_when_started(GATEWAY)
     assert code == EXIT_SHUTDOWN_STUCK, err[-2000:]
     assert took < 10
     assert "shutdown did not finish within 1s" in err

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import docker
@@ -33,6 +33,20 @@ def pool_name(docker_client: docker.DockerClient) -> Any:
 _LEAVES_ONE = StartTerms(tenant="flood", leave_idle=1)
 
 
+def _idle(pool: WarmPool, count: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return pool.idle == count
+
+    return check
+
+
+def _starting(pool: WarmPool, count: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return pool.creating == count
+
+    return check
+
+
 async def _pool(settings: CommonSettings, image: str, name: str, **kw: Any) -> WarmPool:
     config = make_settings(settings, image, name, pool_health_interval_s=1.0, **kw)
     pool = WarmPool(config, DockerSandboxes(config, f"r-{uuid.uuid4().hex[:4]}"))
@@ -52,10 +66,7 @@ async def warm(
 async def test_a_dead_idle_sandbox_is_never_handed_out(
     warm: WarmPool, docker_client: docker.DockerClient
 ) -> None:
-    async def one_idle() -> bool:
-        return warm.idle == 1
-
-    await eventually(one_idle)
+    await eventually(_idle(warm, 1))
     doomed = warm._idle[0]
     docker_client.api.kill(doomed.container_id)
     sandbox = await warm.acquire()
@@ -123,11 +134,7 @@ async def test_the_head_of_a_backlog_leaves_the_last_warm_sandboxes(
         settings, sandbox_image, pool_name, pool_min_idle=1, pool_max_idle=1, pool_max_total=2
     )
     try:
-
-        async def one_idle() -> bool:
-            return pool.idle == 1
-
-        await eventually(one_idle)
+        await eventually(_idle(pool, 1))
         warm_one = pool._idle[0].container_id
         # A backlog's head leaves it and gets a sandbox started for it...
         started = await pool.acquire(terms=_LEAVES_ONE)
@@ -137,7 +144,7 @@ async def test_the_head_of_a_backlog_leaves_the_last_warm_sandboxes(
         assert at_max.container_id == warm_one
         for sandbox in (started, at_max):
             await pool.discard(sandbox.container_id, "test")
-        await eventually(one_idle)
+        await eventually(_idle(pool, 1))
         # A task that went ahead of the backlog takes the warm one at once.
         warm_two = pool._idle[0].container_id
         ahead = await pool.acquire()
@@ -162,25 +169,18 @@ async def test_the_pool_refills_while_tasks_start_sandboxes_of_their_own(
         pool_create_concurrency=1,
     )
     try:
-
-        async def one_idle() -> bool:
-            return pool.idle == 1
-
-        await eventually(one_idle)
+        await eventually(_idle(pool, 1))
         # Three tasks of a burst leave the warm one and start their own...
         callers = [asyncio.create_task(pool.acquire(terms=_LEAVES_ONE)) for _ in range(3)]
 
-        async def three_starting() -> bool:
-            return pool.creating == 3
-
-        await eventually(three_starting)
+        await eventually(_starting(pool, 3))
         # ...another tenant's task takes the warm one meanwhile: the pool starts the next now.
         taken = await pool.acquire()
         assert not all(c.done() for c in callers)  # the burst's starts still run
         pool._refill()
         assert pool._refilling == 1
         started = await asyncio.gather(*callers)
-        await eventually(one_idle)
+        await eventually(_idle(pool, 1))
         for sandbox in (taken, *started):
             await pool.discard(sandbox.container_id, "test")
     finally:
@@ -211,10 +211,7 @@ async def test_a_tenant_arriving_during_a_flood_of_starts_waits_for_one_or_two_o
     try:
         flood = [asyncio.create_task(start("flood")) for _ in range(5)]
 
-        async def five_starting() -> bool:
-            return pool.creating == 5
-
-        await eventually(five_starting)
+        await eventually(_starting(pool, 5))
         made = await asyncio.gather(*flood, start("quiet"))
         assert ended.index("quiet") <= 2, ended  # after the one under way and the next
         for container_id in made:
