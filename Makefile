@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+EGRESS_VENV := .venv-egress
+EGRESS_STAMP := $(EGRESS_VENV)/.installed
 SANDBOX_IMAGE ?= deckhands/sandbox:latest
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
@@ -11,12 +13,25 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 setup: deps system-packages gvisor image
 
-deps: $(STAMP)
+deps: $(STAMP) $(EGRESS_STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The egress proxy (services/egress) runs mitmproxy 12, which needs Python >= 3.12 and pins
+# versions of its own: a virtualenv apart, from deploy/egress/requirements.txt. The first
+# Python 3.12+ found: on the PATH, else pyenv's.
+$(EGRESS_STAMP): deploy/egress/requirements.txt
+	@py=""; for c in python3.13 python3.12 $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3; do \
+		if "$$c" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then py="$$c"; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then echo "the egress proxy needs Python >= 3.12 (python3.12 on the PATH or under pyenv)" >&2; exit 1; fi; \
+	"$$py" -m venv $(EGRESS_VENV) && \
+	$(EGRESS_VENV)/bin/python -m pip install --quiet --upgrade pip && \
+	$(EGRESS_VENV)/bin/python -m pip install --quiet -r deploy/egress/requirements.txt
+	touch $(EGRESS_STAMP)
 
 # redis-server, mmdebstrap and prometheus (promtool and the server, for the alert and dashboard
 # tests) come from Debian; kubectl (kustomize, for the manifest tests) from the distribution's

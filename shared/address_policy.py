@@ -48,6 +48,8 @@ __all__ = [
     "default_port",
     "host_refused",
     "literal_address",
+    "network_public",
+    "network_refused",
     "system_resolver",
     "url_host_refused",
 ]
@@ -103,6 +105,7 @@ _MAPPED = IPv6Network("::ffff:0:0/96")
 _COMPATIBLE = IPv6Network("::/96")
 _NAT64 = IPv6Network("64:ff9b::/96")
 _TEREDO = IPv6Network("2001::/32")
+_SIXTOFOUR = IPv6Network("2002::/16")
 
 # Names that mean this machine whatever DNS says (RFC 6761 `.localhost`, Debian's /etc/hosts).
 _LOCAL_NAMES = frozenset(
@@ -173,6 +176,25 @@ def _kind(ip: IPAddress) -> str | None:
     if ip not in _GLOBAL_UNICAST:
         return "a reserved address"
     return None
+
+
+def network_refused(network: IPv4Network | IPv6Network) -> bool:
+    """Whether every address of `network` is refused, one of the ranges above holding it whole.
+    Errs toward False: a network across two ranges, or one judged by the IPv4 address each of
+    its addresses embeds (NAT64, 6to4, Teredo), is not."""
+    if isinstance(network, IPv4Network):
+        return any(network.subnet_of(net) for net, _ in _V4)
+    wholly = (*(net for net, _ in _V6), _MAPPED, _COMPATIBLE)
+    return any(network.subnet_of(net) for net in wholly)
+
+
+def network_public(network: IPv4Network | IPv6Network) -> bool:
+    """Whether no address of `network` is refused. Errs toward False: a network holding a form
+    judged by the IPv4 address it embeds (6to4, Teredo) is not."""
+    if isinstance(network, IPv4Network):
+        return not any(network.overlaps(net) for net, _ in _V4)
+    judged = (*(net for net, _ in _V6), _SIXTOFOUR, _TEREDO)
+    return network.subnet_of(_GLOBAL_UNICAST) and not any(network.overlaps(n) for n in judged)
 
 
 def canonical_host(host: str) -> str:

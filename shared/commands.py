@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .egress_policy import EgressPolicy
 from .events import RunnableAction, TaskPriority, new_id
 
 # Every name here is a command model (a test checks the schema has each); MAX_SEQ and
@@ -80,6 +81,12 @@ class ExecuteAction(_Command):
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",
     )
+    network: EgressPolicy | None = Field(
+        default=None,
+        description="The task's egress policy: where its sandbox may connect, through the "
+        "egress proxy only; None: no network. The runtime refuses an order whose policy is not "
+        "the task's.",
+    )
     workspace_mib: int | None = Field(
         default=None,
         ge=1,
@@ -109,6 +116,12 @@ class PrepareSandbox(_Command):
     network_egress: bool = Field(
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",
+    )
+    network: EgressPolicy | None = Field(
+        default=None,
+        description="The task's egress policy: where its sandbox may connect, through the "
+        "egress proxy only; None: no network. The runtime refuses an order whose policy is not "
+        "the task's.",
     )
     workspace_mib: int | None = Field(
         default=None,

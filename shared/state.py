@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .egress_policy import EgressPolicy
 from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, TaskPriority, utc_now
 
 __all__ = [
@@ -119,6 +120,11 @@ class TaskState(BaseModel):
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
     network_egress: bool = Field(
         default=False, description="The task's sandbox may reach the network (none by default)."
+    )
+    network: EgressPolicy | None = Field(
+        default=None,
+        description="The task's egress policy: where its sandbox may connect, through the "
+        "egress proxy only (chosen at creation, within the operator's bound); None: no network.",
     )
     workspace_mib: int | None = Field(
         default=None,

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -185,6 +186,19 @@ class Stack(StackAccess):
             raise ValueError(f"{name!r} cannot be a replica of {service!r}")
         self._spawn(name, [sys.executable, "-m", f"services.{service}"], service, env)
 
+    def start_egress_proxy(self, index: int) -> None:
+        """Start (again) egress proxy replica `index` (egress-0, egress-1...) in its own
+        virtualenv (deploy/egress/requirements.txt: mitmproxy needs Python 3.12)."""
+        python = egress_python()
+        if python is None:
+            print("no .venv-egress: the egress proxy is not started (make setup makes it)")
+            return
+        name = f"egress-{index}"
+        self.config.egress_dir.mkdir(parents=True, exist_ok=True)
+        port = self.config.egress_ports[name]
+        env = {"DECKHANDS_EGRESS_REPLICA": name, "DECKHANDS_EGRESS_HEALTH_PORT": str(port)}
+        self._spawn(name, [str(python), "-m", "services.egress"], env_overrides=env)
+
     def kill_service(self, name: str) -> None:
         """SIGKILL, as a crash would: no clean-up, no acks."""
         pid = self.running()[name]
@@ -251,11 +265,15 @@ class Stack(StackAccess):
             self.start_service(name)
         for name, service in c.replicas:
             self.start_replica(name, service, {})
+        for index in range(c.egress_proxies):
+            self.start_egress_proxy(index)
         self._wait_ready(timeout_s)
         self.ensure_api_key()
         return made_admin_key
 
     def _ready_url(self, name: str) -> str:
+        if name in self.config.egress_ports:
+            return f"http://127.0.0.1:{self.config.egress_ports[name]}/readyz"
         if name == "gateway":
             return f"{self.config.gateway_url}/readyz"
         return f"{self.config.health_url(name)}/readyz"
@@ -263,10 +281,12 @@ class Stack(StackAccess):
     def wait_ready(self, names: tuple[str, ...], timeout_s: float = 60.0) -> None:
         """Until each of `names` answers /readyz 200 (workers only with a metrics port)."""
         deadline = time.monotonic() + timeout_s
-        waiting = [n for n in names if n == "gateway" or n in self.config.metrics_ports]
+        c = self.config
+        probed = {"gateway", *c.metrics_ports, *c.egress_ports}
+        waiting = [n for n in names if n in probed]
         last = "no answer"
         while waiting and time.monotonic() < deadline:
-            started = (*SERVICES, *(name for name, _ in self.config.replicas))
+            started = (*SERVICES, *(name for name, _ in c.replicas), *c.egress_ports)
             dead = [n for n in names if n in started and n not in self.running()]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited; see {self.logs}/<name>.log")
@@ -283,7 +303,9 @@ class Stack(StackAccess):
             raise TimeoutError(f"{', '.join(waiting)} not ready after {timeout_s}s: {last}")
 
     def _wait_ready(self, timeout_s: float) -> None:
-        self.wait_ready((*SERVICES, *(name for name, _ in self.config.replicas)), timeout_s)
+        c = self.config
+        egress = tuple(c.egress_ports) if egress_python() is not None else ()
+        self.wait_ready((*SERVICES, *(name for name, _ in c.replicas), *egress), timeout_s)
 
     def down(self) -> None:
         procs = self.running()
@@ -294,6 +316,12 @@ class Stack(StackAccess):
         for pid_file in self.pids.glob("*.pid") if self.pids.exists() else []:
             pid_file.unlink()
         remove_sandboxes(self.config.pool_name)
+
+
+def egress_python() -> Path | None:
+    """The egress proxy's interpreter (its own virtualenv, made by `make setup`), if any."""
+    python = ROOT / ".venv-egress" / "bin" / "python"
+    return python if python.exists() else None
 
 
 @contextmanager

@@ -131,6 +131,8 @@ class StackAccess:
             "DECKHANDS_PORT": str(c.gateway_port),
             "DECKHANDS_DATA_DIR": str(c.run_dir / "storage"),
             "DECKHANDS_POOL_NAME": c.pool_name,
+            # The runtime's and the egress proxies' shared folder (services/egress).
+            "DECKHANDS_EGRESS_DIR": str(c.egress_dir),
             # Several gateway processes serve one port (tools/stack_config.py, `gateways`).
             "DECKHANDS_REUSE_PORT": "true" if c.gateways > 1 else "false",
             **c.extra_env,

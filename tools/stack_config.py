@@ -51,6 +51,11 @@ class StackConfig:
     # Gateway processes sharing its port (SO_REUSEPORT), as deploy/k8s/base runs two replicas:
     # a burst of POSTs is served on both cores (`isolated` stacks run one unless told).
     gateways: int = int(os.environ.get("DECKHANDS_STACK_GATEWAYS", "2"))
+    # Egress proxy replicas (services/egress), as deploy/k8s runs two; 0: none (a task with a
+    # network policy then reaches nothing, and is told so).
+    egress_proxies: int = int(os.environ.get("DECKHANDS_STACK_EGRESS_PROXIES", "2"))
+    # Each egress proxy's /healthz, /readyz and /metrics port (the stack waits on them).
+    egress_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         counts = (
@@ -64,6 +69,8 @@ class StackConfig:
         for name, service in self.replicas:
             if service in self.metrics_ports:
                 self.metrics_ports.setdefault(name, free_port())
+        for name in self.egress_names:
+            self.egress_ports.setdefault(name, free_port())
         if self.nats_nodes < 1:
             raise ValueError(f"DECKHANDS_STACK_NATS_NODES={self.nats_nodes}: at least 1")
         if self.nats_nodes > 1 and not self.nats_cluster_ports:
@@ -72,6 +79,15 @@ class StackConfig:
             )
         if self.nats_cluster_ports:
             self.nats_port = self.nats_cluster_ports[0][0]
+
+    @property
+    def egress_dir(self) -> Path:
+        """The runtime's and the egress proxies' shared folder (DECKHANDS_EGRESS_DIR)."""
+        return self.run_dir / "egress"
+
+    @property
+    def egress_names(self) -> tuple[str, ...]:
+        return tuple(f"egress-{i}" for i in range(self.egress_proxies))
 
     @property
     def replicas(self) -> tuple[tuple[str, str], ...]:

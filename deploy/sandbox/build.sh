@@ -33,7 +33,7 @@ FORCE_BASE="${FORCE_BASE:-0}"
 # same everywhere: deploy/sandbox/'s go to the top of the build context, the sandbox contract
 # (shared/sandbox_protocol/, which the executor imports) to its shared/.
 mapfile -t SOURCES < <(cd "$ROOT" && printf '%s\n' \
-    deploy/sandbox/{Dockerfile,packages.txt,noautomount.c,holder.py} deploy/sandbox/executor/*.py \
+    deploy/sandbox/{Dockerfile,packages.txt,noautomount.c,holder.py,egress_relay.py} deploy/sandbox/executor/*.py \
     shared/__init__.py shared/sandbox_protocol/*.py | LC_ALL=C sort)
 # The image records which sources it was built from (their names and contents): an image of an
 # older executor (whose protocol the runtime may have outgrown) is rebuilt, not reused.

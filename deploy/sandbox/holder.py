@@ -75,6 +75,16 @@ def _copy(src: int, dst: int) -> None:
         return
 
 
+def _start_egress_relay() -> None:
+    """A task with a network policy: 127.0.0.1:3128 to the egress proxy (egress_relay.py),
+    run by this uid, so the agent can neither stop nor replace it."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import egress_relay
+
+    if os.path.isdir(egress_relay.FOLDER):
+        _thread.start_new_thread(egress_relay.serve, ())
+
+
 def _run_executor() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import executor
@@ -121,6 +131,7 @@ def main() -> None:
 
     _thread.start_new_thread(requests, ())
     _not_dumpable()
+    _start_egress_relay()
     _copy(from_executor_r, 1)
     # The executor closed its stdout: it exited, or the agent killed it. Its sandbox is lost.
     _, status = os.waitpid(pid, 0)

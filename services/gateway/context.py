@@ -11,6 +11,7 @@ from faststream.nats import NatsBroker
 from redis.asyncio import Redis
 
 from shared.blobs import BlobStore
+from shared.egress_policy import EgressPolicy
 from shared.secrets_store import SecretsStore
 from shared.subjects import SECRETS_BUCKET
 from shared.workspace import WorkspaceTransfers
@@ -89,6 +90,7 @@ def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
         max_sub_tasks=settings.max_sub_tasks_per_task,
         max_event_streams=settings.max_event_streams_per_tenant,
         allow_trajectory_tasks=settings.allow_trajectory_tasks,
+        egress_allow=tuple(settings.egress_allow),
     )
 
 
@@ -103,6 +105,10 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
             confirmation_threshold=settings.default_confirmation_threshold,
             network_egress_allowed=settings.allow_network_egress,
             max_workspace_mib=settings.max_workspace_mib,
+            egress_presets={
+                name: EgressPolicy(allow=tuple(rules))
+                for name, rules in settings.egress_presets.items()
+            },
         ),
         idempotency_ttl_s=settings.idempotency_ttl_s,
         pool_name=settings.pool_name,

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 __all__ = [
     "ApiKeyNotFound",
     "EgressForbidden",
+    "EgressPolicyRefused",
     "GatewayError",
     "IdempotencyConflict",
     "InvalidCursor",
@@ -109,6 +110,13 @@ class EgressForbidden(GatewayError):
     """The task asked for network egress, which the operator disallowed."""
 
     status_code = 403
+
+
+class EgressPolicyRefused(GatewayError):
+    """An egress policy wider than its bound (a task's, or a tenant's bound wider than the
+    server's), or a preset the server does not have: the detail names the rule or preset."""
+
+    status_code = 422
 
 
 class IdempotencyConflict(GatewayError):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, field_validator
+from typing import Annotated
 
+from pydantic import Field, SecretStr, StringConstraints, field_validator, model_validator
+
+from shared.egress_policy import MAX_RULES, EgressPolicy, RuleText, policy_outside
 from shared.events import RiskLevel
 from shared.settings import CommonSettings
 
-__all__ = ["GatewaySettings"]
+__all__ = ["PRESET_NAME_PATTERN", "GatewaySettings", "PresetName"]
+
+PRESET_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+PresetName = Annotated[str, StringConstraints(pattern=PRESET_NAME_PATTERN)]
+_PresetRules = Annotated[list[RuleText], Field(max_length=MAX_RULES)]
 
 
 class GatewaySettings(CommonSettings):
@@ -39,8 +46,24 @@ class GatewaySettings(CommonSettings):
     allow_network_egress: bool = Field(
         default=False,
         description="Whether a task may ask for a sandbox with network access "
-        "(`network_egress`); false (the default) refuses such tasks with 403. Same variable as "
-        "the runtime's.",
+        "(`network_egress`) on the plain network, where egress_allow is empty (with a bound, "
+        "`network_egress` asks for the bound as the task's egress policy instead); false (the "
+        "default) refuses such tasks with 403. Same variable as the runtime's.",
+    )
+    # A task's egress policy (issue 27): services/gateway/tasks/egress.py.
+    egress_allow: list[RuleText] = Field(
+        default=[],
+        max_length=MAX_RULES,
+        description="Where tasks' sandboxes may connect at most, through the egress proxy (JSON "
+        "list of rules: `host`, `*.domain`, an address, a CIDR network, `*` for any public "
+        "host, each with an optional `:port`): the bound of every task's policy (`network`), "
+        "which a tenant's egress_allow may narrow. Empty: no task may have a policy.",
+    )
+    egress_presets: dict[PresetName, _PresetRules] = Field(
+        default={},
+        description="Named policies a task may ask for by name (`network.presets`), as a JSON "
+        'object, e.g. {"python": ["pypi.org", "files.pythonhosted.org"]}; each within '
+        "egress_allow.",
     )
     max_workspace_mib: int = Field(
         default=8192,
@@ -225,6 +248,18 @@ class GatewaySettings(CommonSettings):
         "least 32 characters; unset or empty: the admin API answers 401 to everyone. On "
         "Kubernetes it comes from the Secret deckhands-gateway-admin.",
     )
+
+    @model_validator(mode="after")
+    def _presets_are_within_the_bound(self) -> GatewaySettings:
+        bound = EgressPolicy(allow=tuple(self.egress_allow))
+        for name, rules in self.egress_presets.items():
+            outside = policy_outside(EgressPolicy(allow=tuple(rules)), bound)
+            if outside is not None:
+                raise ValueError(
+                    f"DECKHANDS_EGRESS_PRESETS: the rule {outside!r} of the preset {name!r} is "
+                    "outside DECKHANDS_EGRESS_ALLOW"
+                )
+        return self
 
     @field_validator("admin_api_key")
     @classmethod

@@ -30,15 +30,15 @@ from shared.sandbox_protocol import PROTOCOL_VERSION
 
 from .container_info import ContainerInfo, container_info
 from .container_removal import remove_container
+from .egress_folders import EgressFolders, proxy_environment
 from .engine_check import check_engine
 from .errors import ExecutorError, SandboxLost, SandboxStartError
 from .executor_client import ExecutorClient, open_attach_socket
 from .keepers import ROLE_KEEPER, remove_keeper, remove_stray_keepers, start_keeper
 from .sandbox import Sandbox
-from .sandbox_host_config import sandbox_host_config
+from .sandbox_host_config import sandbox_container_config, sandbox_host_config
 from .sandbox_labels import (
     IDLE_PREFIX,
-    LABEL_IMAGE,
     LABEL_NETWORK,
     LABEL_POOL,
     LABEL_REPLICA,
@@ -46,8 +46,10 @@ from .sandbox_labels import (
     NO_NETWORK,
     ROLE_SANDBOX,
     TASK_PREFIX,
+    sandbox_labels,
     task_container_name,
 )
+from .sandbox_shape import POOL_SHAPE, SandboxShape
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -81,6 +83,9 @@ class DockerSandboxes:
         self._client = client
         # Containers being created right now: reconciliation must not mistake them for leaks.
         self.pending_names: set[str] = set()
+        self.egress_folders = EgressFolders(settings.egress_dir)
+        # The egress folder of each sandbox created here that has one (removed with it).
+        self._egress_tokens: dict[str, str] = {}
         # Creations whose caller gave up: their containers are removed as soon as they exist.
         self._abandoned: set[asyncio.Future[Any]] = set()
         # Docker calls block: they run on threads of our own, as many as a burst of sandbox
@@ -128,14 +133,9 @@ class DockerSandboxes:
         s = self.settings
         return s.sandbox_network_name if s.sandbox_network else NO_NETWORK
 
-    def labels(self, network: str) -> dict[str, str]:
-        return {
-            LABEL_ROLE: ROLE_SANDBOX,
-            LABEL_POOL: self.settings.pool_name,
-            LABEL_REPLICA: self.replica_id,
-            LABEL_IMAGE: self.settings.sandbox_image,
-            LABEL_NETWORK: network,
-        }
+    def labels(self, network: str, egress_token: str | None = None) -> dict[str, str]:
+        s = self.settings
+        return sandbox_labels(s.pool_name, self.replica_id, s.sandbox_image, network, egress_token)
 
     def host_config(
         self, network: str | None = None, workspace_bytes: int | None = None
@@ -144,36 +144,33 @@ class DockerSandboxes:
         a task's own /workspace quota instead of the default."""
         return sandbox_host_config(self.settings, network or self.pool_network, workspace_bytes)
 
-    async def create(
-        self, network: str | None = None, workspace_bytes: int | None = None
-    ) -> Sandbox:
+    async def create(self, shape: SandboxShape = POOL_SHAPE) -> Sandbox:
         """Create, start and attach a fresh sandbox; it is ready once its executor answers.
 
-        `network` is a Docker network for a task that opted in to egress; by default the
-        pool's (none). `workspace_bytes`: a task's own /workspace quota.
+        `shape` (sandbox_shape.py): a Docker network for a task that opted in to plain egress
+        (by default the pool's: none), a task's own /workspace quota, or a network policy: no
+        network, and a folder for the egress proxy (egress_folders.py).
         """
         name = IDLE_PREFIX + secrets.token_hex(6)
-        network = network or self.pool_network
+        workspace_bytes = shape.workspace_bytes
+        egress_token = folder = None
+        environment = {"DECKHANDS_WORKSPACE": "/workspace"}
+        if shape.egress is not None:
+            network = NO_NETWORK
+            egress_token, folder = self.egress_folders.make(shape.egress)
+            environment |= proxy_environment()
+        else:
+            network = shape.network or self.pool_network
 
         def _create() -> str:
             api = self._api()
-            config = api.create_container_config(
-                self.settings.sandbox_image,
-                None,
-                labels=self.labels(network),
-                stdin_open=True,  # the executor's request channel
-                tty=False,
-                # Root only for Docker's init, tini and the start of holder.py: the agent's
-                # commands run as uid 1000, the channel is held by uid 999 (see holder.py).
-                user="0:0",
-                working_dir="/workspace",
-                hostname="sandbox",
-                environment={"DECKHANDS_WORKSPACE": "/workspace"},
-                host_config=api.create_host_config(**self.host_config(network, workspace_bytes)),
+            config = sandbox_container_config(
+                api,
+                self.settings,
+                self.labels(network, egress_token),
+                environment,
+                sandbox_host_config(self.settings, network, workspace_bytes, folder),
             )
-            # docker-py sets StdinOnce with stdin_open, which would close the executor's stdin
-            # when the first client detaches; a restarted runtime must be able to re-attach.
-            config["StdinOnce"] = False
             container = api.create_container_from_config(config, name)
             cid = str(container["Id"])
             try:
@@ -193,11 +190,18 @@ class DockerSandboxes:
                 self._abandon(creation)
                 raise
             except docker.errors.DockerException as exc:
+                self.egress_folders.remove(egress_token)
                 raise SandboxStartError(f"cannot create a sandbox: {exc}") from exc
+            except BaseException:
+                self.egress_folders.remove(egress_token)
+                raise
+            if egress_token is not None:
+                self._egress_tokens[cid] = egress_token
             try:
                 sandbox = await self.attach(cid, name, timeout_s=self.settings.start_timeout_s)
                 sandbox.network = network
                 sandbox.workspace_bytes = workspace_bytes
+                sandbox.egress = shape.egress
                 return sandbox
             except BaseException:
                 await self.remove(cid)
@@ -296,6 +300,9 @@ class DockerSandboxes:
             await self._call(self._remove_sync, container_id)
         except docker.errors.DockerException as exc:
             log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
+            return
+        # Its egress folder, if it had one (one left by a crash: `sweep_egress_folders`).
+        self.egress_folders.remove(self._egress_tokens.pop(container_id, None))
 
     # -- workspace keepers (keepers.py): a tmpfs workspace's files across a stop
 

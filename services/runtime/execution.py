@@ -49,6 +49,7 @@ from .metrics import ACTION_SECONDS, ACTIONS
 from .order_check import OrderCheck
 from .recent_actions import RecentActions
 from .repository_checkout import RepositoryCheckout
+from .sandbox_shape import shape_for
 from .seating import Publish, Seating
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes
@@ -230,8 +231,15 @@ class Execution:
         Raises what is transient (the order is redelivered) unless this is its last try."""
         action = command.action
         kind = action.kind
-        network = None
-        if command.network_egress:
+        if command.network is not None and self.settings.egress_dir is None:
+            ACTIONS.labels(kind, "egress_forbidden").inc()
+            return error_observation(
+                action,
+                "This task has a network policy, but this runtime has no egress proxy "
+                "(DECKHANDS_EGRESS_DIR is not set). The action was not run.",
+                "egress_forbidden",
+            )
+        if command.network_egress and command.network is None:
             if not self.settings.allow_network_egress:
                 ACTIONS.labels(kind, "egress_forbidden").inc()
                 return error_observation(
@@ -240,11 +248,16 @@ class Execution:
                     "(DECKHANDS_ALLOW_NETWORK_EGRESS=false). The action was not run.",
                     "egress_forbidden",
                 )
-            network = self.settings.sandbox_network_name
+        shape = shape_for(
+            self.settings,
+            command.task_id,
+            tenant_id=command.tenant_id,
+            network_egress=command.network_egress,
+            network=command.network,
+            workspace_mib=command.workspace_mib,
+        )
         try:
-            return await self.tasks.get(
-                command.task_id, network, self.settings.task_workspace_bytes(command.workspace_mib)
-            )
+            return await self.tasks.get(command.task_id, shape)
         except WorkspaceLost as exc:
             ACTIONS.labels(kind, "sandbox_lost").inc()
             return error_observation(

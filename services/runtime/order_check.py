@@ -10,7 +10,8 @@ State (one Redis read, the one the runtime needs anyway) and runs the order only
   another command is refused);
 - the State holds the action's approval: the security monitor's ALLOW verdict or the user's
   confirmation, naming this action;
-- the order asks for network egress exactly when the task does.
+- the order asks for network egress exactly when the task does, and carries the task's own
+  egress policy (a forged order must not widen where the sandbox may connect).
 
 Anything else (forged, replayed, stale) is answered with an ErrorObservation (`order_refused`,
 its cause the action's id) and a WARNING on the `deckhands.security` logger, and is never run:
@@ -60,6 +61,8 @@ def refusal_of(state: TaskState, order: ExecuteAction) -> tuple[str, str] | None
         return "not_approved", "no ALLOW verdict or user confirmation approved this action"
     if order.network_egress != state.network_egress:
         return "egress_mismatch", "the order's network egress is not the task's"
+    if order.network != state.network:
+        return "egress_mismatch", "the order's egress policy is not the task's"
     return None
 
 

@@ -39,6 +39,7 @@ from .metrics import (
     SANDBOXES_REMOVED,
 )
 from .pool_scaling import idle_target, refills_due
+from .sandbox_shape import POOL_SHAPE, SandboxShape
 from .sandbox_starts import ANYONE, REFILL, StartGate, StartTerms
 from .settings import RuntimeSettings
 
@@ -177,23 +178,17 @@ class WarmPool:
     # -- acquisition
 
     async def acquire(
-        self,
-        network: str | None = None,
-        workspace_bytes: int | None = None,
-        *,
-        terms: StartTerms = ANYONE,
+        self, shape: SandboxShape = POOL_SHAPE, *, terms: StartTerms = ANYONE
     ) -> Sandbox:
         """A ready sandbox, used by nobody before; it now counts as busy.
 
-        With a `network` other than the pool's, or a /workspace quota of the task's own
-        (`workspace_bytes`), the sandbox is started for the caller. `terms`: whose start it is
-        (sandbox_starts.py), and the warm sandboxes the caller leaves to others (the rest of a
-        burst leaves the pool's last ones to whoever comes next); it takes one only beyond
+        A sandbox of a task's own `shape` (sandbox_shape.py) is started for the caller.
+        `terms`: whose start it is (sandbox_starts.py), and the warm sandboxes the caller
+        leaves to others (the rest of a burst leaves the pool's last ones to whoever comes
+        next); it takes one only beyond
         them, or at the pool's maximum, where nothing else can start.
         """
-        dedicated = (
-            network is not None and network != self.docker.pool_network
-        ) or workspace_bytes is not None
+        dedicated = shape.own(self.docker.pool_network)
         started = time.monotonic()
         deadline = started + self.settings.acquire_timeout_s
         # Demand for warm sandboxes: a dedicated one never comes from the pool.
@@ -213,7 +208,7 @@ class WarmPool:
                 if self.total < self.settings.pool_max_total:
                     if not dedicated:
                         POOL_MISSES.inc()
-                    sandbox = await self._create(terms, network, workspace_bytes)
+                    sandbox = await self._create(terms, shape)
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -244,9 +239,7 @@ class WarmPool:
             self._spawn(self._destroy(sandbox, "unhealthy"))
         return None
 
-    async def _create(
-        self, terms: StartTerms, network: str | None = None, workspace_bytes: int | None = None
-    ) -> Sandbox:
+    async def _create(self, terms: StartTerms, shape: SandboxShape = POOL_SHAPE) -> Sandbox:
         """A sandbox started when `terms` get a start slot: a caller's, counted busy at once,
         or the pool's own (REFILL), for the caller to make idle."""
         self._creating += 1
@@ -254,7 +247,7 @@ class WarmPool:
         try:
             async with self._starts.slot(terms):
                 started = time.monotonic()
-                sandbox = await self.docker.create(network, workspace_bytes)
+                sandbox = await self.docker.create(shape)
         finally:
             self._creating -= 1
         elapsed = time.monotonic() - started
@@ -272,8 +265,8 @@ class WarmPool:
     def put_back(self, sandbox: Sandbox) -> None:
         """Return a sandbox that was acquired but never used (its task went elsewhere)."""
         self._busy.pop(sandbox.container_id, None)
-        if sandbox.network != self.docker.pool_network or sandbox.workspace_bytes is not None:
-            # Made for one task (its egress, its workspace size): of no use to the pool.
+        if sandbox.shape.own(self.docker.pool_network):
+            # Made for one task (its network, its workspace size): of no use to the pool.
             self._spawn(self._destroy(sandbox, "unused"))
         elif self._closed:
             self._spawn(self._destroy(sandbox, "shutdown"))

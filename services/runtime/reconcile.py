@@ -33,6 +33,7 @@ from .containers import (
 from .errors import SandboxStartError
 from .metrics import SANDBOXES_REMOVED
 from .pool import WarmPool
+from .sandbox_labels import LABEL_EGRESS
 from .task_sandboxes import TaskSandboxes
 
 __all__ = ["ReconcileReport", "reconcile"]
@@ -49,6 +50,7 @@ class ReconcileReport:
     volumes_pruned: int = 0
     keepers_removed: int = 0
     rebound: int = 0
+    egress_folders_removed: int = 0
 
 
 class _Pass:
@@ -166,12 +168,16 @@ async def reconcile(
     # Before the volumes: a keeper no longer needed must not hold one.
     report.keepers_removed = await docker.remove_stray_keepers()
     report.volumes_pruned = await docker.prune_volumes()
+    # Egress folders of sandboxes gone (a crash between a removal and its folder's).
+    live = {c.labels[LABEL_EGRESS] for c in containers if LABEL_EGRESS in c.labels}
+    report.egress_folders_removed = docker.egress_folders.sweep(live)
     if (
         report.removed
         or report.adopted
         or report.unbound
         or report.volumes_pruned
         or report.keepers_removed
+        or report.egress_folders_removed
     ):
         log.info("reconciled: %s", report)
     return report

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from shared.egress_policy import SandboxEgress
 from shared.sandbox_protocol.session import SandboxSession
 
 from .sandbox_labels import NO_NETWORK
+from .sandbox_shape import SandboxShape
 
 __all__ = ["Sandbox"]
 
@@ -24,8 +26,14 @@ class Sandbox:
     network: str = NO_NETWORK
     # A /workspace quota of its task's own (None: the pool's default size).
     workspace_bytes: int | None = None
+    # Its task's network policy: no network, only the egress proxy's folder.
+    egress: SandboxEgress | None = None
     # Told to the agent with its next command's output (e.g. the sandbox was restarted).
     notice: str | None = None
+
+    @property
+    def shape(self) -> SandboxShape:
+        return SandboxShape(self.network, self.workspace_bytes, self.egress)
 
     @property
     def short_id(self) -> str:

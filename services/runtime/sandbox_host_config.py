@@ -11,18 +11,24 @@ from typing import Any
 
 from docker.types import DriverConfig, LogConfig, Mount
 
+from shared.egress_policy import SANDBOX_EGRESS_MOUNT
+
 from .isolation import confinement
 from .sandbox_labels import LABEL_POOL, LABEL_ROLE, ROLE_SANDBOX
 from .settings import RuntimeSettings
 
-__all__ = ["sandbox_host_config"]
+__all__ = ["sandbox_container_config", "sandbox_host_config"]
 
 
 def sandbox_host_config(
-    settings: RuntimeSettings, network: str, workspace_bytes: int | None = None
+    settings: RuntimeSettings,
+    network: str,
+    workspace_bytes: int | None = None,
+    egress_folder: str | None = None,
 ) -> dict[str, Any]:
     """The host config of a sandbox on `network`. `workspace_bytes`: a task's own /workspace
-    quota instead of the default."""
+    quota instead of the default. `egress_folder`: its folder for the egress proxy, mounted
+    read-only (its only way out: such a sandbox has no network)."""
     s = settings
     files = f"nr_inodes={s.sandbox_inodes}"
     tmpfs = {"/tmp": f"rw,exec,nosuid,nodev,size={s.sandbox_tmp_size},{files},mode=1777"}
@@ -52,10 +58,13 @@ def sandbox_host_config(
         pids=s.sandbox_pids,
         init=s.docker_init,
     )
+    mounts = [workspace]
+    if egress_folder is not None:
+        mounts.append(Mount(SANDBOX_EGRESS_MOUNT, egress_folder, type="bind", read_only=True))
     return {
         **config,
         "network_mode": network,
-        "mounts": [workspace],
+        "mounts": mounts,
         "tmpfs": tmpfs,
         # Only for the image's holder.py, which starts as root, forks the executor as the
         # sandbox user and then leaves root itself: both setuids clear every capability,
@@ -65,3 +74,31 @@ def sandbox_host_config(
             type="json-file", config={"max-size": s.sandbox_log_max_size, "max-file": "1"}
         ),
     }
+
+
+def sandbox_container_config(
+    api: Any,
+    settings: RuntimeSettings,
+    labels: dict[str, str],
+    environment: dict[str, str],
+    host_config: dict[str, Any],
+) -> dict[str, Any]:
+    """The whole creation request of a sandbox (docker-py's low-level `api`)."""
+    config: dict[str, Any] = api.create_container_config(
+        settings.sandbox_image,
+        None,
+        labels=labels,
+        stdin_open=True,  # the executor's request channel
+        tty=False,
+        # Root only for Docker's init, tini and the start of holder.py: the agent's commands
+        # run as uid 1000, the channel is held by uid 999 (see holder.py).
+        user="0:0",
+        working_dir="/workspace",
+        hostname="sandbox",
+        environment=environment,
+        host_config=api.create_host_config(**host_config),
+    )
+    # docker-py sets StdinOnce with stdin_open, which would close the executor's stdin when
+    # the first client detaches; a restarted runtime must be able to re-attach.
+    config["StdinOnce"] = False
+    return config

@@ -12,6 +12,7 @@ import re
 
 __all__ = [
     "IDLE_PREFIX",
+    "LABEL_EGRESS",
     "LABEL_IMAGE",
     "LABEL_NETWORK",
     "LABEL_POOL",
@@ -20,6 +21,7 @@ __all__ = [
     "NO_NETWORK",
     "ROLE_SANDBOX",
     "TASK_PREFIX",
+    "sandbox_labels",
     "task_container_name",
 ]
 
@@ -29,6 +31,8 @@ LABEL_POOL = "deckhands.pool"
 LABEL_REPLICA = "deckhands.replica"
 LABEL_IMAGE = "deckhands.image"
 LABEL_NETWORK = "deckhands.network"
+# The sandbox's folder for the egress proxy (egress_folders.py), if its task has a policy.
+LABEL_EGRESS = "deckhands.egress"
 NO_NETWORK = "none"
 IDLE_PREFIX = "deckhands-idle-"
 TASK_PREFIX = "deckhands-task-"
@@ -40,3 +44,18 @@ def task_container_name(task_id: str) -> str:
     if _NAME_SAFE.match(task_id):
         return TASK_PREFIX + task_id
     return TASK_PREFIX + "h" + hashlib.sha256(task_id.encode()).hexdigest()[:32]
+
+
+def sandbox_labels(
+    pool: str, replica: str, image: str, network: str, egress_token: str | None = None
+) -> dict[str, str]:
+    """The labels of a sandbox: whose pool and replica it is, its image and network, and its
+    folder for the egress proxy if its task has a network policy."""
+    labels = {
+        LABEL_ROLE: ROLE_SANDBOX,
+        LABEL_POOL: pool,
+        LABEL_REPLICA: replica,
+        LABEL_IMAGE: image,
+        LABEL_NETWORK: network,
+    }
+    return labels | ({LABEL_EGRESS: egress_token} if egress_token else {})

@@ -31,6 +31,7 @@ from .metrics import PREPARED, observe_seatings, publish_seat_gauges
 from .pool import WarmPool
 from .repository_checkout import RepositoryCheckout
 from .retention import KeptSandboxes
+from .sandbox_shape import shape_for
 from .sandbox_starts import ANYONE, StartTerms
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes
@@ -199,6 +200,8 @@ class Seating:
             return  # ended already (or unknown): its release may have come first
         if command.network_egress and not self.settings.allow_network_egress:
             return  # its action will be refused with the reason
+        if command.network is not None and self.settings.egress_dir is None:
+            return  # the same
         # Kept with its place in the queue: once seated, the order comes back and the sandbox
         # starts then, ahead of the task's first action if it has not come yet.
         admission = await self.seats.admit(
@@ -213,11 +216,16 @@ class Seating:
             await self.admit_queued()
         if not admission.seated:
             return
-        network = self.settings.sandbox_network_name if command.network_egress else None
+        shape = shape_for(
+            self.settings,
+            task_id,
+            tenant_id=command.tenant_id,
+            network_egress=command.network_egress,
+            network=command.network,
+            workspace_mib=command.workspace_mib,
+        )
         try:
-            sandbox = await self.tasks.get(
-                task_id, network, self.settings.task_workspace_bytes(command.workspace_mib)
-            )
+            sandbox = await self.tasks.get(task_id, shape)
             # The repository is fetched while the agent thinks (a failure: the first action
             # tries again, and ends the task with the reason).
             await self.checkouts.ensure(task_id, sandbox)

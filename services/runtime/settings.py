@@ -180,6 +180,12 @@ class RuntimeSettings(CommonSettings, SandboxSizes):
         description="Egress for every sandbox: all join sandbox_network_name instead of having "
         "no network at all. Leave it off and let tasks opt in with `network_egress`.",
     )
+    egress_dir: str | None = Field(
+        default=None,
+        description="Folder shared with the egress proxy (its DECKHANDS_EGRESS_DIR): a "
+        "sandbox whose task has a network policy gets a folder here, mounted read-only, as its "
+        "only way out. Unset: such tasks' actions are refused with the reason.",
+    )
     sandbox_network_name: str = Field(
         default="bridge",
         description="Docker network that sandboxes with egress join (a task's opt-in, or "

@@ -38,6 +38,7 @@ from .containers import (
 from .errors import HeldElsewhere, SandboxStartError, WorkspaceLost
 from .metrics import SANDBOXES_IDLE_STOPPED, SANDBOXES_LOST, SANDBOXES_RESTARTED
 from .pool import WarmPool
+from .sandbox_shape import POOL_SHAPE, SandboxShape
 from .sandbox_starts import ANYONE, StartTerms
 
 __all__ = ["TaskSandboxes", "describe_loss"]
@@ -76,14 +77,11 @@ class TaskSandboxes:
     def tasks(self) -> dict[str, Sandbox]:
         return dict(self._local)
 
-    async def get(
-        self, task_id: str, network: str | None = None, workspace_bytes: int | None = None
-    ) -> Sandbox:
+    async def get(self, task_id: str, shape: SandboxShape = POOL_SHAPE) -> Sandbox:
         """The task's sandbox, acquiring and binding one on its first action.
 
-        `network` names the network of a task that opted in to egress, `workspace_bytes` its
-        own /workspace quota; the sandbox is chosen on the first action, so they hold for the
-        task's whole life.
+        `shape`: its network and /workspace quota (sandbox_shape.py); the sandbox is chosen on
+        the first action, so they hold for the task's whole life.
         Raises WorkspaceLost when the task had a sandbox that no longer works.
         """
         async with self._lock(task_id):
@@ -104,7 +102,7 @@ class TaskSandboxes:
                 if held is not None:
                     await self._check_holder(task_id, held[1])
                     return await self._attach_bound(task_id, held[0])
-                return await self._bind_fresh(task_id, network, workspace_bytes)
+                return await self._bind_fresh(task_id, shape)
             finally:
                 if self.on_settled is not None:
                     await self.on_settled(task_id)
@@ -128,11 +126,9 @@ class TaskSandboxes:
             raise HeldElsewhere(task_id, holder)
         log.warning("task %s: runtime replica %s, which held its sandbox, is gone", task_id, holder)
 
-    async def _bind_fresh(
-        self, task_id: str, network: str | None, workspace_bytes: int | None = None
-    ) -> Sandbox:
+    async def _bind_fresh(self, task_id: str, shape: SandboxShape) -> Sandbox:
         terms = ANYONE if self.start_terms is None else await self.start_terms(task_id)
-        sandbox = await self.pool.acquire(network, workspace_bytes, terms=terms)
+        sandbox = await self.pool.acquire(shape, terms=terms)
         winner, holder = await self.bindings.bind_held(task_id, sandbox.container_id)
         if winner != sandbox.container_id:
             # Another replica bound this task at the same moment: ours was never used.

@@ -34,6 +34,7 @@ from .containers import DockerSandboxes, task_container_name
 from .errors import ArchiveRefused, ArchiveTooLarge, CheckoutFailed, HelperTimeout
 from .repository_checkout import RepositoryCheckout
 from .retention import KeptSandboxes
+from .sandbox_shape import POOL_SHAPE, shape_for
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes
 from .task_status import TaskStatus
@@ -210,11 +211,17 @@ class RuntimeWorkspace:
         egress = state is not None and state.network_egress
         if egress and not self.settings.allow_network_egress:
             raise _NoSandbox("the task asks for network egress, which this runtime refuses")
-        network = self.settings.sandbox_network_name if egress else None
-        workspace_mib = state.workspace_mib if state is not None else None
-        sandbox = await tasks.get(
-            task_id, network, self.settings.task_workspace_bytes(workspace_mib)
-        )
+        shape = POOL_SHAPE
+        if state is not None:
+            shape = shape_for(
+                self.settings,
+                task_id,
+                tenant_id=state.tenant_id,
+                network_egress=egress,
+                network=state.network,
+                workspace_mib=state.workspace_mib,
+            )
+        sandbox = await tasks.get(task_id, shape)
         await self.checkouts.ensure(task_id, sandbox)
         return str(sandbox.container_id)
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..egress_policy import EgressPolicy
 from .actions import LLMUsage
 from .base import BlobRef, EventBase
 from .state import AgentState, TaskPriority
@@ -225,6 +226,9 @@ class TaskCreatedObservation(EventBase):
     confirmation_mode: bool = False
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
     network_egress: bool = False
+    network: EgressPolicy | None = Field(
+        default=None, description="The task's egress policy; None: no network."
+    )
     workspace_mib: int | None = Field(default=None, ge=1)
     tenant_id: str | None = Field(
         default=None, description="The tenant the task (a sub-task: its root) belongs to."

@@ -32,7 +32,9 @@ from services.runtime.containers import (
     DockerSandboxes,
     Sandbox,
 )
+from services.runtime.egress_folders import EgressFolders
 from services.runtime.errors import SandboxStartError
+from services.runtime.sandbox_shape import POOL_SHAPE, SandboxShape
 from services.runtime.service import Engine
 from services.runtime.settings import RuntimeSettings
 from shared.sandbox_protocol.messages import BashRequest
@@ -88,6 +90,7 @@ class FakeEngine:
         self.delay_s = 0.0  # how long each session's calls take
         self.fail_starts = 0  # the next creations that fail, as an engine refusing them would
         self.pending_names: set[str] = set()
+        self.egress_folders = EgressFolders(None)  # no egress proxy in these tests
         # The engine's containers and every session ever attached: one engine's, shared by
         # the processes that use it (`another_process`).
         self.containers: dict[str, FakeContainer] = {}
@@ -151,11 +154,9 @@ class FakeEngine:
         # The real engine's labels: the pool's and reconciliation's filters see the same.
         return DockerSandboxes.labels(cast(Any, self), network)
 
-    async def create(
-        self, network: str | None = None, workspace_bytes: int | None = None
-    ) -> Sandbox:
+    async def create(self, shape: SandboxShape = POOL_SHAPE) -> Sandbox:
         name = IDLE_PREFIX + secrets.token_hex(6)
-        network = network or self.pool_network
+        network = shape.network or self.pool_network
         self.pending_names.add(name)
         try:
             await asyncio.sleep(0)  # others run meanwhile, as during a real start
@@ -169,7 +170,8 @@ class FakeEngine:
         finally:
             self.pending_names.discard(name)
         sandbox.network = network
-        sandbox.workspace_bytes = workspace_bytes
+        sandbox.workspace_bytes = shape.workspace_bytes
+        sandbox.egress = shape.egress
         return sandbox
 
     async def attach(self, container_id: str, name: str, timeout_s: float = 5.0) -> Sandbox:

@@ -36,6 +36,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             # An ended task's sandbox is removed at once (not kept for its workspace): the
             # suite checks that a stopped task has none an order could reach.
             "DECKHANDS_WORKSPACE_RETENTION_S": "0",
+            # Egress policies (issue 27, test_egress.py): any public host, and 127.0.0.2, where
+            # the suite's "outside" test servers listen (a private address needs its own rule).
+            "DECKHANDS_EGRESS_ALLOW": '["*", "127.0.0.2/32"]',
         },
     )
     with running(config) as stack:

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic_settings import BaseSettings
 
-from shared.settings import CommonSettings
 from shared.subjects import Service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +29,8 @@ K8S = DEPLOY / "k8s" / "base"
 COMPOSE = DEPLOY / "compose.yml"
 DOCKERFILE = DEPLOY / "service" / "Dockerfile"
 SERVICE_IMAGE = "deckhands/service"
+# The egress proxy's image (deploy/egress/Dockerfile): mitmproxy needs a Python of its own.
+EGRESS_IMAGE = "deckhands/egress"
 WORKLOAD_KINDS = {"Deployment", "StatefulSet"}
 # Not deckhands services, but run from the same image.
 TOOL_MODULES = {"tools.scripted_llm"}
@@ -71,7 +73,7 @@ def long_running_containers(workload: dict[str, Any]) -> Iterator[dict[str, Any]
 
 def deckhands_module(container: dict[str, Any]) -> str | None:
     """The `python -m` module a deckhands/service container runs (its first argument)."""
-    if not container["image"].split(":")[0] == SERVICE_IMAGE:
+    if container["image"].split(":")[0] not in (SERVICE_IMAGE, EGRESS_IMAGE):
         return None
     args = container.get("args") or []
     return str(args[0]) if args else None
@@ -96,12 +98,12 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def test_every_service_is_deployed_on_kubernetes() -> None:
-    modules = (deckhands_module(c) for w in workloads() for c in pod_spec(w)["containers"])
+    modules = (deckhands_module(c) for w in workloads() for c in long_running_containers(w))
     deployed = {m for m in modules if m is not None}
     missing = {f"services.{s}" for s in services()} - deployed
     assert not missing, f"no Deployment/StatefulSet runs {sorted(missing)}"
     # Services being written may lack main.py yet; the names must still be real services.
-    known = {f"services.{s.value}" for s in Service}
+    known = {f"services.{s.value}" for s in Service} | {f"services.{s}" for s in services()}
     unknown = deployed - known - TOOL_MODULES
     assert not unknown, f"manifests run modules that are no service: {sorted(unknown)}"
 
@@ -170,13 +172,15 @@ def test_every_service_is_probed_on_its_health_endpoints() -> None:
     """/metrics answering says nothing about NATS or the consumers (shared/health.py does)."""
     probed = set()
     for workload in workloads():
-        for container in pod_spec(workload)["containers"]:
+        for container in long_running_containers(workload):
             module = deckhands_module(container)
             if not module or not module.startswith("services."):
                 continue
             probed.add(module)
             where = f"{_name(workload)} container {container['name']}"
             port = "http" if module == "services.gateway" else "metrics"
+            if module == "services.egress":  # sidecars of one pod: a port each
+                port = container["name"]
             for probe, path in PROBE_PATHS.items():
                 assert probe in container, f"{where}: no {probe}"
                 action = container[probe].get("httpGet")
@@ -271,9 +275,12 @@ def _settings_fields(service: str) -> set[str] | None:
     classes = [
         obj
         for obj in vars(module).values()
-        if inspect.isclass(obj) and issubclass(obj, CommonSettings)
+        if inspect.isclass(obj)
+        and issubclass(obj, BaseSettings)
+        and obj.__module__ == module.__name__
     ]
-    return {f"DECKHANDS_{field.upper()}" for cls in classes for field in cls.model_fields}
+    prefixes = {cls: str(cls.model_config.get("env_prefix") or "DECKHANDS_") for cls in classes}
+    return {f"{prefixes[cls]}{field.upper()}" for cls in classes for field in cls.model_fields}
 
 
 def _container_env(container: dict[str, Any]) -> set[str]:
@@ -293,7 +300,7 @@ def test_deckhands_variables_are_settings_the_services_read() -> None:
         if name.startswith("DECKHANDS_"):
             assert name in everything, f"configmap sets {name}, which no service reads"
     for workload in workloads():
-        for container in pod_spec(workload)["containers"]:
+        for container in long_running_containers(workload):
             module = deckhands_module(container) or ""
             service = module.removeprefix("services.")
             if service in known:
@@ -342,7 +349,10 @@ def test_kustomize_builds_the_base_and_the_host_docker_component(tmp_path: Path)
         if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "runtime"
     )
     spec = pod_spec(runtime)
-    assert not spec.get("initContainers"), "the DinD sidecar is gone"
+    sidecars = {c["name"] for c in spec.get("initContainers", [])}
+    assert sidecars == {"egress-0", "egress-1"}, "the DinD sidecar is gone, the egress proxy's not"
+    [egress] = [v for v in spec["volumes"] if v["name"] == "egress"]
+    assert egress["hostPath"]["path"] == "/var/run/deckhands-egress", "the node's engine mounts it"
     assert spec["nodeSelector"] == {"deckhands.dev/sandbox-node": "true"}
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert "/var/run/docker.sock" in mounts and "/var/run/dind" not in mounts

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata as metadata
 import re
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -142,8 +143,13 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+# The egress proxy runs in a virtualenv of its own (deploy/egress/requirements.txt): its imports
+# are checked against that, by importing it there (test_the_egress_proxy_imports_in_its_own_env).
+EGRESS = "egress"
+
+
 def third_party_imports() -> Iterator[ImportedName]:
-    for folder in [ROOT / "shared", *service_dirs()]:
+    for folder in [ROOT / "shared", *(d for d in service_dirs() if d.name != EGRESS)]:
         for path in _python_files(folder):
             for imported in imports_of(path):
                 top = imported.module.split(".")[0]
@@ -244,3 +250,19 @@ def test_third_party_imports_are_runtime_dependencies() -> None:
                 "(add it to [project].dependencies in pyproject.toml)"
             )
     assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_the_egress_proxy_imports_in_its_own_env() -> None:
+    """services/egress, and the shared modules it uses, import in .venv-egress, which has only
+    deploy/egress/requirements.txt: no service dependency crept in."""
+    python = ROOT / ".venv-egress" / "bin" / "python"
+    assert python.exists(), "no .venv-egress: `make deps` makes it"
+    done = subprocess.run(
+        [str(python), "-c", "import services.egress.main, services.egress.handlers"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -125,6 +125,7 @@ def delegate(turn: Turn, action: AgentDelegateAction) -> None:
             confirmation_mode=parent.confirmation_mode,
             confirmation_threshold=parent.confirmation_threshold,
             network_egress=parent.network_egress,
+            network=parent.network,
             workspace_mib=parent.workspace_mib,
             tenant_id=parent.tenant_id,
             priority=parent.priority,

@@ -44,6 +44,7 @@ def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
         task_id=action.task_id,
         action=action,
         network_egress=state.network_egress,
+        network=state.network,
         workspace_mib=state.workspace_mib,
         tenant_id=state.tenant_id,
         priority=state.priority,
@@ -82,6 +83,7 @@ def request_step(turn: Turn) -> None:
             PrepareSandbox(
                 task_id=state.task_id,
                 network_egress=state.network_egress,
+                network=state.network,
                 workspace_mib=state.workspace_mib,
                 tenant_id=state.tenant_id,
                 priority=state.priority,

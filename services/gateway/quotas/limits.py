@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.egress_policy import MAX_RULES, EgressPolicy, RuleText, rules_within
+
 __all__ = ["QuotaDefaults", "Quotas", "TenantLimits"]
 
 
@@ -49,6 +51,14 @@ class TenantLimits(BaseModel):
         "seats go to the tenant furthest below weight / (sum of the weights of the tenants "
         "holding or wanting seats). 1 by default; a tenant alone uses every seat whatever it is.",
     )
+    egress_allow: tuple[RuleText, ...] | None = Field(
+        default=None,
+        max_length=MAX_RULES,
+        description="Where the tenant's tasks may connect at most (egress rules: `host`, "
+        "`*.domain`, an address, a CIDR network or `*`, each with an optional `:port`), within "
+        "the server's DECKHANDS_EGRESS_ALLOW; a task asks for its own policy within it. Empty: "
+        "no egress for this tenant.",
+    )
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class QuotaDefaults:
     max_event_streams: int = 64
     allow_trajectory_tasks: bool = False
     seat_weight: float = 1.0
+    egress_allow: tuple[str, ...] = ()  # the server's bound (DECKHANDS_EGRESS_ALLOW)
 
 
 class Quotas(BaseModel):
@@ -80,8 +91,21 @@ class Quotas(BaseModel):
     max_event_streams: int
     allow_trajectory_tasks: bool
     seat_weight: float
+    # Rules validated where they came from (the settings, TenantLimits): not parsed again
+    # with every task created.
+    egress_allow: tuple[str, ...] = Field(
+        description="Where the tenant's tasks may connect at most: the bound of a task's "
+        "egress policy (`network`)."
+    )
 
     @classmethod
     def of(cls, limits: TenantLimits, defaults: QuotaDefaults) -> Quotas:
         own = limits.model_dump(exclude_none=True)
+        if limits.egress_allow is not None:
+            # Within the server's bound as it is now: a rule the operator has taken out of
+            # DECKHANDS_EGRESS_ALLOW since the tenant's was set no longer counts.
+            server = EgressPolicy(allow=defaults.egress_allow)
+            own["egress_allow"] = rules_within(
+                EgressPolicy(allow=limits.egress_allow), server
+            ).allow
         return cls(**{**defaults.__dict__, **own})

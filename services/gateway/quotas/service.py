@@ -15,11 +15,12 @@ from datetime import datetime
 from redis.exceptions import RedisError
 
 from shared.admission import WEIGHTS_KEY
+from shared.egress_policy import EgressPolicy, policy_outside
 from shared.events import AgentState, utc_now
 from shared.state import TaskState
 from shared.state_store import TaskStateStore
 
-from ..errors import QuotaExceeded, StorageUnavailable
+from ..errors import EgressPolicyRefused, QuotaExceeded, StorageUnavailable
 from ..tenants.records import TenantRecords
 from .limits import QuotaDefaults, Quotas, TenantLimits
 from .models import QuotasView, QuotaUsage
@@ -87,6 +88,18 @@ class TenantQuotas(QuotaRecords):
         return Quotas.of(limits, self.defaults)
 
     async def set_limits(self, tenant_id: str, limits: TenantLimits) -> None:
+        """Keep the operator's limits for the tenant; an egress bound wider than the server's
+        is refused (422 naming the first rule outside it)."""
+        if limits.egress_allow is not None:
+            outside = policy_outside(
+                EgressPolicy(allow=limits.egress_allow),
+                EgressPolicy(allow=self.defaults.egress_allow),
+            )
+            if outside is not None:
+                raise EgressPolicyRefused(
+                    f"egress_allow: the rule {outside!r} is outside what this server allows "
+                    "(DECKHANDS_EGRESS_ALLOW)"
+                )
         raw = limits.model_dump_json()
         if self.records is not None:
             await self.records.put(f"limits.{tenant_id}", raw.encode())

@@ -55,8 +55,9 @@ _TOO_LARGE: Responses = {
 _INVALID: Responses = {
     422: {
         "model": InvalidRequestResponse,
-        "description": "An invalid field (each named), or an Idempotency-Key reused for "
-        "another request",
+        "description": "An invalid field (each named), an egress policy outside what the "
+        "operator allows or an unknown preset (the rule or preset named), or an "
+        "Idempotency-Key reused for another request",
     }
 }
 _OVER_QUOTA: Responses = {
@@ -96,7 +97,8 @@ IdempotencyKey = Annotated[
         },
         403: {
             "model": ErrorResponse,
-            "description": "Network egress asked for, but this server disallows it; or a "
+            "description": "Network egress asked for, but neither this server nor the "
+            "tenant allows any; or a "
             "trajectory, which the operator has not allowed this tenant; or secrets or a "
             "webhook when this server's secrets are off",
         },
@@ -117,6 +119,8 @@ async def create_task(
         confirmation_mode=body.confirmation_mode,
         confirmation_threshold=body.confirmation_threshold,
         network_egress=body.network_egress,
+        network_allow=tuple(body.network.allow) if body.network is not None else (),
+        network_presets=tuple(body.network.presets) if body.network is not None else (),
         workspace_mib=body.workspace_mib,
         trajectory=body.trajectory,
         labels=tuple(body.labels),

@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from shared.admission import QueuePlace
+from shared.egress_policy import EgressPolicy
 from shared.events import AgentState, EventAdapter, RiskLevel, TaskPriority
 from shared.secrets_store import MAX_SECRETS_PER_TASK, SECRET_NAME_PATTERN
 from shared.state import Awaiting, TaskState
@@ -22,6 +23,7 @@ from shared.workspace import RepositorySpec
 
 from ..http.models import ApiRequest
 from ..webhooks.models import WebhookSpec
+from .egress import TaskNetwork
 
 __all__ = [
     "LABEL_PATTERN",
@@ -74,8 +76,16 @@ class CreateTaskRequest(ApiRequest):
     )
     network_egress: bool = Field(
         default=False,
-        description="Give the task's sandbox network access (it has none by default). The "
-        "server refuses it with 403 when its operator disallows egress.",
+        description="Give the task's sandbox network access (it has none by default): all the "
+        "operator allows the tenant, as its egress policy. The server refuses it with 403 when "
+        "its operator allows no egress.",
+    )
+    network: TaskNetwork | None = Field(
+        default=None,
+        description="The task's egress policy: where its sandbox may connect, through the "
+        "egress proxy only (`allow` rules and the operator's `presets`, together), within what "
+        "the operator allows the tenant (422 naming the first rule outside it). Absent or "
+        "empty: no network.",
     )
     workspace_mib: int | None = Field(
         default=None,
@@ -258,7 +268,13 @@ class TaskView(BaseModel):
     result: TaskResultView | None = Field(description="Present once the task has finished.")
     confirmation_mode: bool
     confirmation_threshold: RiskLevel
-    network_egress: bool = Field(description="Whether the task's sandbox has network access.")
+    network_egress: bool = Field(
+        description="Whether the task's sandbox is on the plain network of a server without an "
+        "egress bound (DECKHANDS_ALLOW_NETWORK_EGRESS)."
+    )
+    network: EgressPolicy | None = Field(
+        default=None, description="The task's egress policy; null: none (no network)."
+    )
     workspace_mib: int | None = Field(
         default=None, description="The task's /workspace quota in MiB; null: the default."
     )
@@ -308,6 +324,7 @@ class TaskView(BaseModel):
             confirmation_mode=state.confirmation_mode,
             confirmation_threshold=state.confirmation_threshold,
             network_egress=state.network_egress,
+            network=state.network,
             workspace_mib=state.workspace_mib,
             awaiting=state.awaiting,
             pending_action=None if pending is None else pending.model_dump(mode="json"),

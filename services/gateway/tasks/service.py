@@ -26,7 +26,6 @@ from shared.task_creation import creation_request, derived_event_id, state_from_
 from shared.trajectory import save_trajectory
 
 from ..errors import (
-    EgressForbidden,
     PayloadTooLarge,
     PublishFailed,
     QuotaExceeded,
@@ -43,6 +42,7 @@ from ..workspace.repositories import RepositoryCheck, RepositoryRefused
 from .attachments import TaskAttachments
 from .creation_slots import CreationSlots
 from .creations import TaskViews
+from .egress import TaskEgress, task_egress
 from .idempotency import IdempotencyKeys, request_fingerprint
 from .lookup import TaskLookup
 from .records import TaskRecord, TaskRecords
@@ -102,7 +102,7 @@ class TaskService(TaskLookup):
           deduplicated, and it is published again only while the controller has not made the
           task (the gateway shows the kept request's State, version 0, until then).
         """
-        quotas = await self._allowed(new, tenant_id)
+        quotas, egress = await self._allowed(new, tenant_id)
         webhook = await self._check_attachments(new, tenant_id)
         repository = None
         if new.repository is not None:
@@ -141,7 +141,7 @@ class TaskService(TaskLookup):
                     # Before the first message: the runtime reads it for the first sandbox.
                     await self.repositories.record(task_id, tenant_id, repository)
                 state = await self._request_task(
-                    task_id, await self._redacted(new, tenant_id), record, budget, quotas
+                    task_id, await self._redacted(new, tenant_id), record, budget, quotas, egress
                 )
         except RedisError as exc:
             raise StorageUnavailable(f"task state store (Redis) unavailable: {exc}") from exc
@@ -160,9 +160,10 @@ class TaskService(TaskLookup):
             TASKS_CREATED.inc()
         return CreatedTask(state=state, replayed=replayed)
 
-    async def _allowed(self, new: NewTask, tenant_id: str) -> Quotas:
-        """The tenant's quotas, once the request is one this server and tenant accept: its text
-        fits a message, and it asks for no more than the operator allows."""
+    async def _allowed(self, new: NewTask, tenant_id: str) -> tuple[Quotas, TaskEgress]:
+        """The tenant's quotas and the task's egress, once the request is one this server and
+        tenant accept: its text fits a message, and it asks for no more than the operator
+        allows."""
         self._fits(
             TaskCreatedObservation(
                 id=f"created-{'0' * 32}",
@@ -175,24 +176,23 @@ class TaskService(TaskLookup):
             ),
             "the task text",
         )
-        if new.network_egress and not self.defaults.network_egress_allowed:
-            raise EgressForbidden(
-                "network_egress is disabled on this server (DECKHANDS_ALLOW_NETWORK_EGRESS=false); "
-                "create the task without it"
-            )
         if new.workspace_mib is not None and new.workspace_mib > self.defaults.max_workspace_mib:
             raise WorkspaceTooLarge(
                 f"workspace_mib {new.workspace_mib} is above this server's maximum of "
                 f"{self.defaults.max_workspace_mib} MiB (DECKHANDS_MAX_WORKSPACE_MIB)"
             )
-        quotas = await self.quotas.quotas(tenant_id)
+        limits = await self.quotas.limits(tenant_id)
+        quotas = self.quotas.quotas_of(limits)
+        egress = task_egress(
+            new, self.defaults, quotas.egress_allow, limits.egress_allow is not None
+        )
         if new.trajectory is not None and not quotas.allow_trajectory_tasks:
             raise TrajectoryForbidden(
                 f"tenant {tenant_id!r} may not create a task from a trajectory: the operator "
                 "allows it per tenant (PUT /v1/admin/tenants/{id}/limits with "
                 '{"allow_trajectory_tasks": true})'
             )
-        return quotas
+        return quotas, egress
 
     async def _redacted(self, new: NewTask, tenant_id: str) -> NewTask:
         """`new` with a value of a secret it names, typed into its text, as `<secret:NAME>`:
@@ -237,6 +237,7 @@ class TaskService(TaskLookup):
         record: TaskRecord,
         budget: float | None,
         quotas: Quotas,
+        egress: TaskEgress,
     ) -> TaskState:
         """Save the task's record and keep the request to make it (shared/task_creation.py);
         the State the controller will make of it, as the gateway shows it until then."""
@@ -258,7 +259,8 @@ class TaskService(TaskLookup):
             if new.confirmation_mode is None
             else new.confirmation_mode,
             confirmation_threshold=new.confirmation_threshold or d.confirmation_threshold,
-            network_egress=new.network_egress,
+            network_egress=egress.network_egress,
+            network=egress.network,
             workspace_mib=new.workspace_mib,
             tenant_id=record.tenant_id,
             priority=new.priority,

@@ -4,9 +4,11 @@ task created or found; and which ids can name a task."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from shared.egress_policy import EgressPolicy
 from shared.events import RiskLevel, TaskPriority
 from shared.state import TaskState
 
@@ -32,7 +34,9 @@ class NewTask:
     max_budget_usd: float | None = None
     confirmation_mode: bool | None = None
     confirmation_threshold: RiskLevel | None = None
-    network_egress: bool = False
+    network_egress: bool = False  # the task's policy is its tenant's whole bound (tasks/egress.py)
+    network_allow: tuple[str, ...] = ()  # egress rules the task asks for, normalized
+    network_presets: tuple[str, ...] = ()  # and the operator's presets it names
     workspace_mib: int | None = None  # the /workspace quota; None: the runtime's default
     trajectory: list[dict[str, Any]] | None = None
     labels: tuple[str, ...] = ()
@@ -52,6 +56,7 @@ class TaskDefaults:
     confirmation_threshold: RiskLevel = RiskLevel.HIGH
     network_egress_allowed: bool = False
     max_workspace_mib: int = 8192
+    egress_presets: Mapping[str, EgressPolicy] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
-from gateway_doubles import StorageDouble, gateway_env
+from gateway_doubles import EGRESS_ALLOW, EGRESS_PRESETS, StorageDouble, gateway_env
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
@@ -57,6 +57,8 @@ async def gateway_settings(gateway_nats_url: str, redis_url: str) -> GatewaySett
         delete_stop_timeout_s=DELETE_STOP_TIMEOUT_S,
         # Tests here check egress per task: the operator allowed it (it is off by default).
         allow_network_egress=True,
+        egress_allow=EGRESS_ALLOW,
+        egress_presets=EGRESS_PRESETS,
     )
     await ensure_streams(settings)
     return settings

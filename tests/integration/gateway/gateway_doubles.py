@@ -30,6 +30,8 @@ from shared.state_store import TaskStateStore
 from shared.subjects import WORK_STREAM, Service, work_subject
 
 __all__ = [
+    "EGRESS_ALLOW",
+    "EGRESS_PRESETS",
     "SseFrame",
     "SseReader",
     "StorageDouble",
@@ -220,6 +222,11 @@ class SseReader:
             pass
 
 
+# The operator's egress bound and presets in the session's gateway (test_gateway_egress.py).
+EGRESS_ALLOW = ["pypi.org", "files.pythonhosted.org", "*.github.com:443", "203.0.113.0/24"]
+EGRESS_PRESETS = {"python": ["pypi.org", "files.pythonhosted.org"]}
+
+
 def gateway_env(settings: GatewaySettings) -> dict[str, str]:
     admin_key = settings.admin_api_key
     return {
@@ -235,4 +242,6 @@ def gateway_env(settings: GatewaySettings) -> dict[str, str]:
         "DECKHANDS_DEFAULT_MAX_ITERATIONS": "30",
         "DECKHANDS_DELETE_STOP_TIMEOUT_S": str(settings.delete_stop_timeout_s),
         "DECKHANDS_ALLOW_NETWORK_EGRESS": str(settings.allow_network_egress).lower(),
+        "DECKHANDS_EGRESS_ALLOW": json.dumps(settings.egress_allow),
+        "DECKHANDS_EGRESS_PRESETS": json.dumps(settings.egress_presets),
     }

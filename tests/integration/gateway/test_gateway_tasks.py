@@ -8,7 +8,7 @@ import dataclasses
 import re
 
 import httpx
-from gateway_doubles import controller_inbox, make_as_controller
+from gateway_doubles import EGRESS_ALLOW, controller_inbox, make_as_controller
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
@@ -122,15 +122,18 @@ async def test_limits_and_confirmation_mode_are_set_per_task(
     assert task["max_budget_usd"] == 10.0
     assert (task["confirmation_mode"], task["confirmation_threshold"]) == (False, "HIGH")
     assert (task["awaiting"], task["pending_action"], task["sub_tasks"]) == ("nothing", None, [])
-    assert task["network_egress"] is False
+    assert task["network_egress"] is False and task["network"] is None
 
 
 async def test_network_egress_is_opt_in_per_task(http: httpx.AsyncClient, redis: Redis) -> None:
+    # With an egress bound (DECKHANDS_EGRESS_ALLOW), it asks for the whole bound as the task's
+    # policy, through the egress proxy; the plain network is for a server without one.
     created = (await http.post("/v1/tasks", json={"task": "x", "network_egress": True})).json()
     state = await make_as_controller(redis, created["id"])
-    assert state.network_egress
+    assert not state.network_egress
+    assert state.network is not None and list(state.network.allow) == EGRESS_ALLOW
     task = (await http.get(f"/v1/tasks/{created['id']}")).json()
-    assert task["network_egress"] is True
+    assert task["network_egress"] is False and task["network"] == {"allow": EGRESS_ALLOW}
     resp = await http.post("/v1/tasks", json={"task": "x", "network_egress": "sometimes"})
     assert resp.status_code == 422 and "network_egress" in resp.json()["message"]
 

@@ -20,6 +20,7 @@ from services.runtime.main import build_runtime
 from services.runtime.service import RuntimeService
 from services.runtime.settings import RuntimeSettings
 from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.egress_policy import EgressPolicy
 from shared.events import (
     AgentState,
     CmdRunAction,
@@ -162,11 +163,13 @@ class Controller:
         redis_url: str,
         network_egress: bool = False,
         workspace_mib: int | None = None,
+        network: EgressPolicy | None = None,
     ) -> None:
         self.js, self.task_id, self.sub = js, task_id, sub
         self.redis_url = redis_url
         self.network_egress = network_egress
         self.workspace_mib = workspace_mib
+        self.network = network
 
     @classmethod
     async def for_task(
@@ -176,6 +179,7 @@ class Controller:
         redis_url: str,
         network_egress: bool = False,
         workspace_mib: int | None = None,
+        network: EgressPolicy | None = None,
     ) -> Controller:
         """The task exists, as the controller would have made it (the runtime refuses work
         for a task it does not know), and its observations are read here."""
@@ -189,6 +193,7 @@ class Controller:
                     agent_state=AgentState.RUNNING,
                     network_egress=network_egress,
                     workspace_mib=workspace_mib,
+                    network=network,
                 )
             )
         finally:
@@ -196,7 +201,7 @@ class Controller:
         sub = await js.pull_subscribe(
             work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
         )
-        return cls(js, task_id, sub, redis_url, network_egress, workspace_mib)
+        return cls(js, task_id, sub, redis_url, network_egress, workspace_mib, network)
 
     async def send(self, action: RunnableAction) -> ExecuteAction:
         """Order the action as the controller does: the State first awaits it, approved (the
@@ -207,6 +212,7 @@ class Controller:
             action=action,
             network_egress=self.network_egress,
             workspace_mib=self.workspace_mib,
+            network=self.network,
         )
         await self.js.publish(
             work_subject(Service.RUNTIME, self.task_id),

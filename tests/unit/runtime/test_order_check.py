@@ -11,6 +11,7 @@ from services.runtime.errors import StateBeingRebuilt
 from services.runtime.order_check import OrderCheck, refusal_of
 from shared.commands import ORDER_REFUSED, ExecuteAction
 from shared.delivery import PermanentError
+from shared.egress_policy import EgressPolicy
 from shared.events import AgentState, CmdRunAction, ErrorObservation, EventBase, EventSource
 from shared.state import Approval, ApprovedBy, Awaiting, TaskState
 
@@ -58,6 +59,7 @@ def test_the_approved_action_the_task_awaits_runs() -> None:
             "not_approved",
         ),
         ({"network_egress": True}, "egress_mismatch"),
+        ({"network": EgressPolicy(allow=("pypi.org",))}, "egress_mismatch"),
     ],
 )
 def test_anything_else_is_refused(update: dict[str, Any], why: str) -> None:
@@ -78,6 +80,17 @@ def test_an_order_asking_for_egress_the_task_has_not_is_refused() -> None:
     order = ExecuteAction(task_id=TASK, action=action, network_egress=True)
     refusal = refusal_of(_awaiting(action), order)
     assert refusal is not None and refusal[0] == "egress_mismatch"
+
+
+def test_an_order_must_carry_the_tasks_own_egress_policy() -> None:
+    action = _action()
+    policy = EgressPolicy(allow=("pypi.org",))
+    state = _awaiting(action, network=policy)
+    assert refusal_of(state, ExecuteAction(task_id=TASK, action=action, network=policy)) is None
+    wider = ExecuteAction(task_id=TASK, action=action, network=EgressPolicy(allow=("*",)))
+    for order in (wider, ExecuteAction(task_id=TASK, action=action)):
+        refusal = refusal_of(state, order)
+        assert refusal == ("egress_mismatch", "the order's egress policy is not the task's")
 
 
 class _States:

@@ -1,0 +1,1 @@
+"""The egress proxy: the only way out of a sandbox whose task has a network policy (issue 27)."""

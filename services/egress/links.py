@@ -1,0 +1,52 @@
+"""Which sandbox each connection into mitmproxy comes from.
+
+mitmproxy listens on loopback only, and only this process's relays (sockets.py) connect to
+it: each relay registers the local port of its upstream connection before it sends a byte,
+so a hook reads the sandbox from the connection's peer port. Nothing the sandbox sends (a
+header, a host name) says who it is; a connection with no registered port is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.egress_policy import SandboxEgress
+
+__all__ = ["Link", "Links"]
+
+
+@dataclass
+class Link:
+    """One sandbox connection through the proxy, and the addresses its hosts were pinned to."""
+
+    sandbox: SandboxEgress
+    folder: str
+    # (host, port) as the sandbox asked → the checked address mitmproxy must connect to.
+    pinned: dict[tuple[str, int], str] = field(default_factory=dict)
+    # The CONNECT target of a tunnel, to hold a TLS ClientHello's SNI against.
+    tunnel: tuple[str, int] | None = None
+    hosts: list[str] = field(default_factory=list)
+    refused: str | None = None
+
+    @property
+    def tenant(self) -> str:
+        return self.sandbox.tenant_id or "-"
+
+
+class Links:
+    def __init__(self) -> None:
+        self._by_port: dict[int, Link] = {}
+
+    def add(self, local_port: int, link: Link) -> None:
+        self._by_port[local_port] = link
+
+    def remove(self, local_port: int) -> None:
+        self._by_port.pop(local_port, None)
+
+    def of(self, peername: tuple[str, int] | None) -> Link | None:
+        if not peername or peername[0] not in ("127.0.0.1", "::1"):
+            return None
+        return self._by_port.get(int(peername[1]))
+
+    def __len__(self) -> int:
+        return len(self._by_port)

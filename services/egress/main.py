@@ -1,0 +1,87 @@
+"""Wiring of the egress proxy: mitmproxy on loopback, the sandboxes' sockets, health.
+
+Runs in its own virtualenv (`.venv-egress`, deploy/egress/requirements.txt): mitmproxy pins
+versions of its own, and it needs Python 3.12. It imports only shared/egress_policy.py and
+shared/address_policy.py, which need pydantic and nothing else of the project's dependencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from mitmproxy import options
+from mitmproxy.tools.dump import DumpMaster
+from pydantic import ValidationError
+
+from .handlers import EgressHandlers
+from .health import serve_health
+from .links import Links
+from .settings import EgressSettings
+from .sockets import SandboxSockets
+
+__all__ = ["main", "serve"]
+
+log = logging.getLogger("deckhands.egress")
+
+
+def _options(settings: EgressSettings) -> options.Options:
+    return options.Options(
+        listen_host="127.0.0.1",
+        listen_port=0,
+        # mitmproxy's own state (its CA, unused unless a TLS name is not the tunnel's).
+        confdir=os.path.join(settings.dir, ".mitmproxy"),
+    )
+
+
+async def serve(settings: EgressSettings) -> None:
+    os.makedirs(settings.dir, mode=0o755, exist_ok=True)
+    links = Links()
+    master = DumpMaster(_options(settings), with_termlog=False, with_dumper=False)
+    master.addons.add(EgressHandlers(settings, links))
+    # Bodies stream through instead of being held whole (a 1 GB download); an addon's option,
+    # known once the master made its addons.
+    master.options.update(stream_large_bodies="256k")
+    sockets = SandboxSockets(settings, links)
+    running = asyncio.create_task(master.run())
+    while not running.done():
+        servers = master.addons.get("proxyserver").servers
+        addrs = [a for s in servers for a in (s.listen_addrs or ())]
+        if addrs:
+            sockets.upstream_port = int(addrs[0][1])
+            break
+        await asyncio.sleep(0.02)
+    health = await serve_health(
+        settings.health_host, settings.health_port, lambda: sockets.upstream_port > 0
+    )
+    port = health.sockets[0].getsockname()[1]
+    log.info(
+        "egress proxy %s ready: sandboxes under %s, health on port %s",
+        settings.replica,
+        settings.dir,
+        port,
+    )
+    print(f"egress proxy ready health_port={port}", flush=True)
+    scanning = asyncio.create_task(sockets.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await asyncio.wait([running, asyncio.create_task(stop.wait())], return_when="FIRST_COMPLETED")
+    scanning.cancel()
+    await sockets.close()
+    health.close()
+    master.shutdown()
+    await asyncio.wait([running], timeout=5)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        settings = EgressSettings()  # type: ignore[call-arg]  # `dir` comes from the environment
+    except ValidationError as exc:
+        sys.exit(f"egress proxy: bad settings: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+    asyncio.run(serve(settings))

@@ -1,0 +1,20 @@
+"""The egress proxy's Prometheus metrics, per tenant (never per task: unbounded labels)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+__all__ = ["BYTES", "CONNECTIONS", "OPEN", "SANDBOXES"]
+
+CONNECTIONS = Counter(
+    "deckhands_egress_connections_total",
+    "Connections through the egress proxy, by tenant and outcome (allowed, or why refused).",
+    ["tenant", "outcome"],
+)
+BYTES = Counter(
+    "deckhands_egress_bytes_total",
+    "Bytes relayed for sandboxes, by tenant and direction (out: to the internet).",
+    ["tenant", "direction"],
+)
+OPEN = Gauge("deckhands_egress_open_connections", "Sandbox connections open now.")
+SANDBOXES = Gauge("deckhands_egress_sandboxes", "Sandboxes this replica listens for.")

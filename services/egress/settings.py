@@ -1,0 +1,36 @@
+"""Settings of the egress proxy (DECKHANDS_EGRESS_* variables; a bad value stops start-up)."""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["EgressSettings"]
+
+
+class EgressSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DECKHANDS_EGRESS_", extra="ignore")
+
+    dir: str = Field(
+        description="The folder the runtime makes a folder in for each sandbox with a network "
+        "policy (the runtime's DECKHANDS_EGRESS_DIR): its policy.json, and a socket per proxy "
+        "replica, the sandbox's only way out. Required.",
+    )
+    replica: str = Field(
+        default_factory=socket.gethostname,
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="This replica's name: its socket in each sandbox's folder is <replica>.sock.",
+    )
+    health_host: str = Field(default="127.0.0.1", description="Where /healthz and /metrics listen.")
+    health_port: int = Field(default=0, ge=0, le=65535, description="0: any free port (logged).")
+    scan_interval_s: float = Field(
+        default=0.1, gt=0, le=5, description="How often the folder is read for new sandboxes."
+    )
+    max_connections_per_task: int = Field(
+        default=64, ge=1, description="Connections one task may hold open at once through it."
+    )
+    connect_timeout_s: float = Field(
+        default=10.0, gt=0, description="Longest wait for an upstream host's name and connection."
+    )

@@ -1,0 +1,191 @@
+"""Each sandbox's way in: a unix socket per proxy replica in the sandbox's folder.
+
+The runtime makes a folder for each sandbox with a network policy, writes its policy.json and
+mounts the folder read-only into the sandbox; that sandbox has no network at all, only this
+folder. This replica listens on `<folder>/<replica>.sock` for every folder it finds (read again
+every scan_interval_s, so a restarted replica takes up every sandbox at once), relays each
+connection to mitmproxy on loopback, and registers who it is from (links.py). The folder a
+connection came through is the only thing that says whose it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from shared.egress_policy import SANDBOX_EGRESS_FILE, SandboxEgress
+
+from .links import Link, Links
+from .metrics import BYTES, CONNECTIONS, OPEN, SANDBOXES
+from .settings import EgressSettings
+
+__all__ = ["SandboxSockets"]
+
+log = logging.getLogger("deckhands.egress")
+
+_FOLDER = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_CHUNK = 256 * 1024
+_TOO_MANY_BODY = b"deckhands egress proxy: too many connections open for this task\n"
+_TOO_MANY = (
+    b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_TOO_MANY_BODY), _TOO_MANY_BODY)
+)
+
+
+class _Sandbox:
+    def __init__(self, folder: Path, egress: SandboxEgress, mtime: float) -> None:
+        self.folder = folder
+        self.egress = egress
+        self.mtime = mtime
+        self.open = 0
+        self.server: asyncio.Server | None = None
+
+
+class SandboxSockets:
+    def __init__(self, settings: EgressSettings, links: Links) -> None:
+        self.settings = settings
+        self.links = links
+        self.root = Path(settings.dir)
+        self.upstream_port = 0  # mitmproxy's, set once it listens
+        self._sandboxes: dict[str, _Sandbox] = {}
+
+    @property
+    def socket_name(self) -> str:
+        return f"{self.settings.replica}.sock"
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.scan()
+            except OSError as exc:
+                log.warning("cannot read %s: %s", self.root, exc)
+            await asyncio.sleep(self.settings.scan_interval_s)
+
+    async def scan(self) -> None:
+        seen: set[str] = set()
+        with os.scandir(self.root) as entries:
+            folders = [e for e in entries if e.is_dir() and _FOLDER.match(e.name)]
+        for entry in folders:
+            policy_file = Path(entry.path) / SANDBOX_EGRESS_FILE
+            try:
+                mtime = policy_file.stat().st_mtime
+            except FileNotFoundError:
+                continue  # being made
+            seen.add(entry.name)
+            known = self._sandboxes.get(entry.name)
+            if known is not None and known.mtime == mtime:
+                continue
+            egress = self._read(policy_file)
+            if egress is None:
+                continue
+            if known is not None:  # its policy changed: new connections follow it
+                known.egress, known.mtime = egress, mtime
+                continue
+            await self._listen(_Sandbox(Path(entry.path), egress, mtime), entry.name)
+        for name in set(self._sandboxes) - seen:
+            await self._close(name)
+        SANDBOXES.set(len(self._sandboxes))
+
+    def _read(self, path: Path) -> SandboxEgress | None:
+        try:
+            return SandboxEgress.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return None
+
+    async def _listen(self, sandbox: _Sandbox, name: str) -> None:
+        path = sandbox.folder / self.socket_name
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # this replica's, left by its previous run
+
+        async def on_connection(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await self._relay(sandbox, r, w)
+
+        try:
+            sandbox.server = await asyncio.start_unix_server(on_connection, path, limit=_CHUNK)
+            # The sandbox's relay runs as its own uid: it must be able to connect.
+            os.chmod(path, 0o666)
+        except OSError as exc:
+            log.warning("cannot listen for sandbox %s: %s", name, exc)
+            return
+        self._sandboxes[name] = sandbox
+        log.info("listening for task %s's sandbox (%s)", sandbox.egress.task_id, name)
+
+    async def _close(self, name: str) -> None:
+        sandbox = self._sandboxes.pop(name)
+        if sandbox.server is not None:
+            sandbox.server.close()
+        with contextlib.suppress(OSError):
+            (sandbox.folder / self.socket_name).unlink()
+
+    async def _relay(
+        self, sandbox: _Sandbox, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        egress = sandbox.egress
+        tenant = egress.tenant_id or "-"
+        if sandbox.open >= self.settings.max_connections_per_task:
+            CONNECTIONS.labels(tenant, "too_many").inc()
+            with contextlib.suppress(OSError):
+                writer.write(_TOO_MANY)
+                await writer.drain()
+            writer.close()
+            return
+        sandbox.open += 1
+        OPEN.inc()
+        started = time.monotonic()
+        link = Link(egress, sandbox.folder.name)
+        local_port = 0
+        sent = received = 0
+        try:
+            up_reader, up_writer = await asyncio.open_connection(
+                "127.0.0.1", self.upstream_port, limit=_CHUNK
+            )
+            local_port = int(up_writer.get_extra_info("sockname")[1])
+            self.links.add(local_port, link)
+            sent, received = await asyncio.gather(
+                _pipe(reader, up_writer), _pipe(up_reader, writer)
+            )
+        except OSError as exc:
+            log.warning("task %s: relay failed: %s", egress.task_id, exc)
+        finally:
+            self.links.remove(local_port)
+            sandbox.open -= 1
+            OPEN.dec()
+            writer.close()
+            BYTES.labels(tenant, "out").inc(sent)
+            BYTES.labels(tenant, "in").inc(received)
+            log.info(
+                "task %s: connection to %s: %s, %d bytes out, %d in, %.3f s",
+                egress.task_id,
+                ", ".join(link.hosts) or "-",
+                f"refused ({link.refused})" if link.refused else "done",
+                sent,
+                received,
+                time.monotonic() - started,
+            )
+
+    async def close(self) -> None:
+        for name in list(self._sandboxes):
+            await self._close(name)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
+    """Copy until end of input; half-closes the other side. Returns the bytes copied."""
+    total = 0
+    try:
+        while data := await reader.read(_CHUNK):
+            total += len(data)
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, asyncio.IncompleteReadError):
+        writer.close()
+    return total

@@ -1,0 +1,85 @@
+"""The runtime's end of the egress proxy (issue 27): a folder per sandbox with a network policy.
+
+A task with a policy gets a sandbox with no network at all. The runtime makes a folder for it
+under DECKHANDS_EGRESS_DIR, writes there whose it is and its policy (policy.json), and mounts
+the folder read-only at /run/deckhands/egress; each egress proxy replica listens on a socket
+in it (services/egress/sockets.py), and the sandbox's relay (deploy/sandbox/egress_relay.py)
+carries 127.0.0.1:3128 there. The folder is the sandbox's identity for the proxy: only the
+runtime writes it, and the sandbox sees only its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from shared.egress_policy import (
+    SANDBOX_EGRESS_FILE,
+    SANDBOX_EGRESS_MOUNT,
+    SANDBOX_PROXY_PORT,
+    SandboxEgress,
+)
+
+from .errors import SandboxStartError
+
+__all__ = ["EgressFolders", "proxy_environment"]
+
+
+def proxy_environment() -> dict[str, str]:
+    """What pip, npm, git and curl read to go through the proxy (both spellings are in use)."""
+    proxy = f"http://127.0.0.1:{SANDBOX_PROXY_PORT}"
+    local = "localhost,127.0.0.1,::1"
+    env = {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "NO_PROXY": local}
+    return env | {k.lower(): v for k, v in env.items()}
+
+
+class EgressFolders:
+    def __init__(self, root: str | None) -> None:
+        self.root = Path(root) if root else None
+
+    def make(self, egress: SandboxEgress) -> tuple[str, str]:
+        """A new folder for a sandbox of `egress`'s task: (its token, its path on the host)."""
+        if self.root is None:
+            raise SandboxStartError(
+                "this task has a network policy, but this runtime has no egress proxy "
+                "(DECKHANDS_EGRESS_DIR is not set)"
+            )
+        token = "sbx-" + secrets.token_hex(8)
+        folder = self.root / token
+        folder.mkdir(mode=0o755, parents=True)
+        folder.chmod(0o755)
+        written = folder / (SANDBOX_EGRESS_FILE + ".new")
+        written.write_text(egress.model_dump_json())
+        written.chmod(0o644)
+        # Whole or absent: a proxy replica reading the folder never sees half a policy.
+        os.replace(written, folder / SANDBOX_EGRESS_FILE)
+        return token, str(folder)
+
+    @staticmethod
+    def mount_target() -> str:
+        return SANDBOX_EGRESS_MOUNT
+
+    def remove(self, token: str | None) -> None:
+        if self.root is None or not token or "/" in token:
+            return
+        shutil.rmtree(self.root / token, ignore_errors=True)
+
+    def sweep(self, live: set[str], min_age_s: float = 60.0) -> int:
+        """Remove the folders of sandboxes that no longer exist (a crash between removing one
+        and its folder); a folder younger than `min_age_s` may be one being started."""
+        if self.root is None or not self.root.is_dir():
+            return 0
+        removed = 0
+        now = time.time()
+        for entry in self.root.iterdir():
+            if not entry.name.startswith("sbx-") or entry.name in live:
+                continue
+            with contextlib.suppress(OSError):
+                if now - entry.stat().st_mtime >= min_age_s:
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed += 1
+        return removed

@@ -1,0 +1,233 @@
+"""Issue 27: a task with a network policy reaches what its policy allows through the egress
+proxy, and nothing else: its sandbox has no network at all, only the proxy's folder.
+
+On real NATS, Redis, Docker and two egress proxy processes (services/egress, mitmproxy in
+.venv-egress). The hosts "outside" are test servers on 127.0.0.2, loopback of this machine that
+the sandbox's NO_PROXY does not name: the proxy on the host reaches them only when the task's
+policy names their address (a private address needs that), and a listener counts every
+connection a refused attempt might have made."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+from nats.js import JetStreamContext
+from net_listener import Listener  # type: ignore[import-not-found]
+from runtime_helpers import Controller, make_settings  # type: ignore[import-not-found]
+
+from services.runtime.settings import RuntimeSettings
+from shared.egress_policy import EgressPolicy
+from shared.events import CmdOutputObservation, CmdRunAction, EventSource
+from shared.settings import CommonSettings
+from tools.procs import free_port
+from tools.stack import egress_python
+
+pytestmark = pytest.mark.docker
+
+OUTSIDE = "127.0.0.2"  # not in the sandbox's NO_PROXY: its connections go through the proxy
+
+# Fetches a URL the way pip's and most tools' HTTP stacks do (the proxy from the environment),
+# printing the status and the first bytes of the body, or the error.
+FETCH = r"""
+import sys, urllib.request, urllib.error
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+        print("STATUS", r.status, r.read(200).decode(errors="replace"))
+except urllib.error.HTTPError as e:
+    print("STATUS", e.code, e.read(400).decode(errors="replace"))
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"""
+
+
+class _Files(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("site")
+    (root / "hello.txt").write_text("hello-from-the-allowed-host")
+    server = http.server.ThreadingHTTPServer(
+        (OUTSIDE, 0), lambda *a: _Files(*a, directory=str(root))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"{OUTSIDE}:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Listener]:
+    listener = Listener(OUTSIDE, banner=b"INFO secret-banner\r\n")
+    yield listener
+    listener.close()
+
+
+class Proxies:
+    def __init__(self, folder: Path, logs: Path) -> None:
+        self.folder, self.logs = folder, logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        python = egress_python()
+        assert python is not None, "no .venv-egress: run `make deps`"
+        port = free_port()
+        env = {
+            **os.environ,
+            "DECKHANDS_EGRESS_DIR": str(self.folder),
+            "DECKHANDS_EGRESS_REPLICA": name,
+            "DECKHANDS_EGRESS_HEALTH_PORT": str(port),
+        }
+        self.procs[name] = subprocess.Popen(
+            [str(python), "-m", "services.egress"],
+            env=env,
+            stdout=(self.logs / f"{name}.log").open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.procs[name].poll() is None, (self.logs / f"{name}.log").read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, f"egress proxy {name} not ready"
+            time.sleep(0.1)
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.kill(name)
+
+
+@pytest.fixture(scope="module")
+def egress_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(tmp_path_factory.mktemp("egress"))
+
+
+@pytest.fixture(scope="module")
+def proxies(egress_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxies]:
+    running = Proxies(egress_folder, Path(tmp_path_factory.mktemp("egress-logs")))
+    running.start("egress-0")
+    running.start("egress-1")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def svc_settings(
+    isolated_settings: CommonSettings,
+    sandbox_image: str,
+    module_pool: str,
+    egress_folder: Path,
+    proxies: Proxies,
+) -> RuntimeSettings:
+    return make_settings(
+        isolated_settings, sandbox_image, module_pool, egress_dir=str(egress_folder)
+    )
+
+
+async def _task(runtime: object, js: JetStreamContext, allow: list[str]) -> Controller:
+    redis_url = runtime.settings.redis_url  # type: ignore[attr-defined]
+    policy = EgressPolicy(allow=tuple(allow))
+    return await Controller.for_task(js, uuid.uuid4().hex, redis_url, network=policy)
+
+
+async def _sh(ctl: Controller, command: str) -> str:
+    seen = await ctl.run(
+        CmdRunAction(task_id=ctl.task_id, source=EventSource.AGENT, command=command)
+    )
+    assert isinstance(seen, CmdOutputObservation), seen
+    return str(seen.content)
+
+
+def _fetch(url: str, *, every_host_proxied: bool = False) -> str:
+    prefix = "NO_PROXY= no_proxy= " if every_host_proxied else ""
+    return f"{prefix}python3 -c '{FETCH}' {url}"
+
+
+async def test_an_allowed_host_is_reached_and_nothing_else(
+    runtime: object, js: JetStreamContext, site: str, elsewhere: Listener
+) -> None:
+    ctl = await _task(runtime, js, [site, "*"])
+    try:
+        allowed = await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        assert "STATUS 200 hello-from-the-allowed-host" in allowed, allowed
+
+        other_port = await _sh(ctl, _fetch(f"http://{OUTSIDE}:{elsewhere.port}/"))
+        assert "STATUS 403" in other_port and "network policy" in other_port, other_port
+        # A name that resolves to loopback, and the cloud metadata address, though the policy
+        # allows any public host (`*`): refused after resolution, and as written.
+        for url in ("http://localhost:9/", "http://169.254.169.254/latest/meta-data/"):
+            refused = await _sh(ctl, _fetch(url, every_host_proxied=True))
+            assert "STATUS 403" in refused, (url, refused)
+        # Around the proxy: no route at all, and no name service.
+        direct = await _sh(
+            ctl,
+            "python3 -c 'import socket; socket.create_connection("
+            f'("{OUTSIDE}", {elsewhere.port}), 3)\' 2>&1 | tail -1; '
+            "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+            '.sendto(b"x", ("8.8.8.8", 53))\' 2>&1 | tail -1; '
+            "getent hosts pypi.org || echo no-name-service",
+        )
+        assert "Connection refused" in direct or "unreachable" in direct, direct
+        assert "Network is unreachable" in direct and "no-name-service" in direct, direct
+        assert elsewhere.connections == 0
+        assert "secret-banner" not in other_port + direct
+    finally:
+        await ctl.release()
+
+
+async def test_the_sandbox_has_no_network_but_its_read_only_folder(
+    runtime: object, js: JetStreamContext, site: str, docker_client: docker.DockerClient
+) -> None:
+    ctl = await _task(runtime, js, [site])
+    try:
+        seen = await _sh(
+            ctl,
+            "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ,; echo; "
+            "ls /run/deckhands/egress | sort | tr '\\n' ,; echo; "
+            "touch /run/deckhands/egress/x 2>&1 | grep -o 'Read-only file system'; "
+            "echo $HTTPS_PROXY",
+        )
+        interfaces, files, read_only, proxy = seen.strip().splitlines()[:4]
+        assert interfaces == "lo,", seen
+        assert files == "egress-0.sock,egress-1.sock,policy.json,", seen
+        assert read_only == "Read-only file system", seen
+        assert proxy == "http://127.0.0.1:3128", seen
+    finally:
+        await ctl.release()
+
+
+async def test_a_killed_proxy_replica_leaves_the_other_to_carry_on(
+    runtime: object, js: JetStreamContext, site: str, proxies: Proxies
+) -> None:
+    ctl = await _task(runtime, js, [site])
+    try:
+        before = await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        assert "STATUS 200" in before, before
+        proxies.kill("egress-0")
+        for _ in range(3):  # each a new connection: whichever socket the relay tries first
+            after = await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+            assert "STATUS 200 hello-from-the-allowed-host" in after, after
+    finally:
+        proxies.start("egress-0")
+        await ctl.release()

@@ -1,0 +1,121 @@
+"""Issue 27, from outside on the whole running system: a task's sandbox reaches the network only
+through the egress proxy, and only the hosts its policy names; the operator's bound holds at the
+API. The agent's own commands (the scripted LLM's `egress-fetch:` conversation) fetch each URL
+with every host sent through the proxy (NO_PROXY cleared), so that the proxy is what refuses.
+
+The allowed host is a test server on 127.0.0.2 (loopback the sandbox's NO_PROXY does not name),
+which the stack's bound grants by address (a private address needs that). A listener beside it
+counts the connections a refused fetch might have made; NATS, Redis and the gateway are this
+stack's own."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Tenant
+from net_listener import Listener  # type: ignore[import-not-found]
+
+from tools.stack import Stack
+
+pytestmark = pytest.mark.docker
+
+OUTSIDE = "127.0.0.2"
+
+
+class _Files(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = Path(tmp_path_factory.mktemp("site"))
+    (root / "hello.txt").write_text("hello-from-the-allowed-host")
+    server = http.server.ThreadingHTTPServer(
+        (OUTSIDE, 0), lambda *a: _Files(*a, directory=str(root))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"{OUTSIDE}:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Listener]:
+    listener = Listener(OUTSIDE, banner=b"INFO elsewhere-banner\r\n")
+    yield listener
+    listener.close()
+
+
+def _fetch(tenant: Tenant, allow: list[str], *urls: str) -> dict[str, str]:
+    """Each URL's line of what the agent's fetch printed, and the task's log as text."""
+    task_id = tenant.create(task=f"egress-fetch: {' '.join(urls)}", network={"allow": allow})
+    view = tenant.wait(task_id, "FINISHED", "ERROR", timeout_s=120)
+    assert view["state"] == "FINISHED", view
+    assert view["network"] == {"allow": allow}, view
+    output = view["result"]["final_message"].removeprefix("fetched: ")
+    lines = {url: line for url in urls for line in output.splitlines() if line.startswith(url)}
+    assert set(lines) == set(urls), output
+    return lines | {"log": str(tenant.log(task_id))}
+
+
+def test_a_task_reaches_only_the_hosts_its_policy_names(
+    alpha: Tenant, stack: Stack, site: str, elsewhere: Listener
+) -> None:
+    c = stack.config
+    allowed = f"http://{site}/hello.txt"
+    refused = [
+        f"http://{OUTSIDE}:{elsewhere.port}/",  # the same address, another port
+        f"http://127.0.0.1:{c.nats_port}/",
+        f"http://127.0.0.1:{c.redis_port}/",
+        f"http://127.0.0.1:{c.gateway_port}/healthz",
+        f"http://localhost:{c.gateway_port}/healthz",  # a name of loopback
+        "http://169.254.169.254/latest/meta-data/",  # the cloud's metadata address
+        "https://pypi.org/simple/",  # a public host the policy does not name
+    ]
+    seen = _fetch(alpha, [site], allowed, *refused)
+    assert "STATUS 200 hello-from-the-allowed-host" in seen[allowed], seen[allowed]
+    for url in refused:
+        assert "REFUSED" in seen[url] and "403" in seen[url], seen[url]
+    assert "not in this task's network policy" in seen[refused[0]]
+    # What a refused fetch would have quoted: nothing of the hosts behind the proxy.
+    assert elsewhere.connections == 0
+    for word in ("elsewhere-banner", "server_id", "-ERR", "NOAUTH"):
+        assert word not in seen["log"]
+    # The refusals are in the task's log, as the agent saw them.
+    assert "deckhands egress proxy" in seen["log"]
+
+
+def test_any_public_host_is_not_a_private_one(alpha: Tenant, stack: Stack) -> None:
+    """`*` (the whole internet, within this stack's bound) reaches no private address, however
+    written or named."""
+    refused = [
+        f"http://127.0.0.1:{stack.config.nats_port}/",
+        f"http://localhost:{stack.config.redis_port}/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://2130706433/",  # 127.0.0.1 written as a number
+    ]
+    seen = _fetch(alpha, ["*"], *refused)
+    for url in refused:
+        assert "REFUSED" in seen[url] and "403" in seen[url], seen[url]
+
+
+def test_a_policy_wider_than_the_bound_is_refused_naming_the_rule(
+    alpha: Tenant, new_tenant: object
+) -> None:
+    wide = alpha.http.post(
+        "/v1/tasks", json={"task": "finish", "network": {"allow": ["pypi.org", "10.0.0.0/8"]}}
+    )
+    assert wide.status_code == 422 and "10.0.0.0/8" in wide.text, wide.text
+    bad = alpha.http.post("/v1/tasks", json={"task": "finish", "network": {"allow": ["a b"]}})
+    assert bad.status_code == 422 and "a b" in bad.text, bad.text
+    # A tenant's own bound, narrower than the deployment's.
+    narrow = new_tenant(egress_allow=[f"{OUTSIDE}/32"])  # type: ignore[operator]
+    outside = narrow.http.post(
+        "/v1/tasks", json={"task": f"finish {uuid.uuid4().hex}", "network": {"allow": ["*"]}}
+    )
+    assert outside.status_code == 422 and "*" in outside.text, outside.text

@@ -1,0 +1,77 @@
+"""A task's egress policy (issue 27) reaches the runtime with every order, is in the log's first
+entry (so a rebuilt State keeps it), and passes to its sub-tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.controller.agent_loop import apply, created_entry
+from services.controller.turn import Turn
+from services.security.handlers import reviewed
+from shared.commands import ExecuteAction, PrepareSandbox, ReviewAction, StepRequest
+from shared.egress_policy import EgressPolicy
+from shared.events import (
+    AgentDelegateAction,
+    CmdRunAction,
+    EventSource,
+    MessageAction,
+    RiskLevel,
+    SecurityVerdictObservation,
+    Verdict,
+)
+from shared.state import TaskState
+from shared.task_creation import creation_request, state_from_created
+
+TASK = "t1"
+POLICY = EgressPolicy(allow=("pypi.org", "*.github.com:443"))
+
+
+def _started(network: EgressPolicy | None = POLICY) -> tuple[TaskState, StepRequest, list[Any]]:
+    turn = Turn(TaskState(task_id=TASK, task="do it", max_iterations=5, network=network))
+    apply(turn, MessageAction(task_id=TASK, source=EventSource.USER, content="do it"))
+    orders = [order for _, order in turn.sent]
+    step = next(o for o in orders if isinstance(o, StepRequest))
+    return turn.state, step, orders
+
+
+def _executed(state: TaskState, step: StepRequest) -> ExecuteAction:
+    action = CmdRunAction(task_id=TASK, source=EventSource.AGENT, cause=step.id, command="ls")
+    ruling = SecurityVerdictObservation(
+        id=f"verdict-{action.id}",
+        task_id=TASK,
+        source=EventSource.ENVIRONMENT,
+        cause=action.id,
+        verdict=Verdict.ALLOW,
+        risk=RiskLevel.LOW,
+    )
+    turn = Turn(state)
+    apply(
+        turn, reviewed(ReviewAction(id=f"review-{action.id}", task_id=TASK, action=action), ruling)
+    )
+    [order] = [o for _, o in turn.sent if isinstance(o, ExecuteAction)]
+    return order
+
+
+def test_the_orders_carry_the_tasks_egress_policy() -> None:
+    state, step, orders = _started()
+    [prepare] = [o for o in orders if isinstance(o, PrepareSandbox)]
+    assert prepare.network == POLICY and not prepare.network_egress
+    order = _executed(state, step)
+    assert order.network == POLICY and not order.network_egress
+    state, step, orders = _started(network=None)
+    [prepare] = [o for o in orders if isinstance(o, PrepareSandbox)]
+    assert prepare.network is None and _executed(state, step).network is None
+
+
+def test_the_first_log_entry_keeps_it_and_a_sub_task_inherits_it() -> None:
+    state, step, _ = _started()
+    assert created_entry(state).network == POLICY
+    # The gateway's creation request carries it, and the State made of it has it.
+    assert state_from_created(creation_request(state)).network == POLICY
+    delegate = AgentDelegateAction(
+        task_id=TASK, source=EventSource.AGENT, cause=step.id, task="sub"
+    )
+    turn = Turn(state)
+    apply(turn, delegate)
+    [child] = turn.new_tasks
+    assert child.network == POLICY
