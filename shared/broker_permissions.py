@@ -52,6 +52,7 @@ _WORKSPACE = "deckhands.runtime.workspace"
 
 __all__ = [
     "ADMIN_USER",
+    "EGRESS_USER",
     "NATS_USERS",
     "REDIS_USERS",
     "Permissions",
@@ -63,7 +64,10 @@ __all__ = [
 ]
 
 ADMIN_USER = "admin"
-NATS_USERS = (*(s.value for s in Service), ADMIN_USER)
+# The egress proxy (services/egress) is no broker service: it only sends each task's
+# connections to the controller, which logs them.
+EGRESS_USER = "egress"
+NATS_USERS = (*(s.value for s in Service), EGRESS_USER, ADMIN_USER)
 # Services that use Redis (security and storage do not); each its own ACL user.
 REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", ADMIN_USER)
 
@@ -248,9 +252,11 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
 
 
 def nats_permissions(user: str) -> Permissions:
-    """What `user` (a service's name, or ADMIN_USER) may publish and subscribe to."""
+    """What `user` (a service's name, EGRESS_USER or ADMIN_USER) may publish and subscribe to."""
     if user == ADMIN_USER:
         return {"publish": [">"], "subscribe": [">"]}
+    if user == EGRESS_USER:
+        return {"publish": [_CONTROLLER_INBOX], "subscribe": [f"{inbox_prefix(user)}.>"]}
     return _SERVICES[user]()
 
 

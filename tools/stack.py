@@ -33,6 +33,8 @@ from pathlib import Path
 
 import httpx
 
+from shared.broker_permissions import EGRESS_USER
+
 from .cpu_priority import favour, on_accept_path
 from .local_llm import LocalLLMError
 from .procs import (
@@ -196,7 +198,11 @@ class Stack(StackAccess):
         name = f"egress-{index}"
         self.config.egress_dir.mkdir(parents=True, exist_ok=True)
         port = self.config.egress_ports[name]
-        env = {"DECKHANDS_EGRESS_REPLICA": name, "DECKHANDS_EGRESS_HEALTH_PORT": str(port)}
+        env = {
+            "DECKHANDS_EGRESS_REPLICA": name,
+            "DECKHANDS_EGRESS_HEALTH_PORT": str(port),
+            **self.credentials.service_env(EGRESS_USER),
+        }
         self._spawn(name, [str(python), "-m", "services.egress"], env_overrides=env)
 
     def kill_service(self, name: str) -> None:

@@ -58,6 +58,7 @@ class EgressHandlers:
         except Refused as refused:
             CONNECTIONS.labels(link.tenant, refused.reason).inc()
             link.refused = refused.reason
+            link.destinations.append((key[0], port, False, refused.reason))
             log.info(
                 "task %s: egress to %s:%s refused (%s)",
                 link.sandbox.task_id,
@@ -67,7 +68,7 @@ class EgressHandlers:
             )
             raise
         link.pinned[key] = address
-        link.hosts.append(f"{key[0]}:{port}")
+        link.destinations.append((key[0], port, True, ""))
         CONNECTIONS.labels(link.tenant, "allowed").inc()
         return address
 
@@ -108,6 +109,7 @@ class EgressHandlers:
         # a client sends anyway goes through `requestheaders`, checked by its own host.
         if link is not None:
             CONNECTIONS.labels(link.tenant, "sni_mismatch").inc()
+            link.destinations.append((canonical_host(sni or "-"), 0, False, "sni_mismatch"))
             log.info("task %s: TLS name %r is not the tunnel's", link.sandbox.task_id, sni)
 
     async def server_connect(self, data: ServerConnectionHookData) -> None:

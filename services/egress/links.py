@@ -25,8 +25,13 @@ class Link:
     pinned: dict[tuple[str, int], str] = field(default_factory=dict)
     # The CONNECT target of a tunnel, to hold a TLS ClientHello's SNI against.
     tunnel: tuple[str, int] | None = None
-    hosts: list[str] = field(default_factory=list)
+    # Each destination asked for, in order: (host, port, allowed, why refused).
+    destinations: list[tuple[str, int, bool, str]] = field(default_factory=list)
     refused: str | None = None
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"{host}:{port}" for host, port, allowed, _ in self.destinations if allowed]
 
     @property
     def tenant(self) -> str:

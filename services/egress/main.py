@@ -17,9 +17,11 @@ from mitmproxy import options
 from mitmproxy.tools.dump import DumpMaster
 from pydantic import ValidationError
 
+from .activity import Activity
 from .handlers import EgressHandlers
 from .health import serve_health
 from .links import Links
+from .log_sender import LogSender
 from .settings import EgressSettings
 from .sockets import SandboxSockets
 
@@ -45,7 +47,12 @@ async def serve(settings: EgressSettings) -> None:
     # Bodies stream through instead of being held whole (a 1 GB download); an addon's option,
     # known once the master made its addons.
     master.options.update(stream_large_bodies="256k")
-    sockets = SandboxSockets(settings, links)
+    sender = LogSender(settings) if settings.nats_url else None
+    activity = Activity(sender.send if sender else None, settings.activity_interval_s)
+    sockets = SandboxSockets(settings, links, activity)
+    if sender is not None:
+        sender.start()
+    sending = asyncio.create_task(activity.run())
     running = asyncio.create_task(master.run())
     while not running.done():
         servers = master.addons.get("proxyserver").servers
@@ -73,6 +80,10 @@ async def serve(settings: EgressSettings) -> None:
     await asyncio.wait([running, asyncio.create_task(stop.wait())], return_when="FIRST_COMPLETED")
     scanning.cancel()
     await sockets.close()
+    sending.cancel()
+    await activity.close()
+    if sender is not None:
+        await sender.close()
     health.close()
     master.shutdown()
     await asyncio.wait([running], timeout=5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-__all__ = ["BYTES", "CONNECTIONS", "OPEN", "SANDBOXES"]
+__all__ = ["ACTIVITY_DROPPED", "BYTES", "CONNECTIONS", "OPEN", "SANDBOXES"]
 
 CONNECTIONS = Counter(
     "deckhands_egress_connections_total",
@@ -18,3 +18,7 @@ BYTES = Counter(
 )
 OPEN = Gauge("deckhands_egress_open_connections", "Sandbox connections open now.")
 SANDBOXES = Gauge("deckhands_egress_sandboxes", "Sandboxes this replica listens for.")
+ACTIVITY_DROPPED = Counter(
+    "deckhands_egress_activity_dropped_total",
+    "Connections whose record could not be sent to their task's log (NATS away).",
+)

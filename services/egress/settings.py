@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["EgressSettings"]
@@ -33,4 +33,18 @@ class EgressSettings(BaseSettings):
     )
     connect_timeout_s: float = Field(
         default=10.0, gt=0, description="Longest wait for an upstream host's name and connection."
+    )
+    # Its account of each task's connections goes to the task's log through the controller
+    # (activity.py); the same variables as every service's, with its own NATS user.
+    nats_url: str = Field(
+        default="",
+        validation_alias="DECKHANDS_NATS_URL",
+        description="NATS, to send each task's connections to its log; empty: logged here only.",
+    )
+    nats_user: str = Field(default="", validation_alias="DECKHANDS_NATS_USER")
+    nats_password: SecretStr = Field(
+        default=SecretStr(""), validation_alias="DECKHANDS_NATS_PASSWORD"
+    )
+    activity_interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="How often a task's connections are sent to its log."
     )

@@ -16,12 +16,15 @@ import logging
 import os
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from shared.egress_policy import SANDBOX_EGRESS_FILE, SandboxEgress
+from shared.events import EgressConnection
 
+from .activity import Activity, now
 from .links import Link, Links
 from .metrics import BYTES, CONNECTIONS, OPEN, SANDBOXES
 from .settings import EgressSettings
@@ -49,9 +52,12 @@ class _Sandbox:
 
 
 class SandboxSockets:
-    def __init__(self, settings: EgressSettings, links: Links) -> None:
+    def __init__(
+        self, settings: EgressSettings, links: Links, activity: Activity | None = None
+    ) -> None:
         self.settings = settings
         self.links = links
+        self.activity = activity
         self.root = Path(settings.dir)
         self.upstream_port = 0  # mitmproxy's, set once it listens
         self._sandboxes: dict[str, _Sandbox] = {}
@@ -132,6 +138,7 @@ class SandboxSockets:
         tenant = egress.tenant_id or "-"
         if sandbox.open >= self.settings.max_connections_per_task:
             CONNECTIONS.labels(tenant, "too_many").inc()
+            self._record(egress.task_id, [("-", 0, False, "too_many")], 0, 0, now(), 0.0)
             with contextlib.suppress(OSError):
                 writer.write(_TOO_MANY)
                 await writer.drain()
@@ -139,7 +146,7 @@ class SandboxSockets:
             return
         sandbox.open += 1
         OPEN.inc()
-        started = time.monotonic()
+        started, started_at = time.monotonic(), now()
         link = Link(egress, sandbox.folder.name)
         local_port = 0
         sent = received = 0
@@ -161,6 +168,8 @@ class SandboxSockets:
             writer.close()
             BYTES.labels(tenant, "out").inc(sent)
             BYTES.labels(tenant, "in").inc(received)
+            took = time.monotonic() - started
+            self._record(egress.task_id, link.destinations, sent, received, started_at, took)
             log.info(
                 "task %s: connection to %s: %s, %d bytes out, %d in, %.3f s",
                 egress.task_id,
@@ -169,6 +178,37 @@ class SandboxSockets:
                 sent,
                 received,
                 time.monotonic() - started,
+            )
+
+    def _record(
+        self,
+        task_id: str,
+        destinations: list[tuple[str, int, bool, str]],
+        sent: int,
+        received: int,
+        started_at: datetime,
+        took: float,
+    ) -> None:
+        """Each destination of a connection, for its task's log. The bytes and the time of a
+        connection that reached several hosts (keep-alive) are counted on the first."""
+        if self.activity is None:
+            return
+        counted = False
+        for host, port, allowed, reason in destinations:
+            first = allowed and not counted
+            counted = counted or first
+            self.activity.record(
+                task_id,
+                EgressConnection(
+                    host=host[:300],
+                    port=port,
+                    allowed=allowed,
+                    reason=reason,
+                    bytes_out=sent if first else 0,
+                    bytes_in=received if first else 0,
+                    duration_s=round(took, 3) if first else 0.0,
+                    started_at=started_at,
+                ),
             )
 
     async def close(self) -> None:

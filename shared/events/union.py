@@ -20,6 +20,7 @@ from .actions import (
     MessageAction,
     RunPythonAction,
 )
+from .egress import EgressActivityObservation
 from .observations import (
     AgentDelegateObservation,
     AgentStateChangedObservation,
@@ -74,6 +75,7 @@ Event = Annotated[
     | SandboxQueuedObservation
     | TaskCreatedObservation
     | MCPCallObservation
+    | EgressActivityObservation
     | ReviewedAction,
     Field(discriminator="kind"),
 ]
@@ -112,6 +114,7 @@ OBSERVATION_TYPES = (
     SandboxQueuedObservation,
     TaskCreatedObservation,
     MCPCallObservation,
+    EgressActivityObservation,
 )
 # Messages that carry events to the controller but are never logged themselves.
 ENVELOPE_TYPES = (ReviewedAction,)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Tenant
@@ -60,7 +62,22 @@ def _fetch(tenant: Tenant, allow: list[str], *urls: str) -> dict[str, str]:
     output = view["result"]["final_message"].removeprefix("fetched: ")
     lines = {url: line for url in urls for line in output.splitlines() if line.startswith(url)}
     assert set(lines) == set(urls), output
-    return lines | {"log": str(tenant.log(task_id))}
+    return lines | {"log": str(tenant.log(task_id)), "task_id": task_id}
+
+
+def _connections(tenant: Tenant, task_id: str, at_least: int) -> list[dict[str, Any]]:
+    """The egress proxy's account of the task's connections, in its log (sent each second)."""
+    deadline = time.monotonic() + 15
+    while True:
+        seen = [
+            c
+            for e in tenant.log(task_id)
+            if e["kind"] == "egress_activity"
+            for c in e["connections"]
+        ]
+        if len(seen) >= at_least or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.3)
 
 
 def test_a_task_reaches_only_the_hosts_its_policy_names(
@@ -88,6 +105,16 @@ def test_a_task_reaches_only_the_hosts_its_policy_names(
         assert word not in seen["log"]
     # The refusals are in the task's log, as the agent saw them.
     assert "deckhands egress proxy" in seen["log"]
+    # ... and every connection, as the proxy saw it.
+    connections = _connections(alpha, seen["task_id"], len(refused) + 1)
+    reached = [(c["host"], c["port"]) for c in connections if c["allowed"]]
+    host, port = site.rsplit(":", 1)
+    assert reached == [(host, int(port))], connections
+    assert next(c for c in connections if c["allowed"])["bytes_in"] > 0
+    refusals = {(c["host"], c["reason"]) for c in connections if not c["allowed"]}
+    assert ("169.254.169.254", "not_allowed") in refusals, connections
+    assert ("pypi.org", "not_allowed") in refusals, connections
+    assert len(connections) == len(refused) + 1, connections
 
 
 def test_any_public_host_is_not_a_private_one(alpha: Tenant, stack: Stack) -> None:

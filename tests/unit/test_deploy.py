@@ -279,8 +279,13 @@ def _settings_fields(service: str) -> set[str] | None:
         and issubclass(obj, BaseSettings)
         and obj.__module__ == module.__name__
     ]
-    prefixes = {cls: str(cls.model_config.get("env_prefix") or "DECKHANDS_") for cls in classes}
-    return {f"{prefixes[cls]}{field.upper()}" for cls in classes for field in cls.model_fields}
+    names = set()
+    for cls in classes:
+        prefix = str(cls.model_config.get("env_prefix") or "DECKHANDS_")
+        for name, field in cls.model_fields.items():
+            alias = field.validation_alias
+            names.add(alias if isinstance(alias, str) else f"{prefix}{name.upper()}")
+    return names
 
 
 def _container_env(container: dict[str, Any]) -> set[str]:

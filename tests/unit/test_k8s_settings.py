@@ -70,9 +70,14 @@ def parse_settings_file(path: Path) -> dict[str, SettingsClass]:
                 annotation = ast.unparse(statement.annotation)
                 if field_name.startswith("_") or annotation.startswith("ClassVar"):
                     continue
-                parsed.fields.add(field_name)
-                if isinstance(statement.value, ast.Call):
-                    parsed.aliases |= _aliases(statement.value)
+                aliases = (
+                    _aliases(statement.value) if isinstance(statement.value, ast.Call) else set()
+                )
+                # pydantic-settings reads a field by its aliases only, when it has any.
+                if aliases:
+                    parsed.aliases |= aliases
+                else:
+                    parsed.fields.add(field_name)
         classes[node.name] = parsed
     return classes
 
@@ -132,7 +137,9 @@ def test_the_parser_finds_what_pydantic_reads() -> None:
             if inspect.isclass(cls) and issubclass(cls, BaseSettings):
                 if cls.__module__ == module.__name__:
                     prefix = cls.model_config.get("env_prefix", "")
-                    imported |= {f"{prefix}{f}".upper() for f in cls.model_fields}
+                    for name, field in cls.model_fields.items():
+                        alias = field.validation_alias
+                        imported.add((alias if isinstance(alias, str) else prefix + name).upper())
         assert imported == read[service], f"{service}: {imported ^ read[service]}"
         checked += 1
     assert checked, "no settings class could be imported"
@@ -152,7 +159,8 @@ def test_the_parser_sees_aliases_and_prefixes(tmp_path: Path) -> None:
         "    _private: int = 0\n"
     )
     parsed = parse_settings_file(source)
-    assert parsed["A"].env_prefix == "X_" and parsed["A"].fields == {"one", "two"}
+    # `two` is read by its aliases only (X_TWO is not read).
+    assert parsed["A"].env_prefix == "X_" and parsed["A"].fields == {"one"}
     assert parsed["A"].aliases == {"TWO", "DOS"}
     assert parsed["B"].bases == ["A"] and parsed["B"].fields == {"three"}
 

@@ -226,6 +226,20 @@ def _sandbox_queued(event: dict[str, Any]) -> _Shown:
     return f"[yellow]waits for a sandbox: place {event.get('position')}[/yellow]", []
 
 
+def _connection(c: dict[str, Any]) -> str:
+    where = escape(f"{c.get('host')}:{c.get('port')}")
+    if not c.get("allowed"):
+        return f"[red]{where} refused ({escape(str(c.get('reason')))})[/red]"
+    return f"{where} {c.get('bytes_out', 0)} B out, {c.get('bytes_in', 0)} B in"
+
+
+def _egress_activity(event: dict[str, Any]) -> _Shown:
+    connections = event.get("connections") or []
+    more = f", and {event['more']} more" if event.get("more") else ""
+    shown = "; ".join(_connection(c) for c in connections)
+    return f"[dim]network:[/dim] {shown}{more}", []
+
+
 def _condensation(event: dict[str, Any]) -> _Shown:
     return f"[dim]history condensed up to #{event.get('forgotten_up_to_seq')}[/dim]", []
 
@@ -277,6 +291,7 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], _Shown]] = {
     "change_agent_state": _change_agent_state,
     "task_created": _task_created,
     "sandbox_queued": _sandbox_queued,
+    "egress_activity": _egress_activity,
     "condensation": _condensation,
 }
 # Kinds that are one line (with what follows it) of their own, heading included.

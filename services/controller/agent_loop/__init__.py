@@ -11,6 +11,7 @@ from __future__ import annotations
 from shared.events import (
     AgentDelegateObservation,
     AnswerMissingObservation,
+    EgressActivityObservation,
     EventBase,
     EventSource,
     ReviewedAction,
@@ -50,6 +51,10 @@ def apply(turn: Turn, event: EventBase) -> None:
         # A request to make a task that exists (the gateway sent it again after a lost
         # acknowledgement): the task was made from its first copy.
         count(turn, STALE.labels(event.kind))
+    elif isinstance(event, EgressActivityObservation):
+        # The egress proxy's account of the sandbox's connections: a fact for the log, which
+        # changes nothing of the task's course (it comes between any two steps).
+        turn.log(event)
     elif isinstance(event, ReviewedAction):
         reviewed(turn, event)
     elif event.source is EventSource.USER:

@@ -24,6 +24,7 @@ from shared.egress_policy import EgressPolicy
 from shared.events import (
     AgentState,
     CmdRunAction,
+    EgressActivityObservation,
     EventAdapter,
     EventSource,
     RunnableAction,
@@ -170,6 +171,8 @@ class Controller:
         self.network_egress = network_egress
         self.workspace_mib = workspace_mib
         self.network = network
+        # The egress proxy's accounts of the task's connections, set aside as they come.
+        self.egress: list[EgressActivityObservation] = []
 
     @classmethod
     async def for_task(
@@ -230,9 +233,13 @@ class Controller:
         )
 
     async def receive(self, timeout: float = 30) -> Any:
-        msgs = await self.sub.fetch(1, timeout=timeout)
-        await msgs[0].ack()
-        return EventAdapter.validate_python(json.loads(msgs[0].data))
+        while True:
+            msgs = await self.sub.fetch(1, timeout=timeout)
+            await msgs[0].ack()
+            event = EventAdapter.validate_python(json.loads(msgs[0].data))
+            if not isinstance(event, EgressActivityObservation):
+                return event
+            self.egress.append(event)
 
     async def nothing_within(self, seconds: float) -> bool:
         try:

@@ -9,6 +9,7 @@ connection a refused attempt might have made."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import signal
@@ -18,10 +19,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import httpx
+import nats
 import pytest
+from egress_site import publish_site  # type: ignore[import-not-found]
 from nats.js import JetStreamContext
 from net_listener import Listener  # type: ignore[import-not-found]
 from runtime_helpers import Controller, make_settings  # type: ignore[import-not-found]
@@ -58,13 +62,16 @@ class _Files(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A file, a package index, a git repository and an npm registry, on one test server."""
     root = tmp_path_factory.mktemp("site")
-    (root / "hello.txt").write_text("hello-from-the-allowed-host")
     server = http.server.ThreadingHTTPServer(
         (OUTSIDE, 0), lambda *a: _Files(*a, directory=str(root))
     )
+    address = f"{OUTSIDE}:{server.server_address[1]}"
+    (root / "hello.txt").write_text("hello-from-the-allowed-host")
+    publish_site(root, address)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"{OUTSIDE}:{server.server_address[1]}"
+    yield address
     server.shutdown()
 
 
@@ -76,8 +83,8 @@ def elsewhere() -> Iterator[Listener]:
 
 
 class Proxies:
-    def __init__(self, folder: Path, logs: Path) -> None:
-        self.folder, self.logs = folder, logs
+    def __init__(self, folder: Path, logs: Path, nats_url: str) -> None:
+        self.folder, self.logs, self.nats_url = folder, logs, nats_url
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str) -> None:
@@ -89,6 +96,8 @@ class Proxies:
             "DECKHANDS_EGRESS_DIR": str(self.folder),
             "DECKHANDS_EGRESS_REPLICA": name,
             "DECKHANDS_EGRESS_HEALTH_PORT": str(port),
+            "DECKHANDS_NATS_URL": self.nats_url,
+            "DECKHANDS_EGRESS_ACTIVITY_INTERVAL_S": "0.2",
         }
         self.procs[name] = subprocess.Popen(
             [str(python), "-m", "services.egress"],
@@ -124,8 +133,11 @@ def egress_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def proxies(egress_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxies]:
-    running = Proxies(egress_folder, Path(tmp_path_factory.mktemp("egress-logs")))
+def proxies(
+    egress_folder: Path, tmp_path_factory: pytest.TempPathFactory, isolated_settings: CommonSettings
+) -> Iterator[Proxies]:
+    logs = Path(tmp_path_factory.mktemp("egress-logs"))
+    running = Proxies(egress_folder, logs, isolated_settings.nats_url)
     running.start("egress-0")
     running.start("egress-1")
     yield running
@@ -231,3 +243,64 @@ async def test_a_killed_proxy_replica_leaves_the_other_to_carry_on(
     finally:
         proxies.start("egress-0")
         await ctl.release()
+
+
+async def test_pip_git_and_npm_work_through_the_proxy(
+    runtime: object, js: JetStreamContext, site: str
+) -> None:
+    """The tools a task needs, as they are, with nothing but the environment's proxy."""
+    ctl = await _task(runtime, js, [site])
+    try:
+        pip = await _sh(
+            ctl,
+            f"pip install -q --index-url http://{site}/simple/ tinypkg 2>&1 | tail -3; "
+            "python3 -c 'import tinypkg; print(tinypkg.VALUE)'",
+        )
+        assert "installed-through-the-proxy" in pip, pip
+        git = await _sh(
+            ctl,
+            f"git clone -q http://{site}/repo.git /workspace/repo 2>&1; cat /workspace/repo/README",
+        )
+        assert "cloned-through-the-proxy" in git, git
+        npm = await _sh(
+            ctl,
+            f"cd /workspace && npm install --no-audit --no-fund --registry http://{site}/ "
+            "tinynpm 2>&1 | tail -3; node -e 'console.log(require(\"tinynpm\"))'",
+        )
+        assert "npm-through-the-proxy" in npm, npm
+    finally:
+        await ctl.release()
+
+
+async def test_each_connection_reaches_the_tasks_log(
+    runtime: object, js: JetStreamContext, site: str, elsewhere: Listener
+) -> None:
+    """The proxy's account of what the sandbox reached and was refused goes to the controller,
+    which logs it (services/egress/activity.py)."""
+    ctl = await _task(runtime, js, [site])
+    try:
+        await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        await _sh(ctl, _fetch(f"http://{OUTSIDE}:{elsewhere.port}/"))
+        deadline = time.monotonic() + 10
+        seen: list[Any] = []
+        while time.monotonic() < deadline:
+            seen = [c for entry in ctl.egress for c in entry.connections]
+            if len(seen) >= 2:
+                break
+            with contextlib.suppress(nats.errors.TimeoutError):
+                await ctl.receive(timeout=0.5)
+        reached = [c for c in seen if c.allowed]
+        refused = [c for c in seen if not c.allowed]
+        assert [(c.host, c.port) for c in reached] == [tuple(_split(site))], seen
+        assert reached[0].bytes_in > len("hello-from-the-allowed-host"), reached
+        assert [(c.host, c.port, c.reason) for c in refused] == [
+            (OUTSIDE, elsewhere.port, "not_allowed")
+        ], seen
+        assert all(e.task_id == ctl.task_id for e in ctl.egress)
+    finally:
+        await ctl.release()
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)

@@ -3,9 +3,11 @@ entry (so a rebuilt State keeps it), and passes to its sub-tasks."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from services.controller.agent_loop import apply, created_entry
+from services.controller.rebuild import rebuild_state
 from services.controller.turn import Turn
 from services.security.handlers import reviewed
 from shared.commands import ExecuteAction, PrepareSandbox, ReviewAction, StepRequest
@@ -13,6 +15,8 @@ from shared.egress_policy import EgressPolicy
 from shared.events import (
     AgentDelegateAction,
     CmdRunAction,
+    EgressActivityObservation,
+    EgressConnection,
     EventSource,
     MessageAction,
     RiskLevel,
@@ -75,3 +79,55 @@ def test_the_first_log_entry_keeps_it_and_a_sub_task_inherits_it() -> None:
     apply(turn, delegate)
     [child] = turn.new_tasks
     assert child.network == POLICY
+
+
+def _activity() -> EgressActivityObservation:
+    return EgressActivityObservation(
+        task_id=TASK,
+        source=EventSource.ENVIRONMENT,
+        connections=[
+            EgressConnection(
+                host="pypi.org",
+                port=443,
+                allowed=True,
+                bytes_out=700,
+                bytes_in=90_000,
+                duration_s=0.4,
+                started_at=datetime.now(UTC),
+            ),
+            EgressConnection(
+                host="evil.example.com",
+                port=443,
+                allowed=False,
+                reason="not_allowed",
+                started_at=datetime.now(UTC),
+            ),
+        ],
+    )
+
+
+def test_the_proxy_s_account_of_connections_is_logged_and_changes_nothing_else() -> None:
+    state, step, _ = _started()
+    turn = Turn(state)
+    activity = _activity()
+    apply(turn, activity)
+    assert [e.id for e in turn.logged] == [activity.id]
+    assert not turn.sent
+    # The entry is among those the next step request carries (the reasoner shows the model none
+    # of it); nothing else of the State changes.
+    same = {"last_seq", "version", "updated_at", "unseen_events", "unseen_bytes"}
+    assert turn.state.model_dump(exclude=same) == state.model_dump(exclude=same)
+    # Between any two steps: the step asked for is still the one awaited.
+    assert turn.state.awaiting_id == step.id
+
+
+def test_a_log_with_connections_rebuilds_the_same_state() -> None:
+    first = Turn(TaskState(task_id=TASK, task="do it", max_iterations=5, network=POLICY))
+    apply(first, MessageAction(task_id=TASK, source=EventSource.USER, content="do it"))
+    turn = Turn(first.state)
+    apply(turn, _activity())
+    rebuilt = rebuild_state([*first.logged, *turn.logged])
+    without = rebuild_state(first.logged)
+    assert rebuilt.last_seq == without.last_seq + 1 == turn.state.last_seq
+    same = {"last_seq", "version", "updated_at", "unseen_events", "unseen_bytes", "processed"}
+    assert rebuilt.model_dump(exclude=same) == without.model_dump(exclude=same)
