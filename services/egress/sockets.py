@@ -99,6 +99,15 @@ class SandboxSockets:
             await self._close(name)
         SANDBOXES.set(len(self._sandboxes))
 
+    def _reread(self, sandbox: _Sandbox) -> None:
+        path = sandbox.folder / SANDBOX_EGRESS_FILE
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return
+        if mtime != sandbox.mtime and (egress := self._read(path)) is not None:
+            sandbox.egress, sandbox.mtime = egress, mtime
+
     def _read(self, path: Path) -> SandboxEgress | None:
         try:
             return SandboxEgress.model_validate_json(path.read_bytes())
@@ -134,6 +143,7 @@ class SandboxSockets:
     async def _relay(
         self, sandbox: _Sandbox, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        self._reread(sandbox)  # widened by a user's message just before this action?
         egress = sandbox.egress
         tenant = egress.tenant_id or "-"
         if sandbox.open >= self.settings.max_connections_per_task:

@@ -85,7 +85,7 @@ class DockerSandboxes:
         self.pending_names: set[str] = set()
         self.egress_folders = EgressFolders(settings.egress_dir)
         # The egress folder of each sandbox created here that has one (removed with it).
-        self._egress_tokens: dict[str, str] = {}
+        self.egress_tokens: dict[str, str] = {}
         # Creations whose caller gave up: their containers are removed as soon as they exist.
         self._abandoned: set[asyncio.Future[Any]] = set()
         # Docker calls block: they run on threads of our own, as many as a burst of sandbox
@@ -196,12 +196,12 @@ class DockerSandboxes:
                 self.egress_folders.remove(egress_token)
                 raise
             if egress_token is not None:
-                self._egress_tokens[cid] = egress_token
+                self.egress_tokens[cid] = egress_token
             try:
                 sandbox = await self.attach(cid, name, timeout_s=self.settings.start_timeout_s)
                 sandbox.network = network
                 sandbox.workspace_bytes = workspace_bytes
-                sandbox.egress = shape.egress
+                sandbox.egress, sandbox.egress_token = shape.egress, egress_token
                 return sandbox
             except BaseException:
                 await self.remove(cid)
@@ -302,7 +302,7 @@ class DockerSandboxes:
             log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
             return
         # Its egress folder, if it had one (one left by a crash: `sweep_egress_folders`).
-        self.egress_folders.remove(self._egress_tokens.pop(container_id, None))
+        self.egress_folders.remove(self.egress_tokens.pop(container_id, None))
 
     # -- workspace keepers (keepers.py): a tmpfs workspace's files across a stop
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from shared.egress_policy import (
     SANDBOX_EGRESS_FILE,
-    SANDBOX_EGRESS_MOUNT,
     SANDBOX_PROXY_PORT,
     SandboxEgress,
 )
@@ -52,16 +51,33 @@ class EgressFolders:
         folder = self.root / token
         folder.mkdir(mode=0o755, parents=True)
         folder.chmod(0o755)
+        self._write(folder, egress)
+        return token, str(folder)
+
+    def refresh(self, token: str | None, egress: SandboxEgress) -> bool:
+        """Write the task's policy again if it changed (a user's message widened it): the
+        proxy reads it for the sandbox's next connection. True if it was rewritten."""
+        if self.root is None or not token or "/" in token:
+            return False
+        folder = self.root / token
+        try:
+            if (
+                SandboxEgress.model_validate_json((folder / SANDBOX_EGRESS_FILE).read_bytes())
+                == egress
+            ):
+                return False
+        except (OSError, ValueError):
+            pass
+        self._write(folder, egress)
+        return True
+
+    @staticmethod
+    def _write(folder: Path, egress: SandboxEgress) -> None:
         written = folder / (SANDBOX_EGRESS_FILE + ".new")
         written.write_text(egress.model_dump_json())
         written.chmod(0o644)
         # Whole or absent: a proxy replica reading the folder never sees half a policy.
         os.replace(written, folder / SANDBOX_EGRESS_FILE)
-        return token, str(folder)
-
-    @staticmethod
-    def mount_target() -> str:
-        return SANDBOX_EGRESS_MOUNT
 
     def remove(self, token: str | None) -> None:
         if self.root is None or not token or "/" in token:

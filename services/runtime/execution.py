@@ -257,7 +257,12 @@ class Execution:
             workspace_mib=command.workspace_mib,
         )
         try:
-            return await self.tasks.get(command.task_id, shape)
+            sandbox = await self.tasks.get(command.task_id, shape)
+            if shape.egress is not None and self.tasks.docker.egress_folders.refresh(
+                sandbox.egress_token, shape.egress
+            ):
+                log.info("task %s: its egress policy widened", command.task_id)
+            return sandbox
         except WorkspaceLost as exc:
             ACTIONS.labels(kind, "sandbox_lost").inc()
             return error_observation(

@@ -28,6 +28,8 @@ class Sandbox:
     workspace_bytes: int | None = None
     # Its task's network policy: no network, only the egress proxy's folder.
     egress: SandboxEgress | None = None
+    # Its folder's name under DECKHANDS_EGRESS_DIR (egress_folders.py), if it has one.
+    egress_token: str | None = None
     # Told to the agent with its next command's output (e.g. the sandbox was restarted).
     notice: str | None = None
 

@@ -38,6 +38,7 @@ from .containers import (
 from .errors import HeldElsewhere, SandboxStartError, WorkspaceLost
 from .metrics import SANDBOXES_IDLE_STOPPED, SANDBOXES_LOST, SANDBOXES_RESTARTED
 from .pool import WarmPool
+from .sandbox_labels import LABEL_EGRESS
 from .sandbox_shape import POOL_SHAPE, SandboxShape
 from .sandbox_starts import ANYONE, StartTerms
 
@@ -180,6 +181,9 @@ class TaskSandboxes:
             else:
                 sandbox.task_id = task_id
                 sandbox.network = info.labels.get(LABEL_NETWORK, NO_NETWORK)
+                sandbox.egress_token = info.labels.get(LABEL_EGRESS)
+                if sandbox.egress_token:  # removed with the sandbox, as if made here
+                    self.docker.egress_tokens[container_id] = sandbox.egress_token
                 self._local[task_id] = sandbox
                 self.pool.adopt(sandbox)
                 # Its orders come here from now on (the engine is shared with its old holder).

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..egress_policy import EgressPolicy
 from .base import BlobRef, EventBase
 from .state import AgentState
 
@@ -65,6 +66,12 @@ class MessageAction(_AgentActionFields):
     kind: Literal["message"] = "message"
     content: str
     wait_for_response: bool = False
+    network: EgressPolicy | None = Field(
+        default=None,
+        description="A user's message only: rules it adds to the task's egress policy, within "
+        "the task's bound (the gateway checks it); logged with the message, in force from the "
+        "task's next action.",
+    )
 
 
 class CmdRunAction(_AgentActionFields):

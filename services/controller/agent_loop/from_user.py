@@ -41,6 +41,10 @@ def _user_message(turn: Turn, event: MessageAction) -> None:
         return
     # Interactive mode: the stuck detector only looks at history after the last user message.
     turn.update(recent=[])
+    if event.network is not None and turn.state.network is not None:
+        # Wider egress, asked for with the message (within the task's bound: the gateway's
+        # check); the orders from now on carry it, and the runtime passes it to the proxy.
+        turn.update(network=turn.state.network.union(event.network))
     if state is AgentState.AWAITING_USER_CONFIRMATION:
         return  # the message is in the log; the pending action still needs a yes or no
     if state is not AgentState.RUNNING and state is not AgentState.PAUSED:

@@ -227,7 +227,9 @@ async def send_message(
     caller: CallerDep,
     idempotency_key: IdempotencyKey = None,
 ) -> AcceptedEvent:
-    event = await tasks.send_message(task_id, body.content, caller.tenant_id, idempotency_key)
+    event = await tasks.send_message(
+        task_id, body.content, caller.tenant_id, idempotency_key, body.network
+    )
     return _accepted(task_id, event.id, "message")
 
 

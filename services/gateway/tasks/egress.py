@@ -23,7 +23,7 @@ from ..http.models import ApiRequest
 from ..settings import PresetName
 from .values import NewTask, TaskDefaults
 
-__all__ = ["MAX_PRESETS", "TaskEgress", "TaskNetwork", "task_egress"]
+__all__ = ["MAX_PRESETS", "TaskEgress", "TaskNetwork", "message_egress", "task_egress"]
 
 MAX_PRESETS = 16
 
@@ -63,7 +63,7 @@ def task_egress(
     if not (new.network_egress or new.network_allow or new.network_presets):
         return TaskEgress()  # most tasks: no rule of the bound is parsed for them
     bound = EgressPolicy(allow=bound_rules)
-    asked = _asked(new, defaults.egress_presets)
+    asked = _asked(new.network_allow, new.network_presets, defaults.egress_presets)
     outside = policy_outside(asked, bound)
     if outside is not None:
         whose = (
@@ -90,10 +90,35 @@ def task_egress(
     )
 
 
-def _asked(new: NewTask, presets: Mapping[str, EgressPolicy]) -> EgressPolicy:
-    """The task's rules and its presets', in one policy."""
-    rules = dict.fromkeys(new.network_allow)
-    for name in new.network_presets:
+def message_egress(
+    network: TaskNetwork,
+    current: EgressPolicy | None,
+    defaults: TaskDefaults,
+    bound_rules: tuple[str, ...],
+    tenant_bound: bool,
+) -> EgressPolicy:
+    """What a user's message adds to a task's policy: within the bound as at creation
+    (EgressPolicyRefused, 422, naming the rule outside). A task made without a policy has a
+    sandbox with no way out at all: it cannot gain one (a new task can)."""
+    if current is None:
+        raise EgressPolicyRefused(
+            "network: this task was created without network access, and its sandbox has no "
+            "way out to widen; create a new task with `network`"
+        )
+    asked = _asked(tuple(network.allow), tuple(network.presets), defaults.egress_presets)
+    outside = policy_outside(asked, EgressPolicy(allow=bound_rules))
+    if outside is not None:
+        whose = "its tenant's egress_allow" if tenant_bound else "DECKHANDS_EGRESS_ALLOW"
+        raise EgressPolicyRefused(f"network: the rule {outside!r} is outside {whose}")
+    return asked
+
+
+def _asked(
+    allow: tuple[str, ...], preset_names: tuple[str, ...], presets: Mapping[str, EgressPolicy]
+) -> EgressPolicy:
+    """Rules and the named presets', in one policy."""
+    rules = dict.fromkeys(allow)
+    for name in preset_names:
         preset = presets.get(name)
         if preset is None:
             known = ", ".join(sorted(presets)) or "none"

@@ -167,6 +167,12 @@ class CreateTaskRequest(ApiRequest):
 
 class MessageRequest(ApiRequest):
     content: str = Field(min_length=1, max_length=_MAX_TEXT)
+    network: TaskNetwork | None = Field(
+        default=None,
+        description="More egress for the task, with this message: rules and presets added to "
+        "its policy, within its bound (422 naming a rule outside it, or for a task created "
+        "without network access); logged with the message, in force from the next action.",
+    )
 
     _content_not_blank = field_validator("content")(_not_blank)
 

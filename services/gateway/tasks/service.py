@@ -42,7 +42,7 @@ from ..workspace.repositories import RepositoryCheck, RepositoryRefused
 from .attachments import TaskAttachments
 from .creation_slots import CreationSlots
 from .creations import TaskViews
-from .egress import TaskEgress, task_egress
+from .egress import TaskEgress, TaskNetwork, message_egress, task_egress
 from .idempotency import IdempotencyKeys, request_fingerprint
 from .lookup import TaskLookup
 from .records import TaskRecord, TaskRecords
@@ -287,9 +287,22 @@ class TaskService(TaskLookup):
         return True
 
     async def send_message(
-        self, task_id: str, content: str, tenant_id: str, idempotency_key: str | None = None
+        self,
+        task_id: str,
+        content: str,
+        tenant_id: str,
+        idempotency_key: str | None = None,
+        network: TaskNetwork | None = None,
     ) -> EventBase:
         owned = await self.get_owned(task_id, tenant_id)
+        widening = None
+        if network is not None:  # more egress with the message, within the task's bound
+            limits = await self.quotas.limits(tenant_id)
+            bound = self.quotas.quotas_of(limits).egress_allow
+            tenant_bound = limits.egress_allow is not None
+            widening = message_egress(
+                network, owned.state.network, self.defaults, bound, tenant_bound
+            )
         if owned.record is not None:
             # A message resumes a task that had ended: it runs (and spends) again. A
             # sub-task's root counts for it.
@@ -307,6 +320,7 @@ class TaskService(TaskLookup):
             task_id=task_id,
             source=EventSource.USER,
             content=content,
+            network=widening,
         )
         await self._publish(event)
         return event

@@ -112,3 +112,37 @@ async def test_network_egress_asks_for_the_whole_bound(http: httpx.AsyncClient) 
     task = (await http.get(f"/v1/tasks/{created.json()['id']}")).json()
     assert task["network"] == {"allow": EGRESS_ALLOW}
     assert (await http.get("/v1/quotas")).json()["limits"]["egress_allow"] == EGRESS_ALLOW
+
+
+async def test_a_message_widens_a_tasks_policy_within_its_bound(
+    http: httpx.AsyncClient, nc: NatsClient, redis: Redis
+) -> None:
+    created = await http.post(
+        "/v1/tasks", json={"task": "pip install", "network": {"allow": ["pypi.org"]}}
+    )
+    task_id = created.json()["id"]
+    await controller_inbox(nc, task_id, expect=1)
+    await make_as_controller(redis, task_id)
+    sent = await http.post(
+        f"/v1/tasks/{task_id}/messages",
+        json={"content": "wheels too", "network": {"presets": ["python"]}},
+    )
+    assert sent.status_code == 202, sent.text
+    [message] = await controller_inbox(nc, task_id, expect=1)
+    # The rules travel with the message, which the controller logs and applies.
+    assert message["kind"] == "message"
+    assert message["network"] == {"allow": ["pypi.org", "files.pythonhosted.org"]}
+    outside = await http.post(
+        f"/v1/tasks/{task_id}/messages",
+        json={"content": "everything", "network": {"allow": ["evil.example.com"]}},
+    )
+    assert outside.status_code == 422 and "evil.example.com" in outside.text, outside.text
+    # A task made without network access has no way out to widen.
+    closed = (await http.post("/v1/tasks", json={"task": "no network"})).json()["id"]
+    await controller_inbox(nc, closed, expect=1)
+    await make_as_controller(redis, closed)
+    refused = await http.post(
+        f"/v1/tasks/{closed}/messages",
+        json={"content": "go online", "network": {"allow": ["pypi.org"]}},
+    )
+    assert refused.status_code == 422 and "without network access" in refused.text

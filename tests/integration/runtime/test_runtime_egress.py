@@ -28,12 +28,14 @@ import pytest
 from egress_site import publish_site  # type: ignore[import-not-found]
 from nats.js import JetStreamContext
 from net_listener import Listener  # type: ignore[import-not-found]
+from redis.asyncio import Redis
 from runtime_helpers import Controller, make_settings  # type: ignore[import-not-found]
 
 from services.runtime.settings import RuntimeSettings
 from shared.egress_policy import EgressPolicy
 from shared.events import CmdOutputObservation, CmdRunAction, EventSource
 from shared.settings import CommonSettings
+from shared.state_store import TaskStateStore
 from tools.procs import free_port
 from tools.stack import egress_python
 
@@ -304,3 +306,31 @@ async def test_each_connection_reaches_the_tasks_log(
 def _split(address: str) -> tuple[str, int]:
     host, port = address.rsplit(":", 1)
     return host, int(port)
+
+
+async def test_a_widened_policy_is_in_force_from_the_next_action(
+    runtime: object, js: JetStreamContext, site: str, elsewhere: Listener
+) -> None:
+    """A user's message widened the task's policy (the controller's State and its orders carry
+    it): the runtime writes it to the sandbox's folder, and the proxy follows it at once."""
+    ctl = await _task(runtime, js, [site])
+    other = f"{OUTSIDE}:{elsewhere.port}"
+    try:
+        before = await _sh(ctl, _fetch(f"http://{other}/"))
+        assert "STATUS 403" in before, before
+        wider = EgressPolicy(allow=(site, other))
+        redis = Redis.from_url(runtime.settings.redis_url)  # type: ignore[attr-defined]
+        try:
+            store = TaskStateStore(redis)
+            state = await store.load(ctl.task_id)
+            assert state is not None
+            await store.save(state.model_copy(update={"network": wider}))
+        finally:
+            await redis.aclose()
+        ctl.network = wider
+        after = await _sh(ctl, _fetch(f"http://{other}/"))
+        # The listener answers a banner, not HTTP: what matters is that it was reached.
+        assert "STATUS 403" not in after, after
+        assert elsewhere.connections == 1
+    finally:
+        await ctl.release()

@@ -131,3 +131,33 @@ def test_a_log_with_connections_rebuilds_the_same_state() -> None:
     assert rebuilt.last_seq == without.last_seq + 1 == turn.state.last_seq
     same = {"last_seq", "version", "updated_at", "unseen_events", "unseen_bytes", "processed"}
     assert rebuilt.model_dump(exclude=same) == without.model_dump(exclude=same)
+
+
+def test_a_user_message_widens_the_policy_of_the_orders_from_then_on() -> None:
+    state, step, _ = _started()
+    more = EgressPolicy(allow=("files.pythonhosted.org", "pypi.org"))
+    turn = Turn(state)
+    message = MessageAction(
+        task_id=TASK, source=EventSource.USER, content="you may fetch wheels too", network=more
+    )
+    apply(turn, message)
+    assert turn.state.network == EgressPolicy(
+        allow=("pypi.org", "*.github.com:443", "files.pythonhosted.org")
+    )
+    # The message, its rules with it, is the log's record of the change.
+    assert turn.logged[0].id == message.id
+    assert turn.logged[0].network == more  # type: ignore[attr-defined]
+    order = _executed(turn.state, step)
+    assert order.network == turn.state.network
+
+
+def test_a_task_without_a_policy_gains_none_from_a_message() -> None:
+    state, _, _ = _started(network=None)
+    turn = Turn(state)
+    apply(
+        turn,
+        MessageAction(
+            task_id=TASK, source=EventSource.USER, content="go", network=EgressPolicy(allow=("*",))
+        ),
+    )
+    assert turn.state.network is None

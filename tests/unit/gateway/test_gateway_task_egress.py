@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from services.gateway.errors import EgressForbidden, EgressPolicyRefused
 from services.gateway.quotas.limits import QuotaDefaults, Quotas, TenantLimits
 from services.gateway.settings import GatewaySettings
-from services.gateway.tasks.egress import TaskEgress, task_egress
+from services.gateway.tasks.egress import TaskEgress, TaskNetwork, message_egress, task_egress
 from services.gateway.tasks.values import NewTask, TaskDefaults
 from shared.egress_policy import EgressPolicy
 
@@ -104,3 +104,21 @@ def test_a_tenants_bound_is_its_own_within_the_servers_as_it_is_now() -> None:
     narrower = QuotaDefaults(egress_allow=("*.github.com",))
     wide = TenantLimits(egress_allow=("pypi.org", "api.github.com"))
     assert Quotas.of(wide, narrower).egress_allow == ("api.github.com",)
+
+
+def test_a_message_adds_rules_within_the_bound_and_only_to_a_task_with_a_policy() -> None:
+    current = EgressPolicy(allow=("pypi.org",))
+    more = message_egress(
+        TaskNetwork(allow=["*.github.com:443"], presets=["python"]),
+        current,
+        DEFAULTS,
+        SERVER_RULES,
+        False,
+    )
+    assert more == EgressPolicy(allow=("*.github.com:443", "pypi.org", "files.pythonhosted.org"))
+    with pytest.raises(EgressPolicyRefused, match=r"'evil\.example\.com' is outside"):
+        message_egress(
+            TaskNetwork(allow=["evil.example.com"]), current, DEFAULTS, SERVER_RULES, True
+        )
+    with pytest.raises(EgressPolicyRefused, match="created without network access"):
+        message_egress(TaskNetwork(allow=["pypi.org"]), None, DEFAULTS, SERVER_RULES, False)
