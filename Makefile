@@ -108,6 +108,7 @@ schemas: deps
 bench: setup
 	$(PY) bench/runtime_bench.py
 	$(PY) bench/system_bench.py
+	$(PY) bench/egress_bench.py
 
 clean: down
 	rm -rf .run
