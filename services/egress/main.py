@@ -34,8 +34,9 @@ def _options(settings: EgressSettings) -> options.Options:
     return options.Options(
         listen_host="127.0.0.1",
         listen_port=0,
-        # mitmproxy's own state (its CA, unused unless a TLS name is not the tunnel's).
-        confdir=os.path.join(settings.dir, ".mitmproxy"),
+        # mitmproxy's own state (its CA, unused unless a TLS name is not the tunnel's), one per
+        # replica: two replicas making one CA at once would read each other's half-written key.
+        confdir=os.path.join(settings.dir, ".mitmproxy", settings.replica),
     )
 
 

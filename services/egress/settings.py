@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import socket
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["EgressSettings"]
+
+# A unix socket's path has at most 107 bytes (sun_path); each is <dir>/sbx-<16 hex>/<replica>.sock.
+_SUN_PATH = 107
+_FOLDER_AND_SUFFIX = len("/sbx-0123456789abcdef/") + len(".sock")
 
 
 class EgressSettings(BaseSettings):
@@ -48,3 +52,14 @@ class EgressSettings(BaseSettings):
     activity_interval_s: float = Field(
         default=1.0, gt=0, le=60, description="How often a task's connections are sent to its log."
     )
+
+    @model_validator(mode="after")
+    def _socket_paths_fit(self) -> EgressSettings:
+        longest = len(self.dir.rstrip("/").encode()) + _FOLDER_AND_SUFFIX + len(self.replica)
+        if longest > _SUN_PATH:
+            raise ValueError(
+                f"DECKHANDS_EGRESS_DIR {self.dir!r} with replica {self.replica!r} makes socket "
+                f"paths of {longest} bytes, over the {_SUN_PATH} a unix socket may have: use a "
+                "shorter folder (e.g. /var/run/deckhands-egress)"
+            )
+        return self

@@ -10,8 +10,6 @@ stack's own."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,30 +18,20 @@ from typing import Any
 
 import pytest
 from conftest import Tenant
+from http_site import OUTSIDE, serving  # type: ignore[import-not-found]
 from net_listener import Listener  # type: ignore[import-not-found]
 
 from tools.stack import Stack
 
 pytestmark = pytest.mark.docker
 
-OUTSIDE = "127.0.0.2"
-
-
-class _Files(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = Path(tmp_path_factory.mktemp("site"))
     (root / "hello.txt").write_text("hello-from-the-allowed-host")
-    server = http.server.ThreadingHTTPServer(
-        (OUTSIDE, 0), lambda *a: _Files(*a, directory=str(root))
-    )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"{OUTSIDE}:{server.server_address[1]}"
-    server.shutdown()
+    with serving(root) as address:
+        yield address
 
 
 @pytest.fixture

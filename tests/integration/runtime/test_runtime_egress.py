@@ -10,11 +10,9 @@ connection a refused attempt might have made."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ import httpx
 import nats
 import pytest
 from egress_site import publish_site  # type: ignore[import-not-found]
+from http_site import OUTSIDE, serving  # type: ignore[import-not-found]
 from nats.js import JetStreamContext
 from net_listener import Listener  # type: ignore[import-not-found]
 from redis.asyncio import Redis
@@ -41,7 +40,6 @@ from tools.stack import egress_python
 
 pytestmark = pytest.mark.docker
 
-OUTSIDE = "127.0.0.2"  # not in the sandbox's NO_PROXY: its connections go through the proxy
 
 # Fetches a URL the way pip's and most tools' HTTP stacks do (the proxy from the environment),
 # printing the status and the first bytes of the body, or the error.
@@ -57,24 +55,13 @@ except Exception as e:
 """
 
 
-class _Files(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A file, a package index, a git repository and an npm registry, on one test server."""
     root = tmp_path_factory.mktemp("site")
-    server = http.server.ThreadingHTTPServer(
-        (OUTSIDE, 0), lambda *a: _Files(*a, directory=str(root))
-    )
-    address = f"{OUTSIDE}:{server.server_address[1]}"
     (root / "hello.txt").write_text("hello-from-the-allowed-host")
-    publish_site(root, address)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield address
-    server.shutdown()
+    with serving(root, lambda address: publish_site(root, address)) as address:
+        yield address
 
 
 @pytest.fixture
