@@ -68,8 +68,16 @@ ADMIN_USER = "admin"
 # connections to the controller, which logs them.
 EGRESS_USER = "egress"
 NATS_USERS = (*(s.value for s in Service), EGRESS_USER, ADMIN_USER)
-# Services that use Redis (security and storage do not); each its own ACL user.
-REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", ADMIN_USER)
+# Services that use Redis (security and storage do not); each its own ACL user. The egress
+# proxy's reads only tenants' secrets and which a task may use (the hosts they are bound to).
+REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", EGRESS_USER, ADMIN_USER)
+_EGRESS_REDIS_RULES = [
+    "%R~deckhands:secrets:*",
+    "%R~deckhands:task-secrets:*",
+    "+@read",
+    "+@connection",
+    "-@dangerous",
+]
 
 Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subjects
 
@@ -285,6 +293,8 @@ def redis_rules(user: str) -> list[str]:
     CONFIG, KEYS, DEBUG, ACL, SHUTDOWN...)."""
     if user == ADMIN_USER:
         return ["~*", "&*", "+@all"]
+    if user == EGRESS_USER:
+        return list(_EGRESS_REDIS_RULES)
     return [*key_permissions(user), "&*", "+@all", "-@dangerous"]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Annotated
 
@@ -216,8 +217,13 @@ class EgressPolicy(BaseModel):
         "(any public host), each with an optional `:port`.",
     )
 
-    def rules(self) -> tuple[EgressRule, ...]:
+    @cached_property
+    def _parsed(self) -> tuple[EgressRule, ...]:
+        # Parsed once per policy, not on each connection the proxy checks against it.
         return tuple(parse_rule(r) for r in self.allow)
+
+    def rules(self) -> tuple[EgressRule, ...]:
+        return self._parsed
 
     def allows_name(self, name: str, port: int) -> bool:
         name = canonical_host(name)
@@ -259,6 +265,13 @@ SANDBOX_EGRESS_MOUNT = "/run/deckhands/egress"
 SANDBOX_PROXY_PORT = 3128
 # The runtime's file in each sandbox's folder: whose sandbox it is and where it may connect.
 SANDBOX_EGRESS_FILE = "policy.json"
+# The deployment's egress CA certificate in each sandbox's folder, if it has one: the sandbox
+# trusts it (deploy/sandbox/holder.py), so the proxy can add secrets bound to a host.
+SANDBOX_EGRESS_CA = "ca.crt"
+# The sandbox's root is read-only: the system's bundle with that CA added is written by the
+# holder, as root, into a small tmpfs of root's, and tools are pointed at it.
+SANDBOX_TRUST_DIR = "/run/deckhands/trust"
+SANDBOX_CA_BUNDLE = f"{SANDBOX_TRUST_DIR}/ca-certificates.crt"
 
 
 class SandboxEgress(BaseModel):

@@ -72,17 +72,20 @@ class SecretsCipher:
         )
 
     @staticmethod
-    def _bound_to(tenant_id: str, name: str) -> bytes:
-        return f"deckhands-secret\x1f{tenant_id}\x1f{name}".encode()
+    def _bound_to(tenant_id: str, name: str, context: str) -> bytes:
+        # `context`: what else the value is sealed to (a secret's egress binding, as JSON), so
+        # that it cannot be changed in Redis without the value opening no more.
+        bound = f"deckhands-secret\x1f{tenant_id}\x1f{name}"
+        return (bound + f"\x1f{context}" if context else bound).encode()
 
-    def seal(self, tenant_id: str, name: str, value: str) -> tuple[str, str]:
+    def seal(self, tenant_id: str, name: str, value: str, context: str = "") -> tuple[str, str]:
         """(key id, base64 of nonce + ciphertext)."""
         key_id, aead = self._sealing
         nonce = os.urandom(_NONCE_BYTES)
-        sealed = aead.encrypt(nonce, value.encode(), self._bound_to(tenant_id, name))
+        sealed = aead.encrypt(nonce, value.encode(), self._bound_to(tenant_id, name, context))
         return key_id, base64.b64encode(nonce + sealed).decode()
 
-    def open(self, tenant_id: str, name: str, key_id: str, sealed: str) -> str:
+    def open(self, tenant_id: str, name: str, key_id: str, sealed: str, context: str = "") -> str:
         aead = self._keys.get(key_id)
         if aead is None:
             raise SecretUnreadable(
@@ -92,7 +95,7 @@ class SecretsCipher:
         raw = base64.b64decode(sealed)
         try:
             plain = aead.decrypt(
-                raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], self._bound_to(tenant_id, name)
+                raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], self._bound_to(tenant_id, name, context)
             )
         except InvalidTag:
             raise SecretUnreadable(

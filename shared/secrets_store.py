@@ -34,7 +34,7 @@ For other modules, the read side is:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from .events import utc_now
+from .secret_egress import SecretEgress
 
 # Re-exported: the rules of names and values, and the cipher, are imported from here too.
 from .secret_names import (
@@ -68,6 +69,7 @@ __all__ = [
     "SecretsCipher",
     "SecretsDurable",
     "SecretsStore",
+    "StoredSecret",
     "TaskSecretGrant",
     "bad_secret_name",
     "bad_secret_value",
@@ -91,6 +93,12 @@ class _Record(BaseModel):
     sealed: str
     created_at: datetime
     updated_at: datetime
+    # Hosts the egress proxy adds it for; sealed with the value (`_context`).
+    egress: SecretEgress | None = None
+
+
+def _context(egress: SecretEgress | None) -> str:
+    return egress.model_dump_json() if egress is not None else ""
 
 
 class SecretInfo(BaseModel):
@@ -101,6 +109,17 @@ class SecretInfo(BaseModel):
     name: str
     created_at: datetime
     updated_at: datetime
+    egress: SecretEgress | None = None
+
+
+@dataclass(frozen=True)
+class StoredSecret:
+    """A secret as a reader gets it: its value, and the hosts it is bound to (None: it goes
+    into the task's commands' environment instead)."""
+
+    name: str
+    value: str = field(repr=False)
+    egress: SecretEgress | None = None
 
 
 class TaskSecretGrant(BaseModel):
@@ -148,19 +167,24 @@ class SecretsStore:
 
     # -- the tenant's own (the gateway)
 
-    async def put(self, tenant_id: str, name: str, value: str) -> tuple[SecretInfo, bool]:
-        """Set a secret; (what may be shown of it, whether it is new)."""
+    async def put(
+        self, tenant_id: str, name: str, value: str, egress: SecretEgress | None = None
+    ) -> tuple[SecretInfo, bool]:
+        """Set a secret, bound to hosts or not; (what may be shown of it, whether it is new)."""
         key = self._tenant_key(tenant_id)
         now = utc_now()
         raw = await self.redis.hget(key, name)
         created_at = now if raw is None else _Record.model_validate_json(raw).created_at
-        key_id, sealed = self.cipher.seal(tenant_id, name, value)
-        record = _Record(key_id=key_id, sealed=sealed, created_at=created_at, updated_at=now)
+        key_id, sealed = self.cipher.seal(tenant_id, name, value, _context(egress))
+        record = _Record(
+            key_id=key_id, sealed=sealed, created_at=created_at, updated_at=now, egress=egress
+        )
         raw_record = record.model_dump_json()
         if self.durable is not None:
             await self.durable.put(f"secret.{tenant_id}.{name}", raw_record.encode())
         await self.redis.hset(key, name, raw_record)
-        return SecretInfo(name=name, created_at=created_at, updated_at=now), raw is None
+        info = SecretInfo(name=name, created_at=created_at, updated_at=now, egress=egress)
+        return info, raw is None
 
     async def count(self, tenant_id: str) -> int:
         return int(await self.redis.hlen(self._tenant_key(tenant_id)))
@@ -176,7 +200,10 @@ class SecretsStore:
             record = _Record.model_validate_json(value)
             infos.append(
                 SecretInfo(
-                    name=_text(name), created_at=record.created_at, updated_at=record.updated_at
+                    name=_text(name),
+                    created_at=record.created_at,
+                    updated_at=record.updated_at,
+                    egress=record.egress,
                 )
             )
         return sorted(infos, key=lambda info: info.name)
@@ -201,21 +228,30 @@ class SecretsStore:
         raw = await self.redis.hget(self._tenant_key(tenant_id), name)
         if raw is None:
             raise SecretNotFound(tenant_id, name)
-        record = _Record.model_validate_json(raw)
-        return self.cipher.open(tenant_id, name, record.key_id, record.sealed)
+        return self._open(tenant_id, name, _Record.model_validate_json(raw)).value
 
-    async def read_many(self, tenant_id: str, names: Iterable[str]) -> dict[str, str]:
-        """The values of those of `names` the tenant has (a deleted one is left out)."""
+    def _open(self, tenant_id: str, name: str, record: _Record) -> StoredSecret:
+        value = self.cipher.open(
+            tenant_id, name, record.key_id, record.sealed, _context(record.egress)
+        )
+        return StoredSecret(name, value, record.egress)
+
+    async def read_stored(self, tenant_id: str, names: Iterable[str]) -> list[StoredSecret]:
+        """Those of `names` the tenant has (a deleted one is left out), with their bindings."""
         wanted = list(dict.fromkeys(names))
         if not wanted:
-            return {}
+            return []
         found = await self.redis.hmget(self._tenant_key(tenant_id), wanted)
-        values = {}
-        for name, raw in zip(wanted, found, strict=True):
-            if raw is not None:
-                record = _Record.model_validate_json(raw)
-                values[name] = self.cipher.open(tenant_id, name, record.key_id, record.sealed)
-        return values
+        return [
+            self._open(tenant_id, name, _Record.model_validate_json(raw))
+            for name, raw in zip(wanted, found, strict=True)
+            if raw is not None
+        ]
+
+    async def read_many(self, tenant_id: str, names: Iterable[str]) -> dict[str, str]:
+        """The values of those of `names` the tenant has (a deleted one is left out), bound
+        to hosts or not: what is redacted wherever it shows."""
+        return {s.name: s.value for s in await self.read_stored(tenant_id, names)}
 
     # -- which secrets a task may use
 
@@ -237,6 +273,13 @@ class SecretsStore:
         if grant is None or not grant.names:
             return {}
         return await self.read_many(grant.tenant_id, grant.names)
+
+    async def stored_for_task(self, task_id: str) -> list[StoredSecret]:
+        """The secrets the task may use and its tenant still has, with their bindings."""
+        grant = await self.grant_of(task_id)
+        if grant is None or not grant.names:
+            return []
+        return await self.read_stored(grant.tenant_id, grant.names)
 
     async def forget_task(self, task_id: str) -> None:
         if self.durable is not None:

@@ -203,7 +203,7 @@ class Stack(StackAccess):
             "DECKHANDS_EGRESS_HEALTH_PORT": str(port),
             **self.credentials.service_env(EGRESS_USER),
         }
-        self._spawn(name, [str(python), "-m", "services.egress"], env_overrides=env)
+        self._spawn(name, [str(python), "-m", "services.egress"], EGRESS_USER, env)
 
     def kill_service(self, name: str) -> None:
         """SIGKILL, as a crash would: no clean-up, no acks."""

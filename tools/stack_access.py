@@ -25,8 +25,10 @@ __all__ = ["SCOPED_ENV", "StackAccess"]
 # process that is broken into holds no key it does not use.
 SCOPED_ENV = {
     "DECKHANDS_ADMIN_API_KEY": ("gateway",),
-    "DECKHANDS_SECRETS_KEY": ("gateway", "controller", "runtime"),
-    "DECKHANDS_SECRETS_PREVIOUS_KEYS": ("gateway", "controller", "runtime"),
+    "DECKHANDS_SECRETS_KEY": ("gateway", "controller", "runtime", "egress"),
+    "DECKHANDS_SECRETS_PREVIOUS_KEYS": ("gateway", "controller", "runtime", "egress"),
+    # The egress CA's private key: the proxy's alone (the runtime gets the certificate).
+    "DECKHANDS_EGRESS_CA_FILE": ("egress",),
     "DECKHANDS_LLM_API_KEY": ("reasoner",),
 }
 
@@ -139,6 +141,13 @@ class StackAccess:
         }
         if not env.get("DECKHANDS_SECRETS_KEY"):
             env["DECKHANDS_SECRETS_KEY"] = self.secrets_key()
+        if not env.get("DECKHANDS_EGRESS_CA_FILE"):
+            # The deployment's egress CA, made once (secrets bound to hosts, issue 27).
+            from .egress_ca import ensure_egress_ca
+
+            ca_file, ca_cert = ensure_egress_ca(c.run_dir / "credentials")
+            env["DECKHANDS_EGRESS_CA_FILE"] = str(ca_file)
+            env.setdefault("DECKHANDS_EGRESS_CA_CERT", str(ca_cert))
         admin_key = self.given_admin_key() or read_secret(self.admin_key_file)
         if admin_key is not None:
             env["DECKHANDS_ADMIN_API_KEY"] = admin_key

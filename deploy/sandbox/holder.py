@@ -85,6 +85,35 @@ def _start_egress_relay() -> None:
         _thread.start_new_thread(egress_relay.serve, ())
 
 
+# A task whose secrets the egress proxy adds to its HTTPS requests: the deployment's egress CA,
+# put in the sandbox's folder by the runtime (services/runtime/egress_folders.py), and the bundle
+# that adds it to the system's, in a tmpfs of root's (the root filesystem is read-only), which
+# the runtime points SSL_CERT_FILE, PIP_CERT, GIT_SSL_CAINFO... at (shared/egress_policy.py).
+_EGRESS_CA = "/run/deckhands/egress/ca.crt"
+_SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+_TRUST_BUNDLE = "/run/deckhands/trust/ca-certificates.crt"
+
+
+def _trust_egress_ca() -> None:
+    """Write the bundle as root (0644: the agent reads it and cannot change it)."""
+    try:
+        with open(_EGRESS_CA, "rb") as ca:
+            pem = ca.read()
+    except OSError:
+        return
+    try:
+        with open(_SYSTEM_BUNDLE, "rb") as system:
+            bundle = system.read()
+    except OSError:
+        bundle = b""
+    try:
+        fd = os.open(_TRUST_BUNDLE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with open(fd, "wb") as out:
+            out.write(bundle + b"\n" + pem)
+    except OSError as exc:
+        _log(f"cannot write {_TRUST_BUNDLE}: {exc}")
+
+
 def _run_executor() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import executor
@@ -99,6 +128,7 @@ def main() -> None:
         _log(f"running as uid {os.getuid()}, not root: the channel is not separated")
         _run_executor()
         return
+    _trust_egress_ca()
     to_executor_r, to_executor_w = os.pipe()
     from_executor_r, from_executor_w = os.pipe()
     pid = os.fork()

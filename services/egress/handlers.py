@@ -8,8 +8,11 @@ write) calls:
 - `requestheaders` for every plain HTTP request (and any request seen inside a tunnel): its
   host is checked, so a Host header cannot lead elsewhere than the policy allows;
 - `tls_clienthello` in a tunnel: a ClientHello whose SNI is the CONNECT host (or none) is
-  relayed untouched; another SNI is not (see there);
-- `server_connect` just before mitmproxy connects: the connection goes to the checked address.
+  relayed untouched, unless a secret of the task is bound to that host: then mitmproxy ends
+  TLS with the deployment's CA (which the sandbox trusts), and `requestheaders` adds the
+  secret to each request for that host; another SNI is not relayed blind (see there);
+- `server_connect` just before mitmproxy connects: the connection goes to the checked address;
+- `response`: a bound secret that a host echoes back is redacted before the sandbox sees it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 
 from mitmproxy import http
+from mitmproxy.net.http import url
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.tls import ClientHelloData
 
@@ -25,7 +29,8 @@ from shared.address_policy import canonical_host
 from .destination_check import checked_destination
 from .errors import Refused
 from .links import Link, Links
-from .metrics import CONNECTIONS
+from .metrics import CONNECTIONS, SECRETS_ADDED
+from .secret_headers import SecretHeaders
 from .settings import EgressSettings
 
 __all__ = ["EgressHandlers"]
@@ -42,9 +47,14 @@ def _refusal(status: int, message: str) -> http.Response:
 
 
 class EgressHandlers:
-    def __init__(self, settings: EgressSettings, links: Links) -> None:
+    def __init__(
+        self, settings: EgressSettings, links: Links, secrets: SecretHeaders | None = None
+    ) -> None:
         self.settings = settings
         self.links = links
+        self.secrets = secrets or SecretHeaders(None)
+        # TLS is ended only with the deployment's CA, the one sandboxes trust.
+        self.intercepting = bool(settings.ca_file)
 
     async def _check(self, link: Link, host: str, port: int) -> str:
         key = (canonical_host(host), port)
@@ -77,8 +87,13 @@ class EgressHandlers:
         if link is None:
             flow.response = _refusal(403, "this connection is not from a known sandbox")
             return None
-        # The Host header too, where it names another host than the request's target.
-        hosts = dict.fromkeys((flow.request.host, flow.request.pretty_host))
+        # Inside a tunnel mitmproxy ended, the target is the tunnel's (checked at its CONNECT;
+        # mitmproxy holds the address it was pinned to); the Host header too, where it names
+        # another host than the request's target.
+        target = flow.request.host
+        if link.tunnel is not None and flow.request.method != "CONNECT":
+            target = link.tunnel[0]
+        hosts = dict.fromkeys((target, flow.request.pretty_host))
         try:
             for host in hosts:
                 await self._check(link, host, flow.request.port)
@@ -89,19 +104,77 @@ class EgressHandlers:
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         link = await self._check_flow(flow)
-        if link is not None:
-            link.tunnel = (canonical_host(flow.request.host), flow.request.port)
+        if link is None:
+            return
+        host, port = canonical_host(flow.request.host), flow.request.port
+        link.tunnel = (host, port)
+        link.bound = await self.secrets.for_host(link.sandbox.task_id, host, port)
+        if link.bound and not self.intercepting:
+            names = ", ".join(s.name for s in link.bound)
+            link.refused = "no_egress_ca"
+            link.destinations.append((host, port, False, "no_egress_ca"))
+            CONNECTIONS.labels(link.tenant, "no_egress_ca").inc()
+            flow.response = _refusal(
+                403,
+                f"the task's secret {names} is bound to {host}, but this deployment's egress "
+                "proxy has no CA to add it with (its operator sets DECKHANDS_EGRESS_CA_FILE)",
+            )
 
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.request.method == "CONNECT" or flow.response is not None:
             return
-        await self._check_flow(flow)
+        link = await self._check_flow(flow)
+        if link is not None and link.bound and link.secrets_ok and flow.request.scheme == "https":
+            self._add_secrets(link, flow)
+
+    def _add_secrets(self, link: Link, flow: http.HTTPFlow) -> None:
+        """The bound secrets, into a request inside a tunnel this proxy ended, when the request
+        is for the tunnel's own host (its Host header and authority), never another."""
+        assert link.tunnel is not None
+        request = flow.request
+        # The authority the request names (its Host header, or HTTP/2's :authority), port
+        # included: the tunnel's, or nothing is added.
+        named_host, named_port = url.parse_authority(request.host_header or "", check=False)
+        named = (canonical_host(named_host), named_port or url.default_port("https"))
+        if named != link.tunnel:
+            return
+        added = []
+        for secret in link.bound:
+            assert secret.egress is not None
+            request.headers[secret.egress.header] = secret.egress.header_value(secret.value)
+            added.append(secret)
+            link.secrets_added.add(secret.name)
+            SECRETS_ADDED.labels(link.tenant).inc()
+        flow.metadata["deckhands_secrets"] = added
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """A bound secret echoed back by its host (a debug endpoint, an error page) is
+        redacted, so that the sandbox never holds it; a body streamed through (over 256 KiB)
+        is not read."""
+        added = flow.metadata.get("deckhands_secrets")
+        if not added or flow.response is None:
+            return
+        response = flow.response
+        for secret in added:
+            marker = f"<secret:{secret.name}>"
+            for name, value in list(response.headers.items(multi=True)):
+                if secret.value in value:
+                    response.headers[name] = value.replace(secret.value, marker)
+            if response.stream or response.raw_content is None:
+                continue
+            body = response.get_content(strict=False) or b""
+            if secret.value.encode() in body:
+                response.set_content(body.replace(secret.value.encode(), marker.encode()))
 
     def tls_clienthello(self, data: ClientHelloData) -> None:
         link = self.links.of(data.context.client.peername)
         sni = data.client_hello.sni
         tunnel = link.tunnel if link is not None else None
         if tunnel is not None and (sni is None or canonical_host(sni) == tunnel[0]):
+            if link is not None and link.bound and self.intercepting:
+                # Ended here with the deployment's CA, to add the task's secrets.
+                link.secrets_ok = True
+                return
             data.ignore_connection = True  # relayed as it is: the sandbox's TLS, end to end
             return
         # Another name than the one checked (domain fronting): not relayed blind. mitmproxy

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shared.egress_policy import SandboxEgress
+from shared.secrets_store import StoredSecret
 
 __all__ = ["Link", "Links"]
 
@@ -28,6 +29,11 @@ class Link:
     # Each destination asked for, in order: (host, port, allowed, why refused).
     destinations: list[tuple[str, int, bool, str]] = field(default_factory=list)
     refused: str | None = None
+    # The task's secrets bound to the tunnel's host; `secrets_ok` once its ClientHello named
+    # that host (or none) and the proxy ended the TLS itself, so they may be added.
+    bound: list[StoredSecret] = field(default_factory=list)
+    secrets_ok: bool = False
+    secrets_added: set[str] = field(default_factory=set)
 
     @property
     def hosts(self) -> list[str]:

@@ -22,8 +22,10 @@ from .handlers import EgressHandlers
 from .health import serve_health
 from .links import Links
 from .log_sender import LogSender
+from .secret_headers import SecretHeaders
 from .settings import EgressSettings
 from .sockets import SandboxSockets
+from .tls_setup import prepare_confdir
 
 __all__ = ["main", "serve"]
 
@@ -31,20 +33,21 @@ log = logging.getLogger("deckhands.egress")
 
 
 def _options(settings: EgressSettings) -> options.Options:
+    confdir, upstream_ca = prepare_confdir(settings)
     return options.Options(
         listen_host="127.0.0.1",
         listen_port=0,
-        # mitmproxy's own state (its CA, unused unless a TLS name is not the tunnel's), one per
-        # replica: two replicas making one CA at once would read each other's half-written key.
-        confdir=os.path.join(settings.dir, ".mitmproxy", settings.replica),
+        confdir=confdir,
+        ssl_verify_upstream_trusted_ca=upstream_ca,
     )
 
 
 async def serve(settings: EgressSettings) -> None:
     os.makedirs(settings.dir, mode=0o755, exist_ok=True)
     links = Links()
+    secrets = SecretHeaders.from_settings(settings)
     master = DumpMaster(_options(settings), with_termlog=False, with_dumper=False)
-    master.addons.add(EgressHandlers(settings, links))
+    master.addons.add(EgressHandlers(settings, links, secrets))
     # Bodies stream through instead of being held whole (a 1 GB download); an addon's option,
     # known once the master made its addons.
     master.options.update(stream_large_bodies="256k")
@@ -67,10 +70,14 @@ async def serve(settings: EgressSettings) -> None:
     )
     port = health.sockets[0].getsockname()[1]
     log.info(
-        "egress proxy %s ready: sandboxes under %s, health on port %s",
+        "egress proxy %s ready: sandboxes under %s, health on port %s, secrets %s",
         settings.replica,
         settings.dir,
         port,
+        "added with the deployment's CA"
+        if settings.ca_file and secrets.enabled
+        else "not added (needs DECKHANDS_EGRESS_CA_FILE, DECKHANDS_REDIS_URL and "
+        "DECKHANDS_SECRETS_KEY)",
     )
     print(f"egress proxy ready health_port={port}", flush=True)
     scanning = asyncio.create_task(sockets.run())
@@ -85,6 +92,7 @@ async def serve(settings: EgressSettings) -> None:
     await activity.close()
     if sender is not None:
         await sender.close()
+    await secrets.close()
     health.close()
     master.shutdown()
     await asyncio.wait([running], timeout=5)
@@ -96,4 +104,7 @@ def main() -> None:
         settings = EgressSettings()  # type: ignore[call-arg]  # `dir` comes from the environment
     except ValidationError as exc:
         sys.exit(f"egress proxy: bad settings: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    except ValueError as exc:  # a malformed secrets key or CA file, named
+        sys.exit(f"egress proxy: bad settings: {exc}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-__all__ = ["ACTIVITY_DROPPED", "BYTES", "CONNECTIONS", "OPEN", "SANDBOXES"]
+__all__ = ["ACTIVITY_DROPPED", "BYTES", "CONNECTIONS", "OPEN", "SANDBOXES", "SECRETS_ADDED"]
 
 CONNECTIONS = Counter(
     "deckhands_egress_connections_total",
@@ -21,4 +21,9 @@ SANDBOXES = Gauge("deckhands_egress_sandboxes", "Sandboxes this replica listens 
 ACTIVITY_DROPPED = Counter(
     "deckhands_egress_activity_dropped_total",
     "Connections whose record could not be sent to their task's log (NATS away).",
+)
+SECRETS_ADDED = Counter(
+    "deckhands_egress_secrets_added_total",
+    "Requests the proxy added a tenant's bound secret to, by tenant.",
+    ["tenant"],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 from pydantic import Field, SecretStr, model_validator
@@ -49,9 +50,53 @@ class EgressSettings(BaseSettings):
     nats_password: SecretStr = Field(
         default=SecretStr(""), validation_alias="DECKHANDS_NATS_PASSWORD"
     )
+    # Secrets bound to hosts (shared/secret_egress.py): read from the store by task, with the
+    # same variables as the services' and a Redis user that reads only secrets.
+    redis_url: str = Field(
+        default="",
+        validation_alias="DECKHANDS_REDIS_URL",
+        description="Redis, to read the secrets bound to hosts; empty: no secret is added.",
+    )
+    redis_user: str = Field(default="", validation_alias="DECKHANDS_REDIS_USER")
+    redis_password: SecretStr = Field(
+        default=SecretStr(""), validation_alias="DECKHANDS_REDIS_PASSWORD"
+    )
+    secrets_key: SecretStr = Field(default=SecretStr(""), validation_alias="DECKHANDS_SECRETS_KEY")
+    secrets_previous_keys: SecretStr = Field(
+        default=SecretStr(""), validation_alias="DECKHANDS_SECRETS_PREVIOUS_KEYS"
+    )
+    ca_file: str = Field(
+        default="",
+        description="The deployment's egress CA (PEM: its private key, then its certificate), "
+        "the same for every replica; sandboxes trust its certificate (the runtime's "
+        "DECKHANDS_EGRESS_CA_CERT). The proxy ends TLS with it only for hosts a task's secret "
+        "is bound to. Empty: no secret is added over HTTPS (a tunnel to such a host is refused, "
+        "saying so).",
+    )
+    upstream_ca_file: str = Field(
+        default="",
+        description="CA certificates (PEM) trusted for upstream hosts where the proxy ends TLS, "
+        "besides the public ones (certifi): an internal API's CA.",
+    )
+    secrets_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="How long a task's bound secrets are kept before they are read again.",
+    )
     activity_interval_s: float = Field(
         default=1.0, gt=0, le=60, description="How often a task's connections are sent to its log."
     )
+
+    @model_validator(mode="after")
+    def _files_exist(self) -> EgressSettings:
+        for name, path in (
+            ("DECKHANDS_EGRESS_CA_FILE", self.ca_file),
+            ("DECKHANDS_EGRESS_UPSTREAM_CA_FILE", self.upstream_ca_file),
+        ):
+            if path and not os.path.isfile(path):
+                raise ValueError(f"{name} names {path!r}, which is not a file")
+        return self
 
     @model_validator(mode="after")
     def _socket_paths_fit(self) -> EgressSettings:

@@ -179,7 +179,15 @@ class SandboxSockets:
             BYTES.labels(tenant, "out").inc(sent)
             BYTES.labels(tenant, "in").inc(received)
             took = time.monotonic() - started
-            self._record(egress.task_id, link.destinations, sent, received, started_at, took)
+            self._record(
+                egress.task_id,
+                link.destinations,
+                sent,
+                received,
+                started_at,
+                took,
+                tuple(sorted(link.secrets_added)),
+            )
             log.info(
                 "task %s: connection to %s: %s, %d bytes out, %d in, %.3f s",
                 egress.task_id,
@@ -198,6 +206,7 @@ class SandboxSockets:
         received: int,
         started_at: datetime,
         took: float,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         """Each destination of a connection, for its task's log. The bytes and the time of a
         connection that reached several hosts (keep-alive) are counted on the first."""
@@ -218,6 +227,7 @@ class SandboxSockets:
                     bytes_in=received if first else 0,
                     duration_s=round(took, 3) if first else 0.0,
                     started_at=started_at,
+                    secrets=secrets if first else (),
                 ),
             )
 

@@ -30,7 +30,7 @@ from shared.sandbox_protocol import PROTOCOL_VERSION
 
 from .container_info import ContainerInfo, container_info
 from .container_removal import remove_container
-from .egress_folders import EgressFolders, proxy_environment
+from .egress_folders import EgressFolders
 from .engine_check import check_engine
 from .errors import ExecutorError, SandboxLost, SandboxStartError
 from .executor_client import ExecutorClient, open_attach_socket
@@ -83,7 +83,7 @@ class DockerSandboxes:
         self._client = client
         # Containers being created right now: reconciliation must not mistake them for leaks.
         self.pending_names: set[str] = set()
-        self.egress_folders = EgressFolders(settings.egress_dir)
+        self.egress_folders = EgressFolders(settings.egress_dir, settings.egress_ca_cert)
         # The egress folder of each sandbox created here that has one (removed with it).
         self.egress_tokens: dict[str, str] = {}
         # Creations whose caller gave up: their containers are removed as soon as they exist.
@@ -158,7 +158,7 @@ class DockerSandboxes:
         if shape.egress is not None:
             network = NO_NETWORK
             egress_token, folder = self.egress_folders.make(shape.egress)
-            environment |= proxy_environment()
+            environment |= self.egress_folders.environment()
         else:
             network = shape.network or self.pool_network
 

@@ -16,16 +16,43 @@ import secrets
 import shutil
 import time
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from shared.egress_policy import (
+    SANDBOX_CA_BUNDLE,
+    SANDBOX_EGRESS_CA,
     SANDBOX_EGRESS_FILE,
+    SANDBOX_EGRESS_MOUNT,
     SANDBOX_PROXY_PORT,
     SandboxEgress,
 )
 
 from .errors import SandboxStartError
 
-__all__ = ["EgressFolders", "proxy_environment"]
+__all__ = ["CaCertPath", "EgressFolders", "proxy_environment"]
+
+
+def _ca_cert(path: str | None) -> str | None:
+    """DECKHANDS_EGRESS_CA_CERT: a readable certificate, and no key (the proxy's alone)."""
+    if not path:
+        return None
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"DECKHANDS_EGRESS_CA_CERT {path!r} cannot be read: {exc}") from None
+    if b"BEGIN CERTIFICATE" not in pem:
+        raise ValueError(f"DECKHANDS_EGRESS_CA_CERT {path!r} holds no PEM certificate")
+    if b"PRIVATE KEY" in pem:
+        raise ValueError(
+            f"DECKHANDS_EGRESS_CA_CERT {path!r} holds a private key: give the runtime the "
+            "certificate only (the key is the egress proxy's)"
+        )
+    return path
+
+
+CaCertPath = Annotated[str | None, AfterValidator(_ca_cert)]
 
 
 def proxy_environment() -> dict[str, str]:
@@ -37,8 +64,29 @@ def proxy_environment() -> dict[str, str]:
 
 
 class EgressFolders:
-    def __init__(self, root: str | None) -> None:
+    def __init__(self, root: str | None, ca_cert: str | None = None) -> None:
         self.root = Path(root) if root else None
+        # Checked by the settings (CaCertPath): a certificate, no key.
+        self.ca_cert = Path(ca_cert).read_bytes() if ca_cert else None
+
+    def environment(self) -> dict[str, str]:
+        """A sandbox with a policy's variables: the proxy, and the CA's bundle if there is one."""
+        env = proxy_environment()
+        if self.ca_cert is not None:
+            # The system's bundle and the egress CA, written by the sandbox's holder as it
+            # starts (its root is read-only); each tool's own variable, Node's takes the CA.
+            bundle = {
+                name: SANDBOX_CA_BUNDLE
+                for name in (
+                    "SSL_CERT_FILE",
+                    "REQUESTS_CA_BUNDLE",
+                    "PIP_CERT",
+                    "CURL_CA_BUNDLE",
+                    "GIT_SSL_CAINFO",
+                )
+            }
+            env |= bundle | {"NODE_EXTRA_CA_CERTS": f"{SANDBOX_EGRESS_MOUNT}/{SANDBOX_EGRESS_CA}"}
+        return env
 
     def make(self, egress: SandboxEgress) -> tuple[str, str]:
         """A new folder for a sandbox of `egress`'s task: (its token, its path on the host)."""
@@ -51,6 +99,9 @@ class EgressFolders:
         folder = self.root / token
         folder.mkdir(mode=0o755, parents=True)
         folder.chmod(0o755)
+        if self.ca_cert is not None:
+            (folder / SANDBOX_EGRESS_CA).write_bytes(self.ca_cert)
+            (folder / SANDBOX_EGRESS_CA).chmod(0o644)
         self._write(folder, egress)
         return token, str(folder)
 

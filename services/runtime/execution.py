@@ -30,7 +30,6 @@ from shared.events import (
     PythonOutputObservation,
 )
 from shared.sandbox_protocol.session import answers
-from shared.secret_redaction import Redactor
 from shared.waiting import wait_up_to
 
 from .actions import RuntimeObservation, error_observation, run_action
@@ -191,8 +190,8 @@ class Execution:
         kind = action.kind
         started = time.monotonic()
         if isinstance(action, MCPCallAction):  # the operator's server, no sandbox needed
-            secrets = await self.secrets.of(command.task_id)
-            observation = Redactor(secrets).model(await self.mcp.run(action))
+            _, redactor = await self.secrets.for_action(command.task_id)
+            observation = redactor.model(await self.mcp.run(action))
             ACTIONS.labels(kind, observation.kind).inc()
             ACTION_SECONDS.labels(kind).observe(time.monotonic() - started)
             return observation
@@ -211,13 +210,13 @@ class Execution:
             ACTIONS.labels(kind, "interrupted").inc()
             return self._interrupted(action)
         try:
-            secrets = await self.secrets.of(command.task_id)
+            secrets, redactor = await self.secrets.for_action(command.task_id)
             observation = await run_action(
                 sandbox.session, action, self.settings, self.blobs, secrets
             )
             observation = _with_notice(sandbox, observation)
             # Redacted at the source: before the ledger records it or anyone sees it.
-            observation = Redactor(secrets).model(observation)
+            observation = redactor.model(observation)
         except (SandboxLost, TimeoutError) as exc:
             return await self._sandbox_failed(command, sandbox, exc)
         ACTIONS.labels(kind, observation.kind).inc()

@@ -11,7 +11,7 @@ from typing import Any
 
 from docker.types import DriverConfig, LogConfig, Mount
 
-from shared.egress_policy import SANDBOX_EGRESS_MOUNT
+from shared.egress_policy import SANDBOX_EGRESS_MOUNT, SANDBOX_TRUST_DIR
 
 from .isolation import confinement
 from .sandbox_labels import LABEL_POOL, LABEL_ROLE, ROLE_SANDBOX
@@ -61,6 +61,8 @@ def sandbox_host_config(
     mounts = [workspace]
     if egress_folder is not None:
         mounts.append(Mount(SANDBOX_EGRESS_MOUNT, egress_folder, type="bind", read_only=True))
+        # Where the holder writes the bundle that trusts the egress CA (root's, 0755).
+        tmpfs[SANDBOX_TRUST_DIR] = "rw,noexec,nosuid,nodev,size=2m,nr_inodes=16,mode=0755"
     return {
         **config,
         "network_mode": network,

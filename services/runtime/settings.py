@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from shared.settings import CommonSettings
 from shared.subjects import replica_token
 
+from .egress_folders import CaCertPath
 from .sizes import SIZE, SandboxSizes, size_bytes
 
 __all__ = ["RuntimeSettings", "size_bytes"]
@@ -185,6 +186,11 @@ class RuntimeSettings(CommonSettings, SandboxSizes):
         description="Folder shared with the egress proxy (its DECKHANDS_EGRESS_DIR): a "
         "sandbox whose task has a network policy gets a folder here, mounted read-only, as its "
         "only way out. Unset: such tasks' actions are refused with the reason.",
+    )
+    egress_ca_cert: CaCertPath = Field(
+        default=None,
+        description="The deployment's egress CA certificate (PEM, no key), which sandboxes "
+        "with a network policy trust: the proxy adds secrets bound to a host with it.",
     )
     sandbox_network_name: str = Field(
         default="bridge",

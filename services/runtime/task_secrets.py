@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping
 
 from shared.secret_redaction import Redactor
-from shared.secrets_store import SecretsStore, SecretUnreadable, bad_secret_name
+from shared.secrets_store import SecretsStore, SecretUnreadable, StoredSecret, bad_secret_name
 
 from .task_facts import TaskFacts
 
@@ -48,24 +48,36 @@ class TaskSecrets:
         # for every action (a secret updated meanwhile: the next command has its new value).
         self._grants = TaskFacts(store.grant_of) if store is not None else None
 
-    async def of(self, task_id: str) -> dict[str, str]:
-        """{name: value} of the secrets the task may use; {} when it has none (no Redis read
-        once its grant is known) or secrets are off here. A value no configured key opens is
-        left out, with an error in the log naming it (never its value)."""
+    async def _stored(self, task_id: str) -> list[StoredSecret]:
+        """The secrets the task may use; [] when it has none (no Redis read once its grant is
+        known) or secrets are off here. A value no configured key opens is left out, with an
+        error in the log naming it (never its value)."""
         if self.store is None or self._grants is None:
-            return {}
+            return []
         try:
             grant = await self._grants.get(task_id)
             if grant is None or not grant.names:
-                return {}
-            return await self.store.read_many(grant.tenant_id, grant.names)
+                return []
+            return await self.store.read_stored(grant.tenant_id, grant.names)
         except SecretUnreadable as exc:
             log.error("task %s: a secret cannot be read: %s", task_id, exc)
-            return {}
+            return []
+
+    async def of(self, task_id: str) -> dict[str, str]:
+        """{name: value} of the secrets the task's commands get in their environment: not
+        those bound to hosts, which only the egress proxy adds to requests to those hosts."""
+        return {s.name: s.value for s in await self._stored(task_id) if s.egress is None}
+
+    async def for_action(self, task_id: str) -> tuple[dict[str, str], Redactor]:
+        """One read for an action: its environment's secrets, and the Redactor of them all."""
+        stored = await self._stored(task_id)
+        env = {s.name: s.value for s in stored if s.egress is None}
+        return env, Redactor({s.name: s.value for s in stored})
 
     async def redactor(self, task_id: str) -> Redactor:
-        """The Redactor of the task's secrets (one that changes nothing when it has none)."""
-        return Redactor(await self.of(task_id))
+        """The Redactor of every secret of the task, bound ones too (a host that echoes one
+        back), or one that changes nothing when it has none."""
+        return Redactor({s.name: s.value for s in await self._stored(task_id)})
 
     def forget(self, task_id: str) -> None:
         if self._grants is not None:

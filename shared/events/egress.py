@@ -27,7 +27,13 @@ class EgressConnection(BaseModel):
         default="",
         max_length=40,
         description="Why it was refused: not_allowed, private_address, lookup_failed, "
-        "bad_host, sni_mismatch, too_many; empty when allowed.",
+        "bad_host, sni_mismatch, too_many, no_egress_ca; empty when allowed.",
+    )
+    secrets: tuple[str, ...] = Field(
+        default=(),
+        max_length=32,
+        description="The names of the task's secrets the proxy added to its requests (bound "
+        "to this host); never a value.",
     )
     bytes_out: int = Field(default=0, ge=0, description="Sent by the sandbox.")
     bytes_in: int = Field(default=0, ge=0, description="Received by the sandbox.")

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tools.api_access import auth_headers, issue_key, set_limits
+from tools.egress_ca import new_ca
 from tools.stack import Stack, StackConfig, running
 
 SCRIPT = Path(__file__).parent / "scripts" / "tenants.json"
@@ -25,6 +26,12 @@ SCRIPT = Path(__file__).parent / "scripts" / "tenants.json"
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # The CA of the suite's HTTPS test servers (test_egress.py): the egress proxy trusts it for
+    # the hosts where it ends TLS to add a secret; sandboxes do not.
+    upstream = Path(tmp_path_factory.mktemp("upstream-ca"))
+    both, cert = new_ca("security suite upstream CA")
+    (upstream / "ca.pem").write_bytes(both)
+    (upstream / "ca.crt").write_bytes(cert)
     config = StackConfig.isolated(
         Path(tmp_path_factory.mktemp("security")),
         llm_script=SCRIPT,
@@ -39,6 +46,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             # Egress policies (issue 27, test_egress.py): any public host, and 127.0.0.2, where
             # the suite's "outside" test servers listen (a private address needs its own rule).
             "DECKHANDS_EGRESS_ALLOW": '["*", "127.0.0.2/32"]',
+            "DECKHANDS_EGRESS_UPSTREAM_CA_FILE": str(upstream / "ca.crt"),
         },
     )
     with running(config) as stack:

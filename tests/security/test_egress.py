@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import Tenant
 from http_site import OUTSIDE, serving  # type: ignore[import-not-found]
 from net_listener import Listener  # type: ignore[import-not-found]
+from tls_site import TlsSite, tls_serving  # type: ignore[import-not-found]
 
 from tools.stack import Stack
 
@@ -134,3 +136,89 @@ def test_a_policy_wider_than_the_bound_is_refused_naming_the_rule(
         "/v1/tasks", json={"task": f"finish {uuid.uuid4().hex}", "network": {"allow": ["*"]}}
     )
     assert outside.status_code == 422 and "*" in outside.text, outside.text
+
+
+# -- secrets added at the egress (issue 27, item 3)
+
+
+@pytest.fixture(scope="module")
+def redirect_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsSite]:
+    """A plain-HTTP host, where the bound host's /redirect leads; its requests recorded."""
+    with tls_serving(None, Path(tmp_path_factory.mktemp("redirected"))) as recorder:
+        yield recorder
+
+
+@pytest.fixture(scope="module")
+def api_site(
+    stack: Stack, tmp_path_factory: pytest.TempPathFactory, redirect_target: TlsSite
+) -> Iterator[TlsSite]:
+    """An HTTPS host a secret is bound to, with a certificate of the suite's upstream CA
+    (which the proxy trusts and the sandbox does not)."""
+    upstream = Path(stack.config.extra_env["DECKHANDS_EGRESS_UPSTREAM_CA_FILE"])
+    with tls_serving(
+        upstream.with_suffix(".pem").read_bytes(),
+        Path(tmp_path_factory.mktemp("api")),
+        f"http://{redirect_target.address}/echo",
+    ) as site:
+        yield site
+
+
+def _bind(tenant: Tenant, name: str, value: str, **egress: Any) -> httpx.Response:
+    return tenant.http.put(f"/v1/secrets/{name}", json={"value": value, "egress": egress})
+
+
+def test_a_binding_that_could_leak_or_smuggle_is_refused(alpha: Tenant) -> None:
+    for egress, why in (
+        ({"hosts": ["*"]}, "not to `*`"),
+        ({"hosts": ["api.example.com"], "header": "Host"}, "where a request goes"),
+        ({"hosts": ["api.example.com"], "format": "no placeholder"}, "once"),
+    ):
+        answer = _bind(alpha, "BOUND_BAD", "value-" + uuid.uuid4().hex, **egress)
+        assert answer.status_code == 422 and why in answer.text, answer.text
+    # A value that would end its header and start another.
+    smuggled = _bind(alpha, "BOUND_BAD", "v\r\nX-Injected: 1", hosts=["api.example.com"])
+    assert smuggled.status_code == 422 and "control character" in smuggled.text
+    assert "BOUND_BAD" not in alpha.http.get("/v1/secrets").text
+
+
+def test_a_bound_secret_reaches_only_its_host_and_never_the_sandbox(
+    alpha: Tenant, api_site: TlsSite, redirect_target: TlsSite
+) -> None:
+    token = "ghp-" + uuid.uuid4().hex
+    bound = _bind(alpha, "GITHUB_TOKEN", token, hosts=[api_site.address], format="Bearer {}")
+    assert bound.status_code in (200, 201) and token not in bound.text, bound.text
+    listed = alpha.http.get("/v1/secrets").json()["secrets"]
+    [shown] = [s for s in listed if s["name"] == "GITHUB_TOKEN"]
+    assert shown["egress"]["hosts"] == [api_site.address], shown
+    plain = alpha.http.put("/v1/secrets/PLAIN_TOKEN", json={"value": "plain-" + uuid.uuid4().hex})
+    assert plain.status_code in (200, 201), plain.text
+
+    echo, redirect = f"https://{api_site.address}/echo", f"https://{api_site.address}/redirect"
+    allow = [api_site.address, redirect_target.address]
+    task_id = alpha.create(
+        task=f"egress-fetch: {echo} {redirect}",
+        network={"allow": allow},
+        secrets=["GITHUB_TOKEN", "PLAIN_TOKEN"],
+    )
+    view = alpha.wait(task_id, "FINISHED", "ERROR", timeout_s=120)
+    output = view["result"]["final_message"]
+    # Its host got it as the header; what the host echoed was redacted before the sandbox.
+    assert f"{echo} STATUS 200 seen: Bearer <secret:GITHUB_TOKEN>" in output, output
+    assert f"Bearer {token}" in api_site.headers_seen("authorization")
+    # The redirect to another host was followed without it.
+    assert f"{redirect} STATUS 200 seen: -" in output, output
+    assert redirect_target.requests and redirect_target.headers_seen("authorization") == []
+    log = str(alpha.log(task_id))
+    assert token not in log
+    added = [c for c in _connections(alpha, task_id, 3) if c.get("secrets")]
+    assert {tuple(c["secrets"]) for c in added} == {("GITHUB_TOKEN",)}, added
+
+    # A hostile agent hunting for it: environments, its folder, its files. The unbound secret
+    # is found (redacted in what it reports), the bound one nowhere.
+    hunt = alpha.create(
+        task="hunt-secrets:", network={"allow": allow}, secrets=["GITHUB_TOKEN", "PLAIN_TOKEN"]
+    )
+    found = alpha.wait(hunt, "FINISHED", "ERROR", timeout_s=120)["result"]["final_message"]
+    assert "PLAIN_TOKEN=<secret:PLAIN_TOKEN>" in found, found
+    assert "GITHUB_TOKEN" not in found and token not in found, found
+    assert token not in str(alpha.log(hunt))

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from shared.broker_permissions import ADMIN_USER, REDIS_USERS, redis_acl, redis_rules
+from shared.broker_permissions import ADMIN_USER, EGRESS_USER, REDIS_USERS, redis_acl, redis_rules
 from shared.redis_records import RECORDS, RedisRecord, key_permissions, written_patterns
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("services", "shared")
 TABLE = ROOT / "shared" / "redis_records.py"
 KEY_START = "deckhands:"
-SERVICES = tuple(user for user in REDIS_USERS if user != ADMIN_USER)
+SERVICES = tuple(user for user in REDIS_USERS if user not in (ADMIN_USER, EGRESS_USER))
 
 # The second writers the table documents, and no others: adding one is a decision (say why in
 # the table, and what ends it), made here too. None today: the gateway's writes of States went
@@ -481,6 +481,21 @@ def test_the_default_and_admin_users_are_as_before() -> None:
     assert lines[0] == "user default off ~* &* +@all"
     assert f"user {ADMIN_USER} on >pw-{ADMIN_USER} ~* &* +@all" in lines
     assert sorted(_acl_lines()) == sorted(["default", *REDIS_USERS])
+
+
+def test_the_egress_proxy_reads_only_secrets_and_grants() -> None:
+    """It adds secrets bound to hosts (issue 27): it reads them, writes nothing, and reads
+    nothing else (a State, a tenant's limits, another record)."""
+    words = _acl_lines()[EGRESS_USER]
+    assert words[:2] == ["on", f">pw-{EGRESS_USER}"]
+    rules = words[2:]
+    assert rules == redis_rules(EGRESS_USER)
+    assert [r for r in rules if "~" in r] == [
+        "%R~deckhands:secrets:*",
+        "%R~deckhands:task-secrets:*",
+    ]
+    assert "+@all" not in rules and "-@dangerous" in rules
+    assert not [r for r in rules if r.startswith(("~", "%W~", "%RW~", "allkeys", "&"))]
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -54,7 +54,7 @@ async def put_secret(
     secrets: SecretServiceDep,
     response: Response,
 ) -> SecretView:
-    info, created = await secrets.put(caller.tenant_id, name, body.value)
+    info, created = await secrets.put(caller.tenant_id, name, body.value, body.egress)
     response.status_code = 201 if created else 200
     return SecretView.of(info)
 

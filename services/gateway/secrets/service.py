@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 from redis.exceptions import RedisError
 
+from shared.secret_egress import SecretEgress, bad_bound_value
 from shared.secret_redaction import Redactor
 from shared.secrets_store import (
     MAX_SECRETS_PER_TENANT,
@@ -90,9 +91,12 @@ class SecretService:
             raise SecretsOff()
         return self.store
 
-    async def put(self, tenant_id: str, name: str, value: str) -> tuple[SecretInfo, bool]:
+    async def put(
+        self, tenant_id: str, name: str, value: str, egress: SecretEgress | None = None
+    ) -> tuple[SecretInfo, bool]:
         store = self._store()
-        for reason in (bad_secret_name(name), bad_secret_value(value)):
+        bound = bad_bound_value(value) if egress is not None else None
+        for reason in (bad_secret_name(name), bad_secret_value(value), bound):
             if reason is not None:
                 raise InvalidSecret(reason)
         try:
@@ -102,7 +106,7 @@ class SecretService:
                 raise TooManySecrets(
                     f"a tenant has at most {MAX_SECRETS_PER_TENANT} secrets; delete one first"
                 )
-            return await store.put(tenant_id, name, value)
+            return await store.put(tenant_id, name, value, egress)
         except RedisError as exc:
             raise StorageUnavailable(f"secret store (Redis) unavailable: {exc}") from exc
 

@@ -3,12 +3,14 @@ bound to their tenant and name, and rotated keys still open what they sealed."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 from redis.asyncio import Redis
 
 from shared.events import CmdOutputObservation, EventSource
+from shared.secret_egress import SecretEgress
 from shared.secret_names import bad_secret_name, bad_secret_value
 from shared.secret_redaction import Redactor
 from shared.secrets_cipher import SecretsCipher, SecretUnreadable, new_secrets_key
@@ -50,6 +52,37 @@ async def test_a_sealed_value_moved_to_another_tenant_does_not_open(redis: Redis
     await redis.hset(f"deckhands:secrets:{b}", "TOKEN", raw)  # type: ignore[misc]
     with pytest.raises(SecretUnreadable):
         await store.read(b, "TOKEN")
+
+
+async def test_a_binding_is_sealed_with_the_value(redis: Redis) -> None:
+    """Issue 27: a secret bound to hosts is read back with its binding, and a binding changed
+    in Redis (to point the secret elsewhere) makes the value open no more."""
+    store = _store(redis)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    bound = SecretEgress(hosts=("api.github.com",), format="Bearer {}")
+    await store.put(tenant, "GITHUB_TOKEN", "ghp-bound-value", bound)
+    await store.put(tenant, "PLAIN", "plain-value")
+    [info, _] = await store.names(tenant)
+    assert info.name == "GITHUB_TOKEN" and info.egress == bound
+    task = uuid.uuid4().hex
+    await store.grant(task, tenant, ["GITHUB_TOKEN", "PLAIN"])
+    stored = {s.name: s for s in await store.stored_for_task(task)}
+    assert stored["GITHUB_TOKEN"].egress == bound and stored["PLAIN"].egress is None
+    assert "ghp-bound-value" not in repr(stored["GITHUB_TOKEN"])
+    assert await store.values_for_task(task) == {
+        "GITHUB_TOKEN": "ghp-bound-value",
+        "PLAIN": "plain-value",
+    }
+    key = f"deckhands:secrets:{tenant}"
+    record = json.loads(await redis.hget(key, "GITHUB_TOKEN"))  # type: ignore[misc]
+    record["egress"]["hosts"] = ["attacker.example"]
+    await redis.hset(key, "GITHUB_TOKEN", json.dumps(record))  # type: ignore[misc]
+    with pytest.raises(SecretUnreadable):
+        await store.read(tenant, "GITHUB_TOKEN")
+    record["egress"] = None  # unbound: it would go into the environment
+    await redis.hset(key, "GITHUB_TOKEN", json.dumps(record))  # type: ignore[misc]
+    with pytest.raises(SecretUnreadable):
+        await store.read(tenant, "GITHUB_TOKEN")
 
 
 async def test_rotation_and_a_wrong_key(redis: Redis) -> None:
