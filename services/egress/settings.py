@@ -70,8 +70,8 @@ class EgressSettings(BaseSettings):
         description="The deployment's egress CA (PEM: its private key, then its certificate), "
         "the same for every replica; sandboxes trust its certificate (the runtime's "
         "DECKHANDS_EGRESS_CA_CERT). The proxy ends TLS with it only for hosts a task's secret "
-        "is bound to. Empty: no secret is added over HTTPS (a tunnel to such a host is refused, "
-        "saying so).",
+        "is bound to. Unset or an empty file: no secret is added over HTTPS (a tunnel to such "
+        "a host is refused, saying so).",
     )
     upstream_ca_file: str = Field(
         default="",
@@ -96,6 +96,11 @@ class EgressSettings(BaseSettings):
         ):
             if path and not os.path.isfile(path):
                 raise ValueError(f"{name} names {path!r}, which is not a file")
+        # An empty one is none (Kubernetes' Secret deckhands-egress-ca is shipped empty).
+        if self.ca_file and os.path.getsize(self.ca_file) == 0:
+            self.ca_file = ""
+        if self.upstream_ca_file and os.path.getsize(self.upstream_ca_file) == 0:
+            self.upstream_ca_file = ""
         return self
 
     @model_validator(mode="after")

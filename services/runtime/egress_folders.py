@@ -42,6 +42,8 @@ def _ca_cert(path: str | None) -> str | None:
         pem = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(f"DECKHANDS_EGRESS_CA_CERT {path!r} cannot be read: {exc}") from None
+    if not pem:
+        return None  # an empty file is none (the Kubernetes Secret as shipped)
     if b"BEGIN CERTIFICATE" not in pem:
         raise ValueError(f"DECKHANDS_EGRESS_CA_CERT {path!r} holds no PEM certificate")
     if b"PRIVATE KEY" in pem:

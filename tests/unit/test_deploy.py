@@ -253,12 +253,13 @@ def test_runtime_reaches_docker_through_a_private_socket_only() -> None:
 def test_llm_key_comes_from_a_secret_reference_only() -> None:
     for document in k8s_documents():
         if document["kind"] == "Secret":
-            # The base's Secrets are the gateway's admin key and the secrets key, shipped
-            # empty: an overlay sets them (gateway-secret.yaml, secrets-key.yaml); no value is
-            # baked in.
+            # The base's Secrets are the gateway's admin key, the secrets key and the egress
+            # CA, shipped empty: an overlay sets them (gateway-secret.yaml, secrets-key.yaml,
+            # egress-ca.yaml); no value is baked in.
             assert document["metadata"]["name"] in (
                 "deckhands-gateway-admin",
                 "deckhands-secrets-key",
+                "deckhands-egress-ca",
             ), _name(document)
             assert set(document["stringData"].values()) == {""}, "a secret value in the base"
             assert "data" not in document

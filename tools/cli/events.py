@@ -230,7 +230,8 @@ def _connection(c: dict[str, Any]) -> str:
     where = escape(f"{c.get('host')}:{c.get('port')}")
     if not c.get("allowed"):
         return f"[red]{where} refused ({escape(str(c.get('reason')))})[/red]"
-    return f"{where} {c.get('bytes_out', 0)} B out, {c.get('bytes_in', 0)} B in"
+    added = f" (added {escape(', '.join(c['secrets']))})" if c.get("secrets") else ""
+    return f"{where} {c.get('bytes_out', 0)} B out, {c.get('bytes_in', 0)} B in{added}"
 
 
 def _egress_activity(event: dict[str, Any]) -> _Shown:

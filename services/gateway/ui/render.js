@@ -159,7 +159,8 @@ const KINDS = {
   condensation: (e) => ["quiet", `history condensed (events up to #${e.forgotten_up_to_seq} summarised)`, null],
   sandbox_queued: (e) => ["quiet", `waiting for a sandbox: place ${e.position} (${e.max_sandboxes} seats)`, null],
   egress_activity: (e) => ["quiet", "network: " + e.connections.map((c) => `${c.host}:${c.port} ` +
-    (c.allowed ? `${c.bytes_out} B out, ${c.bytes_in} B in` : `refused (${c.reason})`)).join("; ") +
+    (c.allowed ? `${c.bytes_out} B out, ${c.bytes_in} B in` : `refused (${c.reason})`) +
+    ((c.secrets || []).length ? ` (added ${c.secrets.join(", ")})` : "")).join("; ") +
     (e.more ? `, and ${e.more} more` : ""), null],
   task_created: (e) => ["quiet", `task created: at most ${e.max_iterations} iterations` +
     (e.max_budget_usd ? `, budget ${money(e.max_budget_usd)}` : "") +
