@@ -218,26 +218,28 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
                 f"python3 -c 'import urllib.request as u; u.urlopen(\"http://{site}/tiny.txt\")'",
             )
             print(f"egress proxy vs the plain bridge, server {site}, image {IMAGE}")
+
+            async def both(script: str, url: str, key: str) -> list[float]:
+                """The script's figure in the proxied sandbox, then in the bridged one."""
+                return [
+                    _number(await _sh(sandbox, f"python3 -c '{script}' {url}"), key)
+                    for sandbox in (via_proxy, via_bridge)
+                ]
+
             if "download" in rows:
-                speeds = []
-                for sandbox in (via_proxy, via_bridge):
-                    out = await _sh(sandbox, f"python3 -c '{DOWNLOAD}' http://{site}/big.bin")
-                    speeds.append(_number(out, "MBPS"))
+                speeds = await both(DOWNLOAD, f"http://{site}/big.bin", "MBPS")
                 print(
                     f"download 20 MB (median of 5): proxy {speeds[0]:.0f} MB/s, bridge "
                     f"{speeds[1]:.0f} MB/s = {speeds[0] / speeds[1]:.2f}x (target >= 0.8x)"
                 )
             if "setup" in rows:
-                p50 = []
-                for sandbox in (via_proxy, via_bridge):
-                    out = await _sh(sandbox, f"python3 -c '{SETUP}' http://{site}/tiny.txt")
-                    p50.append(_number(out, "P50MS"))
+                p50 = await both(SETUP, f"http://{site}/tiny.txt", "P50MS")
                 print(
                     f"connection + GET, p50 of 50: proxy {p50[0]:.2f} ms, bridge {p50[1]:.2f} ms"
                     f" = +{p50[0] - p50[1]:.2f} ms (target <= +5 ms)"
                 )
             if "pip" in rows:
-                took = []
+                took: list[float] = []
                 names = " ".join(f"benchpkg{i}" for i in range(WHEELS))
                 for sandbox in (via_proxy, via_bridge):
                     start = time.perf_counter()

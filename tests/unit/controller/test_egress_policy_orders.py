@@ -6,65 +6,39 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from loop_steps import TASK, executed, started  # type: ignore[import-not-found]
+
 from services.controller.agent_loop import apply, created_entry
 from services.controller.rebuild import rebuild_state
 from services.controller.turn import Turn
-from services.security.handlers import reviewed
-from shared.commands import ExecuteAction, PrepareSandbox, ReviewAction, StepRequest
+from shared.commands import PrepareSandbox, StepRequest
 from shared.egress_policy import EgressPolicy
 from shared.events import (
     AgentDelegateAction,
-    CmdRunAction,
     EgressActivityObservation,
     EgressConnection,
     EventSource,
     MessageAction,
-    RiskLevel,
-    SecurityVerdictObservation,
-    Verdict,
 )
 from shared.state import TaskState
 from shared.task_creation import creation_request, state_from_created
 
-TASK = "t1"
 POLICY = EgressPolicy(allow=("pypi.org", "*.github.com:443"))
 
 
 def _started(network: EgressPolicy | None = POLICY) -> tuple[TaskState, StepRequest, list[Any]]:
-    turn = Turn(TaskState(task_id=TASK, task="do it", max_iterations=5, network=network))
-    apply(turn, MessageAction(task_id=TASK, source=EventSource.USER, content="do it"))
-    orders = [order for _, order in turn.sent]
-    step = next(o for o in orders if isinstance(o, StepRequest))
-    return turn.state, step, orders
-
-
-def _executed(state: TaskState, step: StepRequest) -> ExecuteAction:
-    action = CmdRunAction(task_id=TASK, source=EventSource.AGENT, cause=step.id, command="ls")
-    ruling = SecurityVerdictObservation(
-        id=f"verdict-{action.id}",
-        task_id=TASK,
-        source=EventSource.ENVIRONMENT,
-        cause=action.id,
-        verdict=Verdict.ALLOW,
-        risk=RiskLevel.LOW,
-    )
-    turn = Turn(state)
-    apply(
-        turn, reviewed(ReviewAction(id=f"review-{action.id}", task_id=TASK, action=action), ruling)
-    )
-    [order] = [o for _, o in turn.sent if isinstance(o, ExecuteAction)]
-    return order
+    return started(TaskState(task_id=TASK, task="do it", max_iterations=5, network=network))
 
 
 def test_the_orders_carry_the_tasks_egress_policy() -> None:
     state, step, orders = _started()
     [prepare] = [o for o in orders if isinstance(o, PrepareSandbox)]
     assert prepare.network == POLICY and not prepare.network_egress
-    order = _executed(state, step)
+    order = executed(state, step)
     assert order.network == POLICY and not order.network_egress
     state, step, orders = _started(network=None)
     [prepare] = [o for o in orders if isinstance(o, PrepareSandbox)]
-    assert prepare.network is None and _executed(state, step).network is None
+    assert prepare.network is None and executed(state, step).network is None
 
 
 def test_the_first_log_entry_keeps_it_and_a_sub_task_inherits_it() -> None:
@@ -147,7 +121,7 @@ def test_a_user_message_widens_the_policy_of_the_orders_from_then_on() -> None:
     # The message, its rules with it, is the log's record of the change.
     assert turn.logged[0].id == message.id
     assert turn.logged[0].network == more  # type: ignore[attr-defined]
-    order = _executed(turn.state, step)
+    order = executed(turn.state, step)
     assert order.network == turn.state.network
 
 
