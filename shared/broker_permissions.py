@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .redis_records import key_permissions
+from .redis_records import key_permissions, read_patterns, written_patterns
 from .subjects import (
     BLOBS_BUCKET,
     DELETIONS_STREAM,
@@ -69,15 +69,9 @@ ADMIN_USER = "admin"
 EGRESS_USER = "egress"
 NATS_USERS = (*(s.value for s in Service), EGRESS_USER, ADMIN_USER)
 # Services that use Redis (security and storage do not); each its own ACL user. The egress
-# proxy's reads only tenants' secrets and which a task may use (the hosts they are bound to).
+# proxy's reads only the records it is a reader of (tenants' secrets, which a task may use,
+# tenants' egress allowances) and writes its own (egress bytes per day); no other key.
 REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", EGRESS_USER, ADMIN_USER)
-_EGRESS_REDIS_RULES = [
-    "%R~deckhands:secrets:*",
-    "%R~deckhands:task-secrets:*",
-    "+@read",
-    "+@connection",
-    "-@dangerous",
-]
 
 Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subjects
 
@@ -294,7 +288,14 @@ def redis_rules(user: str) -> list[str]:
     if user == ADMIN_USER:
         return ["~*", "&*", "+@all"]
     if user == EGRESS_USER:
-        return list(_EGRESS_REDIS_RULES)
+        return [
+            *(f"%R~{pattern}" for pattern in read_patterns(user)),
+            *(f"%RW~{pattern}" for pattern in written_patterns(user)),
+            "+@read",
+            "+@write",
+            "+@connection",
+            "-@dangerous",
+        ]
     return [*key_permissions(user), "&*", "+@all", "-@dangerous"]
 
 

@@ -81,6 +81,11 @@ class ExecuteAction(_Command):
         default=False,
         description="The task opted in to network egress: its sandbox joins a network.",
     )
+    network_scope: EgressPolicy | None = Field(
+        default=None,
+        description="Where the sandbox may connect while this action runs: its verdict's "
+        "network scope within `network` (issue 27, item 6); None: all of `network`.",
+    )
     network: EgressPolicy | None = Field(
         default=None,
         description="The task's egress policy: where its sandbox may connect, through the "

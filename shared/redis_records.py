@@ -33,6 +33,7 @@ __all__ = [
     "RedisRecord",
     "SecondWriter",
     "key_permissions",
+    "read_patterns",
     "written_patterns",
 ]
 
@@ -40,6 +41,8 @@ GATEWAY = Service.GATEWAY.value
 CONTROLLER = Service.CONTROLLER.value
 REASONER = Service.REASONER.value
 RUNTIME = Service.RUNTIME.value
+# The egress proxy (services/egress): no broker service, but a Redis user of its own.
+EGRESS = "egress"
 
 
 @dataclass(frozen=True)
@@ -141,14 +144,14 @@ RECORDS: tuple[RedisRecord, ...] = (
     RedisRecord(
         "deckhands:secrets:*",
         GATEWAY,
-        (GATEWAY, CONTROLLER, RUNTIME),
+        (GATEWAY, CONTROLLER, RUNTIME, EGRESS),
         "shared.secrets_store",
         "HASH name -> a tenant's sealed secret (JSON)",
     ),
     RedisRecord(
         "deckhands:task-secrets:*",
         GATEWAY,
-        (CONTROLLER, RUNTIME),
+        (CONTROLLER, RUNTIME, EGRESS),
         "shared.secrets_store",
         "a task's grant: its tenant and the names of the secrets it may use (JSON)",
     ),
@@ -235,6 +238,21 @@ RECORDS: tuple[RedisRecord, ...] = (
     _gateway("deckhands:webhook:task:*", "webhooks.store", "the webhook a task notifies (JSON)"),
     _gateway("deckhands:webhook:delivery:*", "webhooks.store", "HASH a notification's attempts"),
     _gateway("deckhands:webhook:log:*", "webhooks.store", "LIST a task's delivery attempts (JSON)"),
+    # -- a tenant's egress bytes per day (shared/egress_usage.py)
+    RedisRecord(
+        "deckhands:egress-allowances",
+        GATEWAY,
+        (GATEWAY, EGRESS),
+        "shared.egress_usage",
+        "HASH tenant -> the egress bytes it may move a UTC day, from the operator's limits",
+    ),
+    RedisRecord(
+        "deckhands:egress-bytes:*:*",
+        EGRESS,
+        (EGRESS, GATEWAY),
+        "shared.egress_usage",
+        "the egress bytes a tenant's sandboxes moved on a UTC day, both ways",
+    ),
     # -- an LLM's shared capacity, per model (the reasoner's)
     _llm("inflight", "ZSET lease -> when it expires: the calls in flight"),
     _llm("recent", "ZSET lease -> when it was granted, the last 60 s"),
@@ -260,6 +278,16 @@ RECORDS: tuple[RedisRecord, ...] = (
         "ZSET ended task -> until when its paused sandbox is kept for its workspace",
     ),
 )
+
+
+def read_patterns(service: str) -> tuple[str, ...]:
+    """The patterns `service` reads but does not write: for a user that may read only those."""
+    written = set(written_patterns(service))
+    return tuple(
+        dict.fromkeys(
+            r.pattern for r in RECORDS if service in r.readers and r.pattern not in written
+        )
+    )
 
 
 def written_patterns(service: str) -> tuple[str, ...]:

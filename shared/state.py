@@ -13,6 +13,7 @@ from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, TaskPri
 
 __all__ = [
     "PROCESSED_KEPT",
+    "ActionScope",
     "Approval",
     "ApprovedBy",
     "Awaiting",
@@ -59,6 +60,17 @@ class Approval(BaseModel):
     action_id: str
     by: ApprovedBy
     answer_id: str = Field(description="The ALLOW verdict's or the user's confirmation's id.")
+
+
+class ActionScope(BaseModel):
+    """Where the action the task awaits may connect while it runs (issue 27, item 6): its
+    verdict's network scope within the task's egress policy. Set with the verdict; the order
+    that runs that action carries it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action_id: str
+    network: EgressPolicy
 
 
 class TaskResult(BaseModel):
@@ -179,6 +191,11 @@ class TaskState(BaseModel):
     )
     approval: Approval | None = Field(
         default=None, description="How the action sent to the runtime was approved."
+    )
+    action_scope: ActionScope | None = Field(
+        default=None,
+        description="Where the awaited action may connect while it runs, if its verdict "
+        "narrowed the task's egress policy.",
     )
     requeue_if_queued: bool = Field(
         default=False,

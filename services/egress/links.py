@@ -36,6 +36,11 @@ class Link:
     secrets_added: set[str] = field(default_factory=set)
 
     @property
+    def reached(self) -> list[tuple[str, int]]:
+        """The destinations it was allowed to (host as the sandbox named it, port)."""
+        return [(host, port) for host, port, allowed, _ in self.destinations if allowed]
+
+    @property
     def hosts(self) -> list[str]:
         return [f"{host}:{port}" for host, port, allowed, _ in self.destinations if allowed]
 

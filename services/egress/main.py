@@ -1,21 +1,25 @@
-"""Wiring of the egress proxy: mitmproxy on loopback, the sandboxes' sockets, health.
+"""Wiring of the egress proxy: mitmproxy on loopback, the sandboxes' sockets, health, Redis
+(bound secrets, egress bytes per day), NATS (each task's connections to its log).
 
 Runs in its own virtualenv (`.venv-egress`, deploy/egress/requirements.txt): mitmproxy pins
-versions of its own, and it needs Python 3.12. It imports only shared/egress_policy.py and
-shared/address_policy.py, which need pydantic and nothing else of the project's dependencies.
+versions of its own, and it needs Python 3.12. Of shared/ it imports only what needs pydantic,
+redis, nats-py and cryptography (tests/unit/test_import_rules.py imports it there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
+from typing import Any
 
 from mitmproxy import options
 from mitmproxy.tools.dump import DumpMaster
 from pydantic import ValidationError
+from redis.asyncio import Redis
 
 from .activity import Activity
 from .handlers import EgressHandlers
@@ -26,6 +30,7 @@ from .secret_headers import SecretHeaders
 from .settings import EgressSettings
 from .sockets import SandboxSockets
 from .tls_setup import prepare_confdir
+from .usage import EgressUsage
 
 __all__ = ["main", "serve"]
 
@@ -42,10 +47,27 @@ def _options(settings: EgressSettings) -> options.Options:
     )
 
 
+def _redis(settings: EgressSettings) -> Redis | None:
+    """Redis, as user `egress` (secrets, grants and allowances read; egress bytes counted)."""
+    if not settings.redis_url:
+        return None
+    login: dict[str, Any] = {}
+    if settings.redis_user:
+        login = {
+            "username": settings.redis_user,
+            "password": settings.redis_password.get_secret_value(),
+        }
+    return Redis.from_url(
+        settings.redis_url, socket_timeout=5.0, socket_connect_timeout=5.0, **login
+    )
+
+
 async def serve(settings: EgressSettings) -> None:
     os.makedirs(settings.dir, mode=0o755, exist_ok=True)
     links = Links()
-    secrets = SecretHeaders.from_settings(settings)
+    redis = _redis(settings)
+    secrets = SecretHeaders.from_settings(settings, redis)
+    usage = EgressUsage(redis, settings.activity_interval_s)
     master = DumpMaster(_options(settings), with_termlog=False, with_dumper=False)
     master.addons.add(EgressHandlers(settings, links, secrets))
     # Bodies stream through instead of being held whole (a 1 GB download); an addon's option,
@@ -53,10 +75,11 @@ async def serve(settings: EgressSettings) -> None:
     master.options.update(stream_large_bodies="256k")
     sender = LogSender(settings) if settings.nats_url else None
     activity = Activity(sender.send if sender else None, settings.activity_interval_s)
-    sockets = SandboxSockets(settings, links, activity)
+    sockets = SandboxSockets(settings, links, activity, usage)
     if sender is not None:
         sender.start()
     sending = asyncio.create_task(activity.run())
+    counting = asyncio.create_task(usage.run())
     running = asyncio.create_task(master.run())
     while not running.done():
         servers = master.addons.get("proxyserver").servers
@@ -89,10 +112,14 @@ async def serve(settings: EgressSettings) -> None:
     scanning.cancel()
     await sockets.close()
     sending.cancel()
+    counting.cancel()
     await activity.close()
+    with contextlib.suppress(Exception):
+        await usage.flush()  # the last second's bytes
     if sender is not None:
         await sender.close()
-    await secrets.close()
+    if redis is not None:
+        await redis.aclose()
     health.close()
     master.shutdown()
     await asyncio.wait([running], timeout=5)

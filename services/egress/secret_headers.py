@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -31,20 +30,11 @@ class SecretHeaders:
         self._cache: dict[str, tuple[float, list[StoredSecret]]] = {}
 
     @classmethod
-    def from_settings(cls, settings: EgressSettings) -> SecretHeaders:
+    def from_settings(cls, settings: EgressSettings, redis: Redis | None) -> SecretHeaders:
         """None of them without Redis or a secrets key; ValueError naming a malformed key."""
         key = settings.secrets_key.get_secret_value()
-        if not settings.redis_url or not key:
+        if redis is None or not key:
             return cls(None)
-        login: dict[str, Any] = {}
-        if settings.redis_user:
-            login = {
-                "username": settings.redis_user,
-                "password": settings.redis_password.get_secret_value(),
-            }
-        redis = Redis.from_url(
-            settings.redis_url, socket_timeout=5.0, socket_connect_timeout=5.0, **login
-        )
         cipher = SecretsCipher.from_text(key, settings.secrets_previous_keys.get_secret_value())
         return cls(SecretsStore(redis, cipher), settings.secrets_cache_s)
 
@@ -74,7 +64,3 @@ class SecretHeaders:
     async def for_host(self, task_id: str, host: str, port: int) -> list[StoredSecret]:
         """The task's secrets bound to `host`:`port` (as the sandbox named it)."""
         return [s for s in await self._bound(task_id) if s.egress and s.egress.covers(host, port)]
-
-    async def close(self) -> None:
-        if self.store is not None:
-            await self.store.redis.aclose()

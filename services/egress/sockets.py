@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from .activity import Activity, now
 from .links import Link, Links
 from .metrics import BYTES, CONNECTIONS, OPEN, SANDBOXES
 from .settings import EgressSettings
+from .usage import EgressUsage
 
 __all__ = ["SandboxSockets"]
 
@@ -35,11 +38,17 @@ log = logging.getLogger("deckhands.egress")
 
 _FOLDER = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _CHUNK = 256 * 1024
-_TOO_MANY_BODY = b"deckhands egress proxy: too many connections open for this task\n"
-_TOO_MANY = (
-    b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-    b"Content-Length: %d\r\n\r\n%s" % (len(_TOO_MANY_BODY), _TOO_MANY_BODY)
-)
+
+
+def _refusal(body: bytes) -> bytes:
+    """A 429 the sandbox's client reads, written before any byte of its request is."""
+    return (
+        b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+_TOO_MANY = _refusal(b"deckhands egress proxy: too many connections open for this task\n")
 
 
 class _Sandbox:
@@ -49,15 +58,38 @@ class _Sandbox:
         self.mtime = mtime
         self.open = 0
         self.server: asyncio.Server | None = None
+        # Each open connection's link and both its ends, to cut when the policy narrows.
+        self.relays: dict[int, tuple[Link, asyncio.StreamWriter, asyncio.StreamWriter]] = {}
+
+    def follow(self, egress: SandboxEgress, mtime: float) -> None:
+        """A new policy (an action's scope, nothing between actions, a user's widening): new
+        connections and new requests follow it, and a connection to a destination it no longer
+        allows is cut (a background process's download after its action ended)."""
+        self.egress, self.mtime = egress, mtime
+        for key, (link, writer, upstream) in list(self.relays.items()):
+            link.sandbox = egress
+            if all(_allows(egress, host, port) for host, port in link.reached):
+                continue
+            link.refused = "out_of_scope"
+            link.destinations.append(("-", 0, False, "out_of_scope"))
+            CONNECTIONS.labels(egress.tenant_id or "-", "out_of_scope").inc()
+            writer.close()
+            upstream.close()
+            self.relays.pop(key, None)
 
 
 class SandboxSockets:
     def __init__(
-        self, settings: EgressSettings, links: Links, activity: Activity | None = None
+        self,
+        settings: EgressSettings,
+        links: Links,
+        activity: Activity | None = None,
+        usage: EgressUsage | None = None,
     ) -> None:
         self.settings = settings
         self.links = links
         self.activity = activity
+        self.usage = usage or EgressUsage(None)
         self.root = Path(settings.dir)
         self.upstream_port = 0  # mitmproxy's, set once it listens
         self._sandboxes: dict[str, _Sandbox] = {}
@@ -91,8 +123,8 @@ class SandboxSockets:
             egress = self._read(policy_file)
             if egress is None:
                 continue
-            if known is not None:  # its policy changed: new connections follow it
-                known.egress, known.mtime = egress, mtime
+            if known is not None:  # its policy changed: connections follow it
+                known.follow(egress, mtime)
                 continue
             await self._listen(_Sandbox(Path(entry.path), egress, mtime), entry.name)
         for name in set(self._sandboxes) - seen:
@@ -106,7 +138,7 @@ class SandboxSockets:
         except OSError:
             return
         if mtime != sandbox.mtime and (egress := self._read(path)) is not None:
-            sandbox.egress, sandbox.mtime = egress, mtime
+            sandbox.follow(egress, mtime)
 
     def _read(self, path: Path) -> SandboxEgress | None:
         try:
@@ -146,11 +178,16 @@ class SandboxSockets:
         self._reread(sandbox)  # widened by a user's message just before this action?
         egress = sandbox.egress
         tenant = egress.tenant_id or "-"
+        refusal = None
         if sandbox.open >= self.settings.max_connections_per_task:
-            CONNECTIONS.labels(tenant, "too_many").inc()
-            self._record(egress.task_id, [("-", 0, False, "too_many")], 0, 0, now(), 0.0)
+            refusal = ("too_many", _TOO_MANY)
+        elif (allowance := self.usage.allowance_used(tenant)) is not None:
+            refusal = ("allowance_used", _allowance_used(allowance))
+        if refusal is not None:
+            CONNECTIONS.labels(tenant, refusal[0]).inc()
+            self._record(egress.task_id, [("-", 0, False, refusal[0])], 0, 0, now(), 0.0)
             with contextlib.suppress(OSError):
-                writer.write(_TOO_MANY)
+                writer.write(refusal[1])
                 await writer.drain()
             writer.close()
             return
@@ -166,13 +203,25 @@ class SandboxSockets:
             )
             local_port = int(up_writer.get_extra_info("sockname")[1])
             self.links.add(local_port, link)
+            sandbox.relays[local_port] = (link, writer, up_writer)
+
+            def counted(count: int) -> bool:
+                """Counts the bytes on the tenant's day; False: its allowance is used up."""
+                self.usage.add(tenant, count)
+                return self.usage.allowance_used(tenant) is None
+
             sent, received = await asyncio.gather(
-                _pipe(reader, up_writer), _pipe(up_reader, writer)
+                _pipe(reader, up_writer, counted), _pipe(up_reader, writer, counted)
             )
+            if self.usage.allowance_used(tenant) is not None:
+                CONNECTIONS.labels(tenant, "allowance_used").inc()
+                link.destinations.append(("-", 0, False, "allowance_used"))
+                link.refused = "allowance_used"
         except OSError as exc:
             log.warning("task %s: relay failed: %s", egress.task_id, exc)
         finally:
             self.links.remove(local_port)
+            sandbox.relays.pop(local_port, None)
             sandbox.open -= 1
             OPEN.dec()
             writer.close()
@@ -236,14 +285,37 @@ class SandboxSockets:
             await self._close(name)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
-    """Copy until end of input; half-closes the other side. Returns the bytes copied."""
+def _allows(egress: SandboxEgress, host: str, port: int) -> bool:
+    """Whether `egress` still allows a destination a connection reached (as checked then)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return egress.network.allows_name(host, port)
+    policy = egress.network
+    return policy.allows_address(address, port) or policy.names_private(address, port)
+
+
+def _allowance_used(allowance: int) -> bytes:
+    return _refusal(
+        b"deckhands egress proxy: the tenant's egress allowance for today (%d bytes, both ways) "
+        b"is used up; it renews at midnight UTC\n" % allowance
+    )
+
+
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counted: Callable[[int], bool]
+) -> int:
+    """Copy until end of input, each chunk counted; half-closes the other side. Stops, closing
+    the other side, once `counted` says no more. Returns the bytes copied."""
     total = 0
     try:
         while data := await reader.read(_CHUNK):
             total += len(data)
             writer.write(data)
             await writer.drain()
+            if not counted(len(data)):
+                writer.close()
+                return total
         if writer.can_write_eof():
             writer.write_eof()
     except (OSError, asyncio.IncompleteReadError):

@@ -85,6 +85,7 @@ def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
         max_running_tasks=settings.tenant_max_running_tasks,
         max_sandboxes=settings.tenant_max_sandboxes,
         max_spend_usd_per_day=settings.tenant_max_spend_usd_per_day,
+        max_egress_bytes_per_day=settings.tenant_max_egress_bytes_per_day,
         default_max_budget_usd=settings.default_max_budget_usd,
         max_delegation_depth=settings.max_delegation_depth,
         max_sub_tasks=settings.max_sub_tasks_per_task,

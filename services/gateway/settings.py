@@ -124,6 +124,12 @@ class GatewaySettings(CommonSettings):
         description="LLM spend (USD) per tenant per UTC day, running tasks' budgets reserved; "
         "empty: no daily limit.",
     )
+    tenant_max_egress_bytes_per_day: int | None = Field(
+        default=None,
+        ge=0,
+        description="Bytes a tenant's sandboxes may move through the egress proxy per UTC day "
+        "(both ways); empty: no daily limit.",
+    )
     max_delegation_depth: int = Field(
         default=3, ge=0, le=16, description="How deep sub-tasks may nest (0: no delegation)."
     )

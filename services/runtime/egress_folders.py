@@ -20,12 +20,14 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
+from shared.commands import ExecuteAction
 from shared.egress_policy import (
     SANDBOX_CA_BUNDLE,
     SANDBOX_EGRESS_CA,
     SANDBOX_EGRESS_FILE,
     SANDBOX_EGRESS_MOUNT,
     SANDBOX_PROXY_PORT,
+    EgressPolicy,
     SandboxEgress,
 )
 
@@ -123,6 +125,19 @@ class EgressFolders:
             pass
         self._write(folder, egress)
         return True
+
+    def between_actions(self, token: str | None, order: ExecuteAction) -> None:
+        """Once an action ended, a sandbox with a policy reaches nothing until the next one
+        writes its own (a process the agent left running in the background included): the
+        proxy refuses its new connections and cuts those the action left open (issue 27,
+        item 6). Before each action the runtime writes the action's scope, else the task's
+        policy (execution.py)."""
+        if order.network is None or not token:
+            return
+        nowhere = EgressPolicy()
+        self.refresh(
+            token, SandboxEgress(task_id=order.task_id, tenant_id=order.tenant_id, network=nowhere)
+        )
 
     @staticmethod
     def _write(folder: Path, egress: SandboxEgress) -> None:

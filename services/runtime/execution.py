@@ -211,9 +211,12 @@ class Execution:
             return self._interrupted(action)
         try:
             secrets, redactor = await self.secrets.for_action(command.task_id)
-            observation = await run_action(
-                sandbox.session, action, self.settings, self.blobs, secrets
-            )
+            try:
+                observation = await run_action(
+                    sandbox.session, action, self.settings, self.blobs, secrets
+                )
+            finally:  # nothing reachable until the next action (egress_folders.py)
+                self.tasks.docker.egress_folders.between_actions(sandbox.egress_token, command)
             observation = _with_notice(sandbox, observation)
             # Redacted at the source: before the ledger records it or anyone sees it.
             observation = redactor.model(observation)
@@ -257,10 +260,11 @@ class Execution:
         )
         try:
             sandbox = await self.tasks.get(command.task_id, shape)
-            if shape.egress is not None and self.tasks.docker.egress_folders.refresh(
-                sandbox.egress_token, shape.egress
-            ):
-                log.info("task %s: its egress policy widened", command.task_id)
+            if shape.egress is not None:
+                # While the action runs: its verdict's scope, else the task's whole policy.
+                scope = command.network_scope or shape.egress.network
+                during = shape.egress.model_copy(update={"network": scope})
+                self.tasks.docker.egress_folders.refresh(sandbox.egress_token, during)
             return sandbox
         except WorkspaceLost as exc:
             ACTIONS.labels(kind, "sandbox_lost").inc()

@@ -16,6 +16,7 @@ from shared.publishing import publish_event_to
 from shared.subjects import Service
 
 from .metrics import VERDICTS
+from .network_scope import network_scope
 from .rules import review
 
 __all__ = ["SecurityHandlers", "reviewed", "verdict_for"]
@@ -36,6 +37,7 @@ def verdict_for(request: ReviewAction, workspace: str) -> SecurityVerdictObserva
         risk=finding.risk,
         rule=finding.rule,
         reason=finding.reason,
+        network_scope=network_scope(request.action),
     )
 
 

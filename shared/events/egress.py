@@ -27,7 +27,9 @@ class EgressConnection(BaseModel):
         default="",
         max_length=40,
         description="Why it was refused: not_allowed, private_address, lookup_failed, "
-        "bad_host, sni_mismatch, too_many, no_egress_ca; empty when allowed.",
+        "bad_host, sni_mismatch, too_many, no_egress_ca, allowance_used (the tenant's egress "
+        "bytes for the day: refused, or cut mid-connection), out_of_scope (cut: the action "
+        "it was opened in ended, or the policy narrowed); empty when allowed.",
     )
     secrets: tuple[str, ...] = Field(
         default=(),

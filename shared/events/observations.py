@@ -140,6 +140,14 @@ class SecurityVerdictObservation(EventBase):
     risk: RiskLevel
     rule: str | None = Field(default=None, description="The rule that matched, if any.")
     reason: str = ""
+    network_scope: tuple[str, ...] | None = Field(
+        default=None,
+        max_length=64,
+        description="Where the action needs to connect (egress rules: the index `pip install` "
+        "uses, the host `git clone` fetches from...); while it runs, a task with an egress "
+        "policy reaches only those of them its policy allows. Empty: nowhere. None: the "
+        "command could not be placed, and the task's whole policy applies.",
+    )
 
 
 class UserRejectObservation(EventBase):

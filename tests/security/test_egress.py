@@ -222,3 +222,47 @@ def test_a_bound_secret_reaches_only_its_host_and_never_the_sandbox(
     assert "PLAIN_TOKEN=<secret:PLAIN_TOKEN>" in found, found
     assert "GITHUB_TOKEN" not in found and token not in found, found
     assert token not in str(alpha.log(hunt))
+
+
+def test_past_its_egress_allowance_a_tenant_s_network_tasks_are_refused(
+    new_tenant: Any, site: str
+) -> None:
+    """Issue 27, item 5: egress bytes per day are a quota like spend."""
+    tenant = new_tenant(max_egress_bytes_per_day=1)  # the first byte uses it up
+    seen = _fetch(tenant, [site], f"http://{site}/hello.txt")
+    assert seen[f"http://{site}/hello.txt"], seen
+    deadline = time.monotonic() + 15
+    while tenant.http.get("/v1/quotas").json()["usage"]["egress_bytes_today"] < 1:
+        assert time.monotonic() < deadline, "the proxies never counted the task's bytes"
+        time.sleep(0.3)
+    refused = tenant.http.post(
+        "/v1/tasks", json={"task": "finish now", "network": {"allow": [site]}}
+    )
+    assert refused.status_code == 429, refused.text
+    assert "max_egress_bytes_per_day" in refused.text and "bytes through the egress" in refused.text
+    assert int(refused.headers["Retry-After"]) > 0
+    # A task without a network policy does not use egress, and is not held to it.
+    offline = tenant.http.post("/v1/tasks", json={"task": f"finish {uuid.uuid4().hex}"})
+    assert offline.status_code == 202, offline.text
+
+
+def test_a_process_left_in_the_background_reaches_nothing_after_its_action(
+    alpha: Tenant, site: str
+) -> None:
+    """Issue 27, item 6: an agent starts a loop that fetches in the background (to send data
+    out later, unwatched). While its action runs it reaches the policy's host; once the action
+    ended, and during a later action that connects nowhere (`sleep`, `tail`), it is refused."""
+    url = f"http://{site}/hello.txt"
+    task_id = alpha.create(task=f"background-egress: {url}", network={"allow": [site]})
+    view = alpha.wait(task_id, "FINISHED", "ERROR", timeout_s=120)
+    assert view["state"] == "FINISHED", view
+    lines = view["result"]["final_message"].removeprefix("after: ").strip().splitlines()
+    assert lines and not [line for line in lines if line.startswith("OK")], lines
+    assert any(line.startswith("NO 403") for line in lines), lines
+    log = alpha.log(task_id)
+    started = [e for e in log if e["kind"] == "run" and "bg.py" in e.get("command", "")]
+    assert started, "the background loop was never started"
+    # The verdicts record each command's scope: none placed for the loop's (a python
+    # program), nowhere for `sleep; tail`.
+    scopes = [e.get("network_scope") for e in log if e["kind"] == "security_verdict"]
+    assert None in scopes and [] in scopes, scopes

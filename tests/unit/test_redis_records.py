@@ -411,9 +411,10 @@ def test_no_store_is_built_with_another_prefix() -> None:
 def test_each_record_has_one_writer_among_the_redis_users() -> None:
     patterns = [record.pattern for record in RECORDS]
     assert len(patterns) == len(set(patterns)), "a pattern listed twice"
+    users = (*SERVICES, EGRESS_USER)
     for record in RECORDS:
-        assert record.writer in SERVICES, record
-        assert set(record.readers) <= set(SERVICES), record
+        assert record.writer in users, record
+        assert set(record.readers) <= set(users), record
         assert record.readers, record
         assert record.holds and record.module, record
         seconds = [w.service for w in record.second_writers]
@@ -483,9 +484,10 @@ def test_the_default_and_admin_users_are_as_before() -> None:
     assert sorted(_acl_lines()) == sorted(["default", *REDIS_USERS])
 
 
-def test_the_egress_proxy_reads_only_secrets_and_grants() -> None:
-    """It adds secrets bound to hosts (issue 27): it reads them, writes nothing, and reads
-    nothing else (a State, a tenant's limits, another record)."""
+def test_the_egress_proxy_reaches_only_the_records_it_needs() -> None:
+    """Issue 27: it reads secrets bound to hosts, which tasks may use them and the tenants'
+    egress allowances, and writes only the egress bytes it counts; no other key at all (a
+    State, a tenant's limits, a seat)."""
     words = _acl_lines()[EGRESS_USER]
     assert words[:2] == ["on", f">pw-{EGRESS_USER}"]
     rules = words[2:]
@@ -493,9 +495,11 @@ def test_the_egress_proxy_reads_only_secrets_and_grants() -> None:
     assert [r for r in rules if "~" in r] == [
         "%R~deckhands:secrets:*",
         "%R~deckhands:task-secrets:*",
+        "%R~deckhands:egress-allowances",
+        "%RW~deckhands:egress-bytes:*:*",
     ]
     assert "+@all" not in rules and "-@dangerous" in rules
-    assert not [r for r in rules if r.startswith(("~", "%W~", "%RW~", "allkeys", "&"))]
+    assert not [r for r in rules if r.startswith(("~", "%W~", "allkeys", "&"))]
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -3,6 +3,7 @@ confirmation, or ordered run."""
 
 from __future__ import annotations
 
+from shared.egress_policy import EgressPolicy, rules_within
 from shared.events import (
     AgentState,
     ErrorObservation,
@@ -12,7 +13,7 @@ from shared.events import (
     SecurityVerdictObservation,
     Verdict,
 )
-from shared.state import Approval, ApprovedBy, Awaiting, TaskState
+from shared.state import ActionScope, Approval, ApprovedBy, Awaiting, TaskState
 from shared.subjects import Service
 
 from ..turn import Turn
@@ -34,6 +35,16 @@ def _needs_confirmation(state: TaskState, risk: RiskLevel) -> bool:
     return _RISK_ORDER[risk] >= _RISK_ORDER.get(state.confirmation_threshold, 2)
 
 
+def _scope(
+    state: TaskState, action_id: str, verdict: SecurityVerdictObservation
+) -> ActionScope | None:
+    """The verdict's network scope within the task's policy, for the action it rules on."""
+    if state.network is None or verdict.network_scope is None:
+        return None
+    asked = EgressPolicy(allow=verdict.network_scope)
+    return ActionScope(action_id=action_id, network=rules_within(asked, state.network))
+
+
 def from_security(turn: Turn, event: EventBase) -> None:
     verdict = turn.log(event)
     action = turn.state.pending_action
@@ -41,6 +52,7 @@ def from_security(turn: Turn, event: EventBase) -> None:
         turn.update(awaiting=Awaiting.NOTHING, awaiting_id=None, pending_action=None)
         next_step(turn)
         return
+    turn.update(action_scope=_scope(turn.state, action.id, verdict))
     if verdict.verdict is Verdict.DENY:
         remember(
             turn,

@@ -40,11 +40,13 @@ def step_request(state: TaskState, iteration: int) -> StepRequest:
 
 
 def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
+    scope = state.action_scope
     return ExecuteAction(
         task_id=action.task_id,
         action=action,
         network_egress=state.network_egress,
         network=state.network,
+        network_scope=scope.network if scope is not None and scope.action_id == action.id else None,
         workspace_mib=state.workspace_mib,
         tenant_id=state.tenant_id,
         priority=state.priority,

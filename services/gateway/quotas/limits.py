@@ -29,6 +29,13 @@ class TenantLimits(BaseModel):
     default_max_budget_usd: float | None = Field(
         default=None, gt=0, le=10_000, description="Budget of a task that names none."
     )
+    max_egress_bytes_per_day: int | None = Field(
+        default=None,
+        ge=0,
+        le=10**15,
+        description="Bytes the tenant's sandboxes may move through the egress proxy per UTC "
+        "day, both ways (0: none).",
+    )
     max_delegation_depth: int | None = Field(
         default=None, ge=0, le=16, description="How deep sub-tasks may nest (0: no delegation)."
     )
@@ -69,6 +76,7 @@ class QuotaDefaults:
     max_sandboxes: int = 1000
     max_spend_usd_per_day: float | None = None
     default_max_budget_usd: float | None = 10.0
+    max_egress_bytes_per_day: int | None = None
     max_delegation_depth: int = 3
     max_sub_tasks: int = 10
     max_event_streams: int = 64
@@ -86,6 +94,7 @@ class Quotas(BaseModel):
     max_sandboxes: int
     max_spend_usd_per_day: float | None
     default_max_budget_usd: float | None
+    max_egress_bytes_per_day: int | None = None
     max_delegation_depth: int
     max_sub_tasks: int
     max_event_streams: int

@@ -17,6 +17,11 @@ class QuotaUsage(ApiView):
         description="Today's (UTC) spend: what ended tasks spent, and the budgets running tasks "
         "reserved."
     )
+    egress_bytes_today: int = Field(
+        default=0,
+        description="Bytes the tenant's sandboxes moved through the egress proxy today (UTC), "
+        "both ways, as the proxies counted them (about a second behind).",
+    )
 
 
 class QuotasView(ApiView):

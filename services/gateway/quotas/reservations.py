@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.egress_usage import utc_day
 from shared.events import AgentState, utc_now
 from shared.state import TaskState
 
@@ -110,10 +111,6 @@ UNHOLD = """
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 return redis.call('HDEL', KEYS[1], ARGV[1])
 """
-
-
-def utc_day(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d")
 
 
 def seconds_to_next_day(now: datetime) -> int:

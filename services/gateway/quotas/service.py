@@ -22,6 +22,11 @@ from shared.state_store import TaskStateStore
 
 from ..errors import EgressPolicyRefused, QuotaExceeded, StorageUnavailable
 from ..tenants.records import TenantRecords
+from .egress_allowance import (
+    check_egress_allowance,
+    egress_bytes_today,
+    publish_egress_allowance,
+)
 from .limits import QuotaDefaults, Quotas, TenantLimits
 from .models import QuotasView, QuotaUsage
 from .records import QuotaRecords
@@ -65,7 +70,8 @@ class TenantQuotas(QuotaRecords):
             if raw is None and self.records is not None:
                 raw = await self.records.get(f"limits.{tenant_id}") or b"{}"
                 await self.redis.set(self._limits_key(tenant_id), raw, ex=_LIMITS_CACHED_S)
-                # Redis may have lost the weights with the cache: the runtime reads them there.
+                # Redis may have lost the weights with the cache: the runtime reads them there
+                # (and the egress proxies the allowance).
                 await self._publish_weight(tenant_id, TenantLimits.model_validate_json(raw))
         except RedisError as exc:
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
@@ -80,6 +86,8 @@ class TenantQuotas(QuotaRecords):
             await self.redis.hdel(WEIGHTS_KEY, tenant_id)
         else:
             await self.redis.hset(WEIGHTS_KEY, tenant_id, repr(weight))
+        allowance = self.quotas_of(limits).max_egress_bytes_per_day
+        await publish_egress_allowance(self.redis, tenant_id, allowance)
 
     async def quotas(self, tenant_id: str) -> Quotas:
         return self.quotas_of(await self.limits(tenant_id))
@@ -138,13 +146,26 @@ class TenantQuotas(QuotaRecords):
             raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
         return len(running), sandboxes, float(spent or 0.0)
 
+    async def egress_bytes(self, tenant_id: str) -> int:
+        """What the tenant's sandboxes moved through the egress proxy today."""
+        try:
+            return await egress_bytes_today(self.redis, tenant_id, utc_now())
+        except RedisError as exc:
+            raise StorageUnavailable(f"quota store (Redis) unavailable: {exc}") from exc
+
     async def admit(
-        self, tenant_id: str, task_id: str, asked_usd: float | None, quotas: Quotas
+        self,
+        tenant_id: str,
+        task_id: str,
+        asked_usd: float | None,
+        quotas: Quotas,
+        egress: bool = False,
     ) -> float | None:
         """Count the task as one of the tenant's running tasks, its budget reserved on today's
         spend; the budget it may spend: what it asked for, else the tenant's default, which a
         daily limit caps at what is left of the day's allowance. Over a limit: QuotaExceeded,
-        and nothing is counted.
+        and nothing is counted. `egress`: the task has a network policy, held to the tenant's
+        egress bytes per day too.
 
         A few Redis calls however many tasks the tenant runs: the tasks that ended are settled
         (their States read) only when a limit would refuse the task, or, with a daily spend
@@ -157,6 +178,8 @@ class TenantQuotas(QuotaRecords):
             counts = await self.admission_counts(tenant_id, task_id, today)
             if counts.admitted:
                 return budget_usd  # admitted already (a retried request)
+            if egress:
+                await check_egress_allowance(self.redis, tenant_id, quotas, now)
             sandboxes = counts.seats_held
             if sandboxes >= quotas.max_sandboxes:
                 raise QuotaExceeded(
@@ -318,9 +341,15 @@ class TenantQuotas(QuotaRecords):
 async def quotas_view(quotas: TenantQuotas, tenant_id: str) -> QuotasView:
     own = await quotas.limits(tenant_id)
     running, sandboxes, spent = await quotas.usage(tenant_id)
+    egress_bytes = await quotas.egress_bytes(tenant_id)
     return QuotasView(
         tenant_id=tenant_id,
         limits=quotas.quotas_of(own),
         own=own,
-        usage=QuotaUsage(running_tasks=running, sandboxes=sandboxes, spend_usd_today=spent),
+        usage=QuotaUsage(
+            running_tasks=running,
+            sandboxes=sandboxes,
+            spend_usd_today=spent,
+            egress_bytes_today=egress_bytes,
+        ),
     )

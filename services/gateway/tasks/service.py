@@ -223,7 +223,8 @@ class TaskService(TaskLookup):
         tenant's default, capped by a daily spend limit). Refused, the Idempotency-Key is freed:
         the same request may be sent again once the tenant is under its limits."""
         try:
-            return await self.quotas.admit(tenant_id, task_id, new.max_budget_usd, quotas)
+            egress = bool(new.network_allow or new.network_presets or new.network_egress)
+            return await self.quotas.admit(tenant_id, task_id, new.max_budget_usd, quotas, egress)
         except QuotaExceeded:
             QUOTA_REFUSALS.inc()
             if idempotency_key is not None:

@@ -165,8 +165,12 @@ class Controller:
         network_egress: bool = False,
         workspace_mib: int | None = None,
         network: EgressPolicy | None = None,
+        tenant_id: str | None = None,
     ) -> None:
         self.js, self.task_id, self.sub = js, task_id, sub
+        self.tenant_id = tenant_id
+        # The next orders' network scope, as a verdict's would narrow them (issue 27, item 6).
+        self.scope: EgressPolicy | None = None
         self.redis_url = redis_url
         self.network_egress = network_egress
         self.workspace_mib = workspace_mib
@@ -183,6 +187,7 @@ class Controller:
         network_egress: bool = False,
         workspace_mib: int | None = None,
         network: EgressPolicy | None = None,
+        tenant_id: str | None = None,
     ) -> Controller:
         """The task exists, as the controller would have made it (the runtime refuses work
         for a task it does not know), and its observations are read here."""
@@ -197,6 +202,7 @@ class Controller:
                     network_egress=network_egress,
                     workspace_mib=workspace_mib,
                     network=network,
+                    tenant_id=tenant_id,
                 )
             )
         finally:
@@ -204,7 +210,7 @@ class Controller:
         sub = await js.pull_subscribe(
             work_subject(Service.CONTROLLER, task_id), durable=None, stream=WORK_STREAM
         )
-        return cls(js, task_id, sub, redis_url, network_egress, workspace_mib, network)
+        return cls(js, task_id, sub, redis_url, network_egress, workspace_mib, network, tenant_id)
 
     async def send(self, action: RunnableAction) -> ExecuteAction:
         """Order the action as the controller does: the State first awaits it, approved (the
@@ -216,6 +222,8 @@ class Controller:
             network_egress=self.network_egress,
             workspace_mib=self.workspace_mib,
             network=self.network,
+            network_scope=self.scope,
+            tenant_id=self.tenant_id,
         )
         await self.js.publish(
             work_subject(Service.RUNTIME, self.task_id),

@@ -271,3 +271,56 @@ async def test_a_widened_policy_is_in_force_from_the_next_action(
         assert elsewhere.connections == 1
     finally:
         await ctl.release()
+
+
+@pytest.fixture(scope="module")
+def other_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("other-site")
+    (root / "hello.txt").write_text("hello-from-the-other-host")
+    with serving(root) as address:
+        yield address
+
+
+BACKGROUND = r"""
+import time, urllib.request, urllib.error
+for i in range(60):
+    try:
+        print("OK", urllib.request.urlopen(URL, timeout=2).status, flush=True)
+    except urllib.error.HTTPError as e:
+        print("REFUSED", e.code, flush=True)
+    except Exception as e:
+        print("FAILED", type(e).__name__, flush=True)
+    time.sleep(0.2)
+"""
+
+
+async def test_an_action_reaches_its_scope_and_nothing_runs_between_actions(
+    runtime: object, js: JetStreamContext, site: str, other_site: str
+) -> None:
+    """Issue 27, item 6: an action whose verdict scoped it to one host of the policy reaches
+    that host only; a process left running in the background reaches nothing once its action
+    ended, nor during an action scoped to nothing."""
+    ctl = await _task(runtime, js, [site, other_site])
+    try:
+        ctl.scope = EgressPolicy(allow=(site,))
+        scoped = await _sh(
+            ctl,
+            _fetch(f"http://{site}/hello.txt") + "; " + _fetch(f"http://{other_site}/hello.txt"),
+        )
+        assert "STATUS 200 hello-from-the-allowed-host" in scoped, scoped
+        assert "STATUS 403" in scoped and "hello-from-the-other-host" not in scoped, scoped
+        ctl.scope = None  # the whole policy: the background loop starts and reaches it
+        script = BACKGROUND.replace("URL", repr(f"http://{other_site}/hello.txt"))
+        started = await _sh(
+            ctl,
+            f"cat > /tmp/bg.py <<'EOF'\n{script}\nEOF\n"
+            "nohup python3 /tmp/bg.py > /tmp/bg.log 2>&1 & sleep 1.5; cat /tmp/bg.log",
+        )
+        assert "OK 200" in started, started
+        ctl.scope = EgressPolicy()  # an action that connects nowhere (`sleep`, `cat`)
+        later = await _sh(ctl, "sleep 3; tail -n 5 /tmp/bg.log")
+        lines = later.strip().splitlines()[-5:]
+        assert lines and all(not line.startswith("OK") for line in lines), later
+        assert any(line.startswith("REFUSED 403") for line in lines), later
+    finally:
+        await ctl.release()

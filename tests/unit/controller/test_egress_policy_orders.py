@@ -9,16 +9,22 @@ from typing import Any
 from loop_steps import TASK, executed, started  # type: ignore[import-not-found]
 
 from services.controller.agent_loop import apply, created_entry
+from services.controller.agent_loop.next_hop import execute_order
 from services.controller.rebuild import rebuild_state
 from services.controller.turn import Turn
-from shared.commands import PrepareSandbox, StepRequest
+from services.security.handlers import reviewed
+from shared.commands import ExecuteAction, PrepareSandbox, ReviewAction, StepRequest
 from shared.egress_policy import EgressPolicy
 from shared.events import (
     AgentDelegateAction,
+    CmdRunAction,
     EgressActivityObservation,
     EgressConnection,
     EventSource,
     MessageAction,
+    RiskLevel,
+    SecurityVerdictObservation,
+    Verdict,
 )
 from shared.state import TaskState
 from shared.task_creation import creation_request, state_from_created
@@ -135,3 +141,57 @@ def test_a_task_without_a_policy_gains_none_from_a_message() -> None:
         ),
     )
     assert turn.state.network is None
+
+
+def _verdict(action_id: str, scope: tuple[str, ...] | None) -> SecurityVerdictObservation:
+    return SecurityVerdictObservation(
+        task_id=TASK,
+        source=EventSource.ENVIRONMENT,
+        cause=action_id,
+        verdict=Verdict.ALLOW,
+        risk=RiskLevel.LOW,
+        network_scope=scope,
+    )
+
+
+def _reviewed_with(state: TaskState, step: StepRequest, scope: tuple[str, ...] | None) -> Turn:
+    action = CmdRunAction(task_id=TASK, source=EventSource.AGENT, cause=step.id, command="x")
+    turn = Turn(state)
+    review = ReviewAction(id=f"review-{action.id}", task_id=TASK, action=action)
+    apply(turn, reviewed(review, _verdict(action.id, scope)))
+    return turn
+
+
+def test_the_verdict_s_scope_narrows_the_policy_for_that_action_only() -> None:
+    """Issue 27, item 6: the order carries the scope within the task's policy (a host the
+    policy does not allow is dropped: a scope never widens it); the policy itself is kept."""
+    state, step, _ = _started()
+    turn = _reviewed_with(state, step, ("pypi.org:443", "evil.example:443"))
+    [order] = [o for _, o in turn.sent if isinstance(o, ExecuteAction)]
+    assert order.network == POLICY
+    assert order.network_scope == EgressPolicy(allow=("pypi.org:443",))
+    assert turn.state.action_scope is not None
+    assert turn.state.action_scope.action_id == order.action.id
+    # Sent again (a rebuilt State, a re-request): the same scope.
+    assert execute_order(turn.state, order.action).network_scope == order.network_scope
+
+
+def test_no_scope_is_the_whole_policy_and_a_task_without_one_gets_none() -> None:
+    state, step, _ = _started()
+    [order] = [o for _, o in _reviewed_with(state, step, None).sent if isinstance(o, ExecuteAction)]
+    assert order.network == POLICY and order.network_scope is None
+    state, step, _ = _started(network=None)
+    turn = _reviewed_with(state, step, ("pypi.org:443",))
+    [order] = [o for _, o in turn.sent if isinstance(o, ExecuteAction)]
+    assert order.network is None and order.network_scope is None
+
+
+def test_a_rebuilt_state_has_the_same_scope() -> None:
+    """The verdict, scope included, is in the log: a State rebuilt from it sends the same order."""
+    first = Turn(TaskState(task_id=TASK, task="do it", max_iterations=5, network=POLICY))
+    apply(first, MessageAction(task_id=TASK, source=EventSource.USER, content="do it"))
+    step = next(o for _, o in first.sent if isinstance(o, StepRequest))
+    second = _reviewed_with(first.state, step, ("pypi.org:443",))
+    assert second.state.action_scope is not None
+    rebuilt = rebuild_state([*first.logged, *second.logged])
+    assert rebuilt.action_scope == second.state.action_scope

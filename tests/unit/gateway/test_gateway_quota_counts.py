@@ -12,6 +12,7 @@ from services.gateway.errors import QuotaExceeded
 from services.gateway.quotas.limits import QuotaDefaults, TenantLimits
 from services.gateway.quotas.service import TenantQuotas
 from shared.admission import SandboxSeats
+from shared.egress_usage import ALLOWANCES_KEY, egress_bytes_key, utc_day
 from shared.events import AgentState, new_id
 from shared.state import TaskState, TaskUsage
 from shared.state_store import TaskStateStore
@@ -220,3 +221,31 @@ async def test_a_deleted_task_frees_its_place_and_keeps_its_budget_charged(
     await quotas.forget(tenant, task_id)
     # What it spent went with its State: its whole budget stays spent for the day.
     assert await quotas.usage(tenant) == (0, 0, pytest.approx(0.5))
+
+
+async def test_egress_bytes_per_day_refuse_only_tasks_with_a_network_policy(redis: Redis) -> None:
+    """Issue 27, item 5: the allowance is published for the egress proxies; once the bytes
+    they counted today reach it, a task with a policy is refused, one without is not."""
+    quotas = _quotas(redis, max_egress_bytes_per_day=5000)
+    store, tenant = quotas.store, f"t-{new_id()[:8]}"
+    limits = await quotas.quotas(tenant)
+    await quotas.admit(tenant, await _task(store), None, limits, egress=True)
+    assert await redis.hget(ALLOWANCES_KEY, tenant) == b"5000"
+    day = utc_day(datetime.now(UTC))
+    await redis.incrby(egress_bytes_key(tenant, day), 5000)  # as the proxies count
+    assert await quotas.egress_bytes(tenant) == 5000
+    with pytest.raises(QuotaExceeded) as refused:
+        await quotas.admit(tenant, await _task(store), None, limits, egress=True)
+    assert refused.value.extra == {
+        "limit": "max_egress_bytes_per_day",
+        "limit_value": 5000,
+        "current": 5000,
+    }
+    assert "moved 5000 bytes" in refused.value.detail
+    await quotas.admit(tenant, await _task(store), None, limits)  # no policy: admitted
+    # The operator's own limit for the tenant wins, and reaches the proxies at once.
+    await quotas.set_limits(tenant, TenantLimits(max_egress_bytes_per_day=10_000))
+    assert await redis.hget(ALLOWANCES_KEY, tenant) == b"10000"
+    await quotas.admit(tenant, await _task(store), None, await quotas.quotas(tenant), egress=True)
+    await quotas.set_limits(tenant, TenantLimits())
+    assert await redis.hget(ALLOWANCES_KEY, tenant) == b"5000"  # the server's default again
