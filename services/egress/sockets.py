@@ -186,10 +186,7 @@ class SandboxSockets:
         if refusal is not None:
             CONNECTIONS.labels(tenant, refusal[0]).inc()
             self._record(egress.task_id, [("-", 0, False, refusal[0])], 0, 0, now(), 0.0)
-            with contextlib.suppress(OSError):
-                writer.write(refusal[1])
-                await writer.drain()
-            writer.close()
+            await _answer(reader, writer, refusal[1])
             return
         sandbox.open += 1
         OPEN.inc()
@@ -283,6 +280,23 @@ class SandboxSockets:
     async def close(self) -> None:
         for name in list(self._sandboxes):
             await self._close(name)
+
+
+async def _answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response: bytes
+) -> None:
+    """Answer a connection this replica refuses: its request's head read first, then the
+    response and end of output, then its close awaited. Closed with the request unread, the
+    sandbox's relay could see the connection reset before the response reached the client."""
+    with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+    with contextlib.suppress(OSError, TimeoutError):
+        writer.write(response)
+        await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.wait_for(reader.read(), 2)
+    writer.close()
 
 
 def _allows(egress: SandboxEgress, host: str, port: int) -> bool:

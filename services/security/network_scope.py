@@ -22,14 +22,15 @@ __all__ = ["network_scope"]
 
 PYPI = ("pypi.org:443", "files.pythonhosted.org:443")
 NPM = ("registry.npmjs.org:443",)
-# Commands that never open a connection themselves.
+# Commands that never open a connection themselves, nor run another command (not `env`,
+# `xargs`, `find` with -exec, `sed`'s `e`, gawk's /inet files: those may connect anywhere).
 _LOCAL = frozenset(
     {
         "cd", "ls", "pwd", "echo", "printf", "cat", "head", "tail", "wc", "sort", "uniq", "grep",
         "mkdir", "rm", "rmdir", "cp", "mv", "touch", "chmod", "true", "false", "test", "[",
-        "export", "set", "unset", "which", "env", "tee", "tr", "cut", "sed", "awk", "find",
-        "diff", "date", "sleep", "tar", "unzip", "gzip", "gunzip", "ln", "stat", "du", "df",
-        "file", "basename", "dirname", "realpath", "xargs",
+        "export", "set", "unset", "which", "tee", "tr", "cut", "diff", "date", "sleep", "tar",
+        "unzip", "gzip", "gunzip", "ln", "stat", "du", "df", "file", "basename", "dirname",
+        "realpath",
     }
 )  # fmt: skip
 _PIP_URL_FLAGS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
@@ -98,6 +99,8 @@ def _git(words: list[str]) -> list[str] | None:
 
 def _part_scope(words: list[str]) -> list[str] | None:
     """The hosts one simple command needs; None: it cannot be placed."""
+    comment = next((i for i, w in enumerate(words) if w.startswith("#")), None)
+    words = words if comment is None else words[:comment]
     while words and "=" in words[0] and not words[0].startswith("-"):
         words = words[1:]  # VAR=value prefixes
     if not words:
@@ -128,6 +131,7 @@ def network_scope(action: RunnableAction) -> tuple[str, ...] | None:
         lexer = shlex.shlex(action.command, posix=True, punctuation_chars=_PUNCTUATION + "\n")
         lexer.whitespace_split = True
         lexer.whitespace = " \t\r"
+        lexer.commenters = ""  # `#` starts a comment at a word's start only (`${t#x}` is none)
         tokens = list(lexer)
     except ValueError:
         return None

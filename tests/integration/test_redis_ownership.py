@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from shared.admission import SandboxSeats, queue_place
-from shared.broker_permissions import ADMIN_USER, REDIS_USERS, redis_acl
+from shared.broker_permissions import ADMIN_USER, EGRESS_USER, REDIS_USERS, redis_acl
 from shared.events import AgentState
 from shared.redis_client import connect_redis
 from shared.redis_records import RECORDS, RedisRecord
@@ -27,7 +27,8 @@ from shared.state import TaskState
 from shared.state_store import TaskStateStore
 from tools.procs import free_port, start_redis
 
-SERVICES = tuple(user for user in REDIS_USERS if user != ADMIN_USER)
+# The egress proxy's user reads only some records and runs no script: tested on its own below.
+SERVICES = tuple(user for user in REDIS_USERS if user not in (ADMIN_USER, EGRESS_USER))
 # Redis 7.0 answers a refused key inside a script "The user executing the script can't access
 # at least one of the keys..."; later versions may say NOPERM.
 _REFUSED_IN_SCRIPT = re.compile(r"NOPERM|no permissions|can't access", re.IGNORECASE)
@@ -90,7 +91,8 @@ async def test_each_writer_writes_its_records(
     for user in record.writers:
         client = clients[user]
         assert await client.set(key, f"by {user}")
-        assert await client.eval(_WRITE, 0, key, f"by {user} in a script")
+        if user != EGRESS_USER:
+            assert await client.eval(_WRITE, 0, key, f"by {user} in a script")
         await client.delete(key)
     # A key both read and written by one command (HINCRBY, SET ... GET) needs %RW~, not %W~.
     writer = clients[record.writer]
@@ -202,3 +204,30 @@ async def test_seats_are_the_runtime_s(clients: dict[str, Redis]) -> None:
     orders, seated = await seats.pump()
     assert orders == ['{"order": 2}'] and [s.task_id for s in seated] == ["task-2"]
     assert await seats.release("task-2")
+
+
+async def test_the_egress_proxy_reaches_only_its_records(clients: dict[str, Redis]) -> None:
+    """Issue 27: it reads the secrets bound to hosts, the grants and the egress allowances,
+    writes the egress bytes it counts, and nothing else: a proxy broken into reads no State,
+    changes no seat, runs no script."""
+    egress, admin = clients[EGRESS_USER], clients[ADMIN_USER]
+    for record in RECORDS:
+        key = _key(record)
+        await admin.set(key, "value")
+        if EGRESS_USER in record.readers:
+            assert await egress.get(key) == b"value", record
+        else:
+            with pytest.raises(NoPermissionError):
+                await egress.get(key)
+        if EGRESS_USER not in record.writers:
+            with pytest.raises(NoPermissionError):
+                await egress.set(key, "by egress")
+        await admin.delete(key)
+    bytes_key = "deckhands:egress-bytes:tenant:2026-11-28"
+    assert await egress.incrby(bytes_key, 10) == 10
+    assert await egress.expire(bytes_key, 60)
+    with pytest.raises(NoPermissionError):
+        await egress.eval(_READ, 0, bytes_key)
+    with pytest.raises(NoPermissionError):
+        await egress.keys("*")
+    await admin.delete(bytes_key)

@@ -191,5 +191,18 @@ def test_redis_refuses_no_password_and_dangerous_commands(stack: Stack) -> None:
     # The security monitor has no Redis user at all.
     assert "security" not in stack.credentials.redis
     assert json.dumps(sorted(stack.credentials.redis)) == json.dumps(
-        sorted(["admin", "controller", "gateway", "reasoner", "runtime"])
+        sorted(["admin", "controller", "egress", "gateway", "reasoner", "runtime"])
     )
+    # The egress proxy's user reads secrets and writes its byte counts, and nothing else: a
+    # proxy broken into reads no State, holds no seat, and runs no script.
+    egress = redis.Redis(**stack.redis_login("egress"), socket_timeout=5)
+    assert egress.ping()
+    for refused in (
+        lambda: egress.get("deckhands:task:some-task"),
+        lambda: egress.hgetall("deckhands:seats:default:seats"),
+        lambda: egress.set("deckhands:egress-allowances", "x"),
+        lambda: egress.eval("return 1", 0),
+        lambda: egress.keys("*"),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()

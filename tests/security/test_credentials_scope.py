@@ -25,11 +25,20 @@ def _environ(pid: int) -> dict[str, str]:
 
 def test_each_service_holds_only_the_keys_it_uses(stack: Stack) -> None:
     assert SCOPED_ENV["DECKHANDS_ADMIN_API_KEY"] == ("gateway",)
-    assert set(SCOPED_ENV["DECKHANDS_SECRETS_KEY"]) == {"gateway", "controller", "runtime"}
+    # The egress proxy reads the secrets bound to hosts (issue 27), and alone holds its CA's key.
+    assert set(SCOPED_ENV["DECKHANDS_SECRETS_KEY"]) == {
+        "gateway",
+        "controller",
+        "runtime",
+        "egress",
+    }
+    assert SCOPED_ENV["DECKHANDS_EGRESS_CA_FILE"] == ("egress",)
     seen = 0
     for pid_file in sorted(stack.pids.glob("*.pid")):
         name = pid_file.stem
-        service = next((s for s in SERVICES if name == s or name.startswith(f"{s}-")), None)
+        service = next(
+            (s for s in (*SERVICES, "egress") if name == s or name.startswith(f"{s}-")), None
+        )
         env = _environ(int(pid_file.read_text()))
         for key, holders in SCOPED_ENV.items():
             if service in holders:

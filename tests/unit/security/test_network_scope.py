@@ -41,6 +41,8 @@ def _scope(command: str) -> tuple[str, ...] | None:
         ("mkdir -p a/b &> /dev/null", ()),
         ("ls\npip install x", PYPI),  # a line break separates commands
         ('echo "a\nb" > f', ()),  # not inside quotes
+        ("ls # and a comment: curl https://x.example", ()),
+        ("u=${t#prefix}; pip install x", PYPI),  # a `#` inside a word is no comment
     ],
 )
 def test_a_command_it_can_place_gets_the_hosts_it_needs(
@@ -60,6 +62,7 @@ def test_a_command_it_can_place_gets_the_hosts_it_needs(
         "bash -c 'pip install x'",
         "echo 'unclosed",
         "cd a\npython3 x.py",
+        "u=${t#x}; nohup python3 bg.py &",
     ],
 )
 def test_a_command_it_cannot_place_gets_no_scope(command: str) -> None:
