@@ -8,10 +8,13 @@ folder, two proxy replicas started here from .venv-egress), one on that network 
   download   a 20 MB file, 5 times each, median throughput   target >= 0.8x the bridge's
   setup      50 plain-HTTP GETs, a new connection each, p50   target <= 5 ms over the bridge's
   pip        `pip install` of 20 small wheels from the index  target <= 1.3x the bridge's time
+  isolation  another sandbox's GET p50 while one floods 90 connections of 20 MB at once
+             (it meets its own cap), against the same alone
   flood      N sandboxes (100) each making M requests (50) at once through the proxy: refusals
              (target none) and the proxies' CPU per request
 
-    .venv/bin/python bench/egress_bench.py [--rows download,setup,pip,flood] [--flood 100x50]
+    .venv/bin/python bench/egress_bench.py [--rows download,setup,pip,isolation,flood]
+                                           [--flood 100x50]
 """
 
 from __future__ import annotations
@@ -257,6 +260,23 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
                     f"pip install of {WHEELS} wheels: proxy {took[0]:.2f} s, bridge "
                     f"{took[1]:.2f} s = {took[0] / took[1]:.2f}x (target <= 1.3x)"
                 )
+            if "isolation" in rows:
+                # Another task's requests while one sandbox floods the proxy with as many
+                # connections as it may hold (its cap, then 429s), against the same alone.
+                quiet = await proxied()
+                url = f"http://{site}/tiny.txt"
+                alone = _number(await _sh(quiet, f"python3 -c '{SETUP}' {url}"), "P50MS")
+                flooding = asyncio.create_task(
+                    _sh(via_proxy, f"python3 -c '{FLOOD}' http://{site}/big.bin 90")
+                )
+                await asyncio.sleep(1.0)
+                during = _number(await _sh(quiet, f"python3 -c '{SETUP}' {url}"), "P50MS")
+                flood_out = await flooding
+                print(
+                    f"isolation: another sandbox's GET p50 {alone:.2f} ms alone, {during:.2f} "
+                    f"ms while one sandbox floods 90 connections of 20 MB = "
+                    f"{during / alone:.2f}x (flooder: {flood_out.strip()})"
+                )
             if "flood" in rows:
                 count, each = flood
                 flooders = await asyncio.gather(*(proxied() for _ in range(count - 1)))
@@ -294,7 +314,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--rows", default="download,setup,pip,flood")
+    parser.add_argument("--rows", default="download,setup,pip,isolation,flood")
     parser.add_argument("--flood", default="100x50", help="sandboxes x requests at once")
     args = parser.parse_args()
     count, each = (int(n) for n in args.flood.split("x"))

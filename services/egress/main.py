@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 from mitmproxy import options
-from mitmproxy.tools.dump import DumpMaster
+from mitmproxy.addons import core, disable_h2c, errorcheck, next_layer, proxyserver, tlsconfig
+from mitmproxy.master import Master
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
@@ -68,8 +69,19 @@ async def serve(settings: EgressSettings) -> None:
     redis = _redis(settings)
     secrets = SecretHeaders.from_settings(settings, redis)
     usage = EgressUsage(redis, settings.activity_interval_s)
-    master = DumpMaster(_options(settings), with_termlog=False, with_dumper=False)
-    master.addons.add(EgressHandlers(settings, links, secrets))
+    master = Master(_options(settings))
+    # Only the addons a proxy of ours needs: mitmproxy calls each addon on every event of every
+    # connection, and its default set (playback, export, cookies, maps...) cost a third of a
+    # new connection's time here.
+    master.addons.add(
+        core.Core(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        disable_h2c.DisableH2C(),  # no h2c upgrade past the per-request checks
+        errorcheck.ErrorCheck(),
+        EgressHandlers(settings, links, secrets),
+    )
     # Bodies stream through instead of being held whole (a 1 GB download); an addon's option,
     # known once the master made its addons.
     master.options.update(stream_large_bodies="256k")
@@ -85,11 +97,12 @@ async def serve(settings: EgressSettings) -> None:
         servers = master.addons.get("proxyserver").servers
         addrs = [a for s in servers for a in (s.listen_addrs or ())]
         if addrs:
-            sockets.upstream_port = int(addrs[0][1])
+            # Sandbox connections are handed to this server instance (handoff.py).
+            sockets.proxy = next(iter(servers))
             break
         await asyncio.sleep(0.02)
     health = await serve_health(
-        settings.health_host, settings.health_port, lambda: sockets.upstream_port > 0
+        settings.health_host, settings.health_port, lambda: sockets.proxy is not None
     )
     port = health.sockets[0].getsockname()[1]
     log.info(
@@ -127,6 +140,9 @@ async def serve(settings: EgressSettings) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # mitmproxy's own lines (each connection's connect and disconnect, four of them) are
+    # DEBUG's business: the connection's account is this proxy's line and the task's log.
+    logging.getLogger("mitmproxy").setLevel(logging.WARNING)
     try:
         settings = EgressSettings()  # type: ignore[call-arg]  # `dir` comes from the environment
     except ValidationError as exc:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import logging
 import os
 import re
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from shared.egress_policy import SANDBOX_EGRESS_FILE, SandboxEgress
 from shared.events import EgressConnection
 
 from .activity import Activity, now
+from .handoff import CountedStream, StreamHandler
 from .links import Link, Links
 from .metrics import BYTES, CONNECTIONS, OPEN, SANDBOXES
 from .settings import EgressSettings
@@ -38,6 +39,8 @@ log = logging.getLogger("deckhands.egress")
 
 _FOLDER = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _CHUNK = 256 * 1024
+# The peer "ports" mitmproxy reads for sandbox connections (handoff.py): above any real port.
+_FIRST_KEY = 1 << 20
 
 
 def _refusal(body: bytes) -> bytes:
@@ -58,23 +61,22 @@ class _Sandbox:
         self.mtime = mtime
         self.open = 0
         self.server: asyncio.Server | None = None
-        # Each open connection's link and both its ends, to cut when the policy narrows.
-        self.relays: dict[int, tuple[Link, asyncio.StreamWriter, asyncio.StreamWriter]] = {}
+        # Each open connection's link and its counted stream, to cut when the policy narrows.
+        self.relays: dict[int, tuple[Link, CountedStream]] = {}
 
     def follow(self, egress: SandboxEgress, mtime: float) -> None:
         """A new policy (an action's scope, nothing between actions, a user's widening): new
         connections and new requests follow it, and a connection to a destination it no longer
         allows is cut (a background process's download after its action ended)."""
         self.egress, self.mtime = egress, mtime
-        for key, (link, writer, upstream) in list(self.relays.items()):
+        for key, (link, stream) in list(self.relays.items()):
             link.sandbox = egress
             if all(_allows(egress, host, port) for host, port in link.reached):
                 continue
             link.refused = "out_of_scope"
             link.destinations.append(("-", 0, False, "out_of_scope"))
             CONNECTIONS.labels(egress.tenant_id or "-", "out_of_scope").inc()
-            writer.close()
-            upstream.close()
+            stream.close()
             self.relays.pop(key, None)
 
 
@@ -91,7 +93,8 @@ class SandboxSockets:
         self.activity = activity
         self.usage = usage or EgressUsage(None)
         self.root = Path(settings.dir)
-        self.upstream_port = 0  # mitmproxy's, set once it listens
+        self.proxy: StreamHandler | None = None  # mitmproxy's, set once it runs
+        self._keys = itertools.count(_FIRST_KEY)
         self._sandboxes: dict[str, _Sandbox] = {}
 
     @property
@@ -188,37 +191,33 @@ class SandboxSockets:
             self._record(egress.task_id, [("-", 0, False, refusal[0])], 0, 0, now(), 0.0)
             await _answer(reader, writer, refusal[1])
             return
+        assert self.proxy is not None  # sandboxes are listened for once it runs
         sandbox.open += 1
         OPEN.inc()
         started, started_at = time.monotonic(), now()
         link = Link(egress, sandbox.folder.name)
-        local_port = 0
-        sent = received = 0
+        key = next(self._keys)
+
+        def counted(count: int) -> bool:
+            """Counts the bytes on the tenant's day; False: its allowance is used up."""
+            self.usage.add(tenant, count)
+            return self.usage.allowance_used(tenant) is None
+
+        stream = CountedStream(reader, writer, key, counted)
+        self.links.add(key, link)
+        sandbox.relays[key] = (link, stream)
         try:
-            up_reader, up_writer = await asyncio.open_connection(
-                "127.0.0.1", self.upstream_port, limit=_CHUNK
-            )
-            local_port = int(up_writer.get_extra_info("sockname")[1])
-            self.links.add(local_port, link)
-            sandbox.relays[local_port] = (link, writer, up_writer)
-
-            def counted(count: int) -> bool:
-                """Counts the bytes on the tenant's day; False: its allowance is used up."""
-                self.usage.add(tenant, count)
-                return self.usage.allowance_used(tenant) is None
-
-            sent, received = await asyncio.gather(
-                _pipe(reader, up_writer, counted), _pipe(up_reader, writer, counted)
-            )
-            if self.usage.allowance_used(tenant) is not None:
+            await self.proxy.handle_stream(reader, writer)
+        except OSError as exc:
+            log.warning("task %s: connection failed: %s", egress.task_id, exc)
+        finally:
+            if stream.cut and self.usage.allowance_used(tenant) is not None:
                 CONNECTIONS.labels(tenant, "allowance_used").inc()
                 link.destinations.append(("-", 0, False, "allowance_used"))
                 link.refused = "allowance_used"
-        except OSError as exc:
-            log.warning("task %s: relay failed: %s", egress.task_id, exc)
-        finally:
-            self.links.remove(local_port)
-            sandbox.relays.pop(local_port, None)
+            sent, received = stream.sent, stream.received
+            self.links.remove(key)
+            sandbox.relays.pop(key, None)
             sandbox.open -= 1
             OPEN.dec()
             writer.close()
@@ -314,24 +313,3 @@ def _allowance_used(allowance: int) -> bytes:
         b"deckhands egress proxy: the tenant's egress allowance for today (%d bytes, both ways) "
         b"is used up; it renews at midnight UTC\n" % allowance
     )
-
-
-async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counted: Callable[[int], bool]
-) -> int:
-    """Copy until end of input, each chunk counted; half-closes the other side. Stops, closing
-    the other side, once `counted` says no more. Returns the bytes copied."""
-    total = 0
-    try:
-        while data := await reader.read(_CHUNK):
-            total += len(data)
-            writer.write(data)
-            await writer.drain()
-            if not counted(len(data)):
-                writer.close()
-                return total
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, asyncio.IncompleteReadError):
-        writer.close()
-    return total

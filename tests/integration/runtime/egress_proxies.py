@@ -1,5 +1,5 @@
 """Egress proxy replicas (services/egress in .venv-egress) as processes of a test, each with its
-health port; killed with their process group."""
+health port, killed with their process group; and running a command in a test task's sandbox."""
 
 from __future__ import annotations
 
@@ -7,14 +7,18 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from runtime_helpers import Controller  # type: ignore[import-not-found]
 
+from shared.events import CmdOutputObservation, CmdRunAction, EventSource
 from tools.procs import free_port
 from tools.stack import egress_python
 
-__all__ = ["Proxies"]
+__all__ = ["Proxies", "sh", "two_proxies"]
 
 
 class Proxies:
@@ -64,3 +68,27 @@ class Proxies:
     def stop(self) -> None:
         for name in list(self.procs):
             self.kill(name)
+
+
+@contextmanager
+def two_proxies(
+    folder: Path, logs: Path, nats_url: str, env: dict[str, str] | None = None
+) -> Iterator[Proxies]:
+    """egress-0 and egress-1 on `folder`; stopped however the test ends (a start that failed
+    included: none is left running)."""
+    running = Proxies(folder, logs, nats_url, env)
+    try:
+        running.start("egress-0")
+        running.start("egress-1")
+        yield running
+    finally:
+        running.stop()
+
+
+async def sh(ctl: Controller, command: str) -> str:
+    """The output of a command the task's agent runs in its sandbox."""
+    seen = await ctl.run(
+        CmdRunAction(task_id=ctl.task_id, source=EventSource.AGENT, command=command)
+    )
+    assert isinstance(seen, CmdOutputObservation), seen
+    return str(seen.content)

@@ -19,7 +19,7 @@ from typing import Any
 import docker
 import nats
 import pytest
-from egress_proxies import Proxies  # type: ignore[import-not-found]
+from egress_proxies import Proxies, sh, two_proxies  # type: ignore[import-not-found]
 from egress_site import publish_site  # type: ignore[import-not-found]
 from http_site import OUTSIDE, serving  # type: ignore[import-not-found]
 from nats.js import JetStreamContext
@@ -29,7 +29,6 @@ from runtime_helpers import Controller, make_settings  # type: ignore[import-not
 
 from services.runtime.settings import RuntimeSettings
 from shared.egress_policy import EgressPolicy
-from shared.events import CmdOutputObservation, CmdRunAction, EventSource
 from shared.settings import CommonSettings
 from shared.state_store import TaskStateStore
 
@@ -76,11 +75,8 @@ def proxies(
     egress_folder: Path, tmp_path_factory: pytest.TempPathFactory, isolated_settings: CommonSettings
 ) -> Iterator[Proxies]:
     logs = Path(tmp_path_factory.mktemp("egress-logs"))
-    running = Proxies(egress_folder, logs, isolated_settings.nats_url)
-    running.start("egress-0")
-    running.start("egress-1")
-    yield running
-    running.stop()
+    with two_proxies(egress_folder, logs, isolated_settings.nats_url) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -102,14 +98,6 @@ async def _task(runtime: object, js: JetStreamContext, allow: list[str]) -> Cont
     return await Controller.for_task(js, uuid.uuid4().hex, redis_url, network=policy)
 
 
-async def _sh(ctl: Controller, command: str) -> str:
-    seen = await ctl.run(
-        CmdRunAction(task_id=ctl.task_id, source=EventSource.AGENT, command=command)
-    )
-    assert isinstance(seen, CmdOutputObservation), seen
-    return str(seen.content)
-
-
 def _fetch(url: str, *, every_host_proxied: bool = False) -> str:
     prefix = "NO_PROXY= no_proxy= " if every_host_proxied else ""
     return f"{prefix}python3 -c '{FETCH}' {url}"
@@ -120,18 +108,18 @@ async def test_an_allowed_host_is_reached_and_nothing_else(
 ) -> None:
     ctl = await _task(runtime, js, [site, "*"])
     try:
-        allowed = await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        allowed = await sh(ctl, _fetch(f"http://{site}/hello.txt"))
         assert "STATUS 200 hello-from-the-allowed-host" in allowed, allowed
 
-        other_port = await _sh(ctl, _fetch(f"http://{OUTSIDE}:{elsewhere.port}/"))
+        other_port = await sh(ctl, _fetch(f"http://{OUTSIDE}:{elsewhere.port}/"))
         assert "STATUS 403" in other_port and "network policy" in other_port, other_port
         # A name that resolves to loopback, and the cloud metadata address, though the policy
         # allows any public host (`*`): refused after resolution, and as written.
         for url in ("http://localhost:9/", "http://169.254.169.254/latest/meta-data/"):
-            refused = await _sh(ctl, _fetch(url, every_host_proxied=True))
+            refused = await sh(ctl, _fetch(url, every_host_proxied=True))
             assert "STATUS 403" in refused, (url, refused)
         # Around the proxy: no route at all, and no name service.
-        direct = await _sh(
+        direct = await sh(
             ctl,
             "python3 -c 'import socket; socket.create_connection("
             f'("{OUTSIDE}", {elsewhere.port}), 3)\' 2>&1 | tail -1; '
@@ -152,7 +140,7 @@ async def test_the_sandbox_has_no_network_but_its_read_only_folder(
 ) -> None:
     ctl = await _task(runtime, js, [site])
     try:
-        seen = await _sh(
+        seen = await sh(
             ctl,
             "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ,; echo; "
             "ls /run/deckhands/egress | sort | tr '\\n' ,; echo; "
@@ -173,11 +161,11 @@ async def test_a_killed_proxy_replica_leaves_the_other_to_carry_on(
 ) -> None:
     ctl = await _task(runtime, js, [site])
     try:
-        before = await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        before = await sh(ctl, _fetch(f"http://{site}/hello.txt"))
         assert "STATUS 200" in before, before
         proxies.kill("egress-0")
         for _ in range(3):  # each a new connection: whichever socket the relay tries first
-            after = await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
+            after = await sh(ctl, _fetch(f"http://{site}/hello.txt"))
             assert "STATUS 200 hello-from-the-allowed-host" in after, after
     finally:
         proxies.start("egress-0")
@@ -190,18 +178,18 @@ async def test_pip_git_and_npm_work_through_the_proxy(
     """The tools a task needs, as they are, with nothing but the environment's proxy."""
     ctl = await _task(runtime, js, [site])
     try:
-        pip = await _sh(
+        pip = await sh(
             ctl,
             f"pip install -q --index-url http://{site}/simple/ tinypkg 2>&1 | tail -3; "
             "python3 -c 'import tinypkg; print(tinypkg.VALUE)'",
         )
         assert "installed-through-the-proxy" in pip, pip
-        git = await _sh(
+        git = await sh(
             ctl,
             f"git clone -q http://{site}/repo.git /workspace/repo 2>&1; cat /workspace/repo/README",
         )
         assert "cloned-through-the-proxy" in git, git
-        npm = await _sh(
+        npm = await sh(
             ctl,
             f"cd /workspace && npm install --no-audit --no-fund --registry http://{site}/ "
             "tinynpm 2>&1 | tail -3; node -e 'console.log(require(\"tinynpm\"))'",
@@ -218,8 +206,8 @@ async def test_each_connection_reaches_the_tasks_log(
     which logs it (services/egress/activity.py)."""
     ctl = await _task(runtime, js, [site])
     try:
-        await _sh(ctl, _fetch(f"http://{site}/hello.txt"))
-        await _sh(ctl, _fetch(f"http://{OUTSIDE}:{elsewhere.port}/"))
+        await sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        await sh(ctl, _fetch(f"http://{OUTSIDE}:{elsewhere.port}/"))
         deadline = time.monotonic() + 10
         seen: list[Any] = []
         while time.monotonic() < deadline:
@@ -253,7 +241,7 @@ async def test_a_widened_policy_is_in_force_from_the_next_action(
     ctl = await _task(runtime, js, [site])
     other = f"{OUTSIDE}:{elsewhere.port}"
     try:
-        before = await _sh(ctl, _fetch(f"http://{other}/"))
+        before = await sh(ctl, _fetch(f"http://{other}/"))
         assert "STATUS 403" in before, before
         wider = EgressPolicy(allow=(site, other))
         redis = Redis.from_url(runtime.settings.redis_url)  # type: ignore[attr-defined]
@@ -265,7 +253,7 @@ async def test_a_widened_policy_is_in_force_from_the_next_action(
         finally:
             await redis.aclose()
         ctl.network = wider
-        after = await _sh(ctl, _fetch(f"http://{other}/"))
+        after = await sh(ctl, _fetch(f"http://{other}/"))
         # The listener answers a banner, not HTTP: what matters is that it was reached.
         assert "STATUS 403" not in after, after
         assert elsewhere.connections == 1
@@ -303,7 +291,7 @@ async def test_an_action_reaches_its_scope_and_nothing_runs_between_actions(
     ctl = await _task(runtime, js, [site, other_site])
     try:
         ctl.scope = EgressPolicy(allow=(site,))
-        scoped = await _sh(
+        scoped = await sh(
             ctl,
             _fetch(f"http://{site}/hello.txt") + "; " + _fetch(f"http://{other_site}/hello.txt"),
         )
@@ -311,14 +299,14 @@ async def test_an_action_reaches_its_scope_and_nothing_runs_between_actions(
         assert "STATUS 403" in scoped and "hello-from-the-other-host" not in scoped, scoped
         ctl.scope = None  # the whole policy: the background loop starts and reaches it
         script = BACKGROUND.replace("URL", repr(f"http://{other_site}/hello.txt"))
-        started = await _sh(
+        started = await sh(
             ctl,
             f"cat > /tmp/bg.py <<'EOF'\n{script}\nEOF\n"
             "nohup python3 /tmp/bg.py > /tmp/bg.log 2>&1 & sleep 1.5; cat /tmp/bg.log",
         )
         assert "OK 200" in started, started
         ctl.scope = EgressPolicy()  # an action that connects nowhere (`sleep`, `cat`)
-        later = await _sh(ctl, "sleep 3; tail -n 5 /tmp/bg.log")
+        later = await sh(ctl, "sleep 3; tail -n 5 /tmp/bg.log")
         lines = later.strip().splitlines()[-5:]
         assert lines and all(not line.startswith("OK") for line in lines), later
         assert any(line.startswith("REFUSED 403") for line in lines), later

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from egress_proxies import Proxies  # type: ignore[import-not-found]
+from egress_proxies import Proxies, sh, two_proxies  # type: ignore[import-not-found]
 from http_site import serving  # type: ignore[import-not-found]
 from nats.js import JetStreamContext
 from redis.asyncio import Redis
@@ -24,7 +24,6 @@ from runtime_helpers import Controller, make_settings  # type: ignore[import-not
 from services.runtime.settings import RuntimeSettings
 from shared.egress_policy import EgressPolicy
 from shared.egress_usage import ALLOWANCES_KEY, egress_bytes_key, utc_day
-from shared.events import CmdOutputObservation, CmdRunAction, EventSource
 from shared.settings import CommonSettings
 
 pytestmark = pytest.mark.docker
@@ -67,11 +66,8 @@ def proxies(
         "DECKHANDS_EGRESS_MAX_CONNECTIONS_PER_TASK": "8",
     }
     logs = Path(tmp_path_factory.mktemp("egress-logs"))
-    running = Proxies(egress_folder, logs, isolated_settings.nats_url, env)
-    running.start("egress-0")
-    running.start("egress-1")
-    yield running
-    running.stop()
+    with two_proxies(egress_folder, logs, isolated_settings.nats_url, env) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +89,6 @@ async def _task(runtime: object, js: JetStreamContext, site: str, tenant: str) -
     return await Controller.for_task(
         js, uuid.uuid4().hex, redis_url, network=policy, tenant_id=tenant
     )
-
-
-async def _sh(ctl: Controller, command: str) -> str:
-    seen = await ctl.run(
-        CmdRunAction(task_id=ctl.task_id, source=EventSource.AGENT, command=command)
-    )
-    assert isinstance(seen, CmdOutputObservation), seen
-    return str(seen.content)
 
 
 def _fetch(url: str) -> str:
@@ -127,20 +115,20 @@ async def test_past_its_allowance_a_tenant_s_connections_are_cut_and_refused(
     first, second = await _task(runtime, js, site, capped), await _task(runtime, js, site, other)
     try:
         # Under the allowance: as usual, and counted.
-        small = await _sh(first, _fetch(f"http://{site}/small.bin"))
+        small = await sh(first, _fetch(f"http://{site}/small.bin"))
         assert "STATUS 200 1000" in small, small
         assert await _counted(redis, capped, 1000) >= 1000
         await asyncio.sleep(1.5)  # the proxies read the allowance back with their next count
         # A download past it: cut mid-way (the client sees the connection end early).
-        big = await _sh(first, _fetch(f"http://{site}/big.bin"))
+        big = await sh(first, _fetch(f"http://{site}/big.bin"))
         assert "STATUS 200 4194304" not in big, big
         assert await _counted(redis, capped, MIB) >= MIB
         await asyncio.sleep(1.5)
         # The next connection: refused, saying why.
-        refused = await _sh(first, _fetch(f"http://{site}/small.bin"))
+        refused = await sh(first, _fetch(f"http://{site}/small.bin"))
         assert "STATUS 429" in refused and "allowance for today" in refused, refused
         # Another tenant goes on.
-        fine = await _sh(second, _fetch(f"http://{site}/big.bin"))
+        fine = await sh(second, _fetch(f"http://{site}/big.bin"))
         assert "STATUS 200 4194304" in fine, fine
         # The cut and the refusal are in the task's log.
         for _ in range(30):
@@ -175,9 +163,9 @@ async def test_one_sandbox_s_flood_does_not_stop_another_task_s_egress(
         'print("FLOOD", codes.count(200), codes.count(429))\''
     )
     try:
-        flooding = asyncio.create_task(_sh(flooder, flood))
+        flooding = asyncio.create_task(sh(flooder, flood))
         await asyncio.sleep(1.0)
-        answers = [await _sh(quiet, _fetch(f"http://{site}/small.bin")) for _ in range(5)]
+        answers = [await sh(quiet, _fetch(f"http://{site}/small.bin")) for _ in range(5)]
         for answer in answers:
             assert "STATUS 200 1000" in answer, answers
         out = (await flooding).split()

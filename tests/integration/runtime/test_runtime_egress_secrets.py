@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from egress_proxies import Proxies  # type: ignore[import-not-found]
+from egress_proxies import Proxies, sh, two_proxies  # type: ignore[import-not-found]
 from nats.js import JetStreamContext
 from pydantic import SecretStr
 from redis.asyncio import Redis
@@ -22,7 +22,6 @@ from tls_site import TlsSite, tls_serving  # type: ignore[import-not-found]
 
 from services.runtime.settings import RuntimeSettings
 from shared.egress_policy import EgressPolicy
-from shared.events import CmdOutputObservation, CmdRunAction, EventSource
 from shared.secret_egress import SecretEgress
 from shared.secrets_store import SecretsCipher, SecretsStore, new_secrets_key
 from shared.settings import CommonSettings
@@ -116,11 +115,8 @@ def proxies(
         "DECKHANDS_EGRESS_SECRETS_CACHE_S": "0",
     }
     logs = Path(tmp_path_factory.mktemp("egress-logs"))
-    running = Proxies(egress_folder, logs, isolated_settings.nats_url, env)
-    running.start("egress-0")
-    running.start("egress-1")
-    yield running
-    running.stop()
+    with two_proxies(egress_folder, logs, isolated_settings.nats_url, env) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -160,14 +156,6 @@ async def _task(
     return await Controller.for_task(js, task_id, redis_url, network=policy)
 
 
-async def _sh(ctl: Controller, command: str) -> str:
-    seen = await ctl.run(
-        CmdRunAction(task_id=ctl.task_id, source=EventSource.AGENT, command=command)
-    )
-    assert isinstance(seen, CmdOutputObservation), seen
-    return str(seen.content)
-
-
 def _fetch(url: str) -> str:
     return f"python3 -c '{FETCH}' {url}"
 
@@ -188,18 +176,18 @@ async def test_a_bound_secret_reaches_its_host_and_never_the_sandbox(
     try:
         # The bound host: the proxy ends TLS with the CA the sandbox trusts and adds the
         # header; the host echoes it, and the proxy redacts it on the way back.
-        echoed = await _sh(ctl, _fetch(f"https://{api_host.address}/echo"))
+        echoed = await sh(ctl, _fetch(f"https://{api_host.address}/echo"))
         assert "STATUS 200 seen: Bearer <secret:GITHUB_TOKEN>" in echoed, echoed
         assert api_host.headers_seen("authorization")[-1] == f"Bearer {TOKEN}"
 
         # Another host in the policy: tunnelled untouched (the sandbox meets that host's own
         # certificate, which it does not trust), and nothing is added.
-        untouched = await _sh(ctl, _fetch(f"https://{other_host.address}/echo"))
+        untouched = await sh(ctl, _fetch(f"https://{other_host.address}/echo"))
         assert "CERTIFICATE_VERIFY_FAILED" in untouched, untouched
         assert other_host.headers_seen("authorization") == []
 
         # A redirect from the bound host to another: followed, without the secret.
-        redirected = await _sh(ctl, _fetch(f"https://{api_host.address}/redirect"))
+        redirected = await sh(ctl, _fetch(f"https://{api_host.address}/redirect"))
         assert "STATUS 200 seen: -" in redirected, redirected
         assert api_host.requests[-1][0] == "/redirect"
         assert [path for path, _ in plain_host.requests] == ["/echo"]
@@ -209,7 +197,7 @@ async def test_a_bound_secret_reaches_its_host_and_never_the_sandbox(
         # value is put together in the shell, so the command's own file does not hold it).
         # The environment secret is there, as before.
         half = len(TOKEN) // 2
-        found = await _sh(
+        found = await sh(
             ctl,
             f"T={TOKEN[:half]}; T=${{T}}{TOKEN[half:]}; "
             'grep -rlF "$T" /proc/[0-9]*/environ /workspace /run /tmp /etc 2>/dev/null | wc -l; '
@@ -239,7 +227,7 @@ async def test_a_request_for_another_host_inside_the_tunnel_gets_nothing(
             f"headers={{'Host': '{other_host.address}'}}); "
             "print(u.urlopen(r, timeout=10).status)"
         )
-        await _sh(ctl, f'python3 -c "{script}" 2>&1 | tail -1')
+        await sh(ctl, f'python3 -c "{script}" 2>&1 | tail -1')
         seen = [h for _, h in api_host.requests[before:]]
         assert all("x-api-key" not in h for h in seen), seen
     finally:
