@@ -27,6 +27,7 @@ from .handlers import EgressHandlers
 from .health import serve_health
 from .links import Links
 from .log_sender import LogSender
+from .read_size import read_larger_pieces
 from .secret_headers import SecretHeaders
 from .settings import EgressSettings
 from .sockets import SandboxSockets
@@ -69,6 +70,7 @@ async def serve(settings: EgressSettings) -> None:
     redis = _redis(settings)
     secrets = SecretHeaders.from_settings(settings, redis)
     usage = EgressUsage(redis, settings.activity_interval_s)
+    read_larger_pieces()  # read_size.py: why
     master = Master(_options(settings))
     # Only the addons a proxy of ours needs: mitmproxy calls each addon on every event of every
     # connection, and its default set (playback, export, cookies, maps...) cost a third of a
