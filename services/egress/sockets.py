@@ -41,6 +41,10 @@ _FOLDER = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _CHUNK = 256 * 1024
 # The peer "ports" mitmproxy reads for sandbox connections (handoff.py): above any real port.
 _FIRST_KEY = 1 << 20
+# How many connections a replica starts at once, and how long one may hold its place: FIFO, so
+# a sandbox opening many (a flood, a slow host) delays another's by at most about this.
+_STARTING = 64
+_START_HOLD_S = 0.5
 
 
 def _refusal(body: bytes) -> bytes:
@@ -95,6 +99,9 @@ class SandboxSockets:
         self.root = Path(settings.dir)
         self.proxy: StreamHandler | None = None  # mitmproxy's, set once it runs
         self._keys = itertools.count(_FIRST_KEY)
+        # Connections starting at once (until their first answer byte, or _START_HOLD_S):
+        # thousands started together slowed every one of them past its client's timeout.
+        self._starting = asyncio.Semaphore(_STARTING)
         self._sandboxes: dict[str, _Sandbox] = {}
 
     @property
@@ -203,7 +210,16 @@ class SandboxSockets:
             self.usage.add(tenant, count)
             return self.usage.allowance_used(tenant) is None
 
-        stream = CountedStream(reader, writer, key, counted)
+        await self._starting.acquire()
+        held = [True]
+
+        def give_place() -> None:
+            if held[0]:
+                held[0] = False
+                self._starting.release()
+
+        release = asyncio.get_running_loop().call_later(_START_HOLD_S, give_place)
+        stream = CountedStream(reader, writer, key, counted, give_place)
         self.links.add(key, link)
         sandbox.relays[key] = (link, stream)
         try:
@@ -211,6 +227,8 @@ class SandboxSockets:
         except OSError as exc:
             log.warning("task %s: connection failed: %s", egress.task_id, exc)
         finally:
+            release.cancel()
+            give_place()
             if stream.cut and self.usage.allowance_used(tenant) is not None:
                 CONNECTIONS.labels(tenant, "allowance_used").inc()
                 link.destinations.append(("-", 0, False, "allowance_used"))
