@@ -30,6 +30,7 @@ from .activity import Activity, now
 from .handoff import CountedStream, StreamHandler
 from .links import Link, Links
 from .metrics import BYTES, CONNECTIONS, OPEN, SANDBOXES
+from .passed_sockets import PassedSockets
 from .settings import EgressSettings
 from .usage import EgressUsage
 
@@ -65,6 +66,7 @@ class _Sandbox:
         self.mtime = mtime
         self.open = 0
         self.server: asyncio.Server | None = None
+        self.passed: PassedSockets | None = None
         # Each open connection's link and its counted stream, to cut when the policy narrows.
         self.relays: dict[int, tuple[Link, CountedStream]] = {}
 
@@ -107,6 +109,11 @@ class SandboxSockets:
     @property
     def socket_name(self) -> str:
         return f"{self.settings.replica}.sock"
+
+    @property
+    def handoff_name(self) -> str:
+        """Where the sandbox's relay passes its connections themselves (passed_sockets.py)."""
+        return f"{self.settings.replica}.handoff"
 
     async def run(self) -> None:
         while True:
@@ -169,8 +176,17 @@ class SandboxSockets:
             sandbox.server = await asyncio.start_unix_server(on_connection, path, limit=_CHUNK)
             # The sandbox's relay runs as its own uid: it must be able to connect.
             os.chmod(path, 0o666)
+            sandbox.passed = PassedSockets(
+                sandbox.folder / self.handoff_name,
+                on_connection,
+                limit=_CHUNK,
+                max_waiting=self.settings.max_connections_per_task,
+            )
+            sandbox.passed.start()
         except OSError as exc:
             log.warning("cannot listen for sandbox %s: %s", name, exc)
+            if sandbox.server is not None:
+                sandbox.server.close()
             return
         self._sandboxes[name] = sandbox
         log.info("listening for task %s's sandbox (%s)", sandbox.egress.task_id, name)
@@ -179,6 +195,8 @@ class SandboxSockets:
         sandbox = self._sandboxes.pop(name)
         if sandbox.server is not None:
             sandbox.server.close()
+        if sandbox.passed is not None:
+            sandbox.passed.close()
         with contextlib.suppress(OSError):
             (sandbox.folder / self.socket_name).unlink()
 

@@ -266,3 +266,28 @@ def test_a_process_left_in_the_background_reaches_nothing_after_its_action(
     # program), nowhere for `sleep; tail`.
     scopes = [e.get("network_scope") for e in log if e["kind"] == "security_verdict"]
     assert None in scopes and [] in scopes, scopes
+
+
+def test_what_a_sandbox_passes_to_the_proxy_other_than_its_connection_is_not_taken(
+    alpha: Tenant, site: str
+) -> None:
+    """The sandbox's relay passes each client's TCP connection to the egress proxy over a
+    unix socket (services/egress/passed_sockets.py). The agent can reach that socket too, and
+    passes what it likes: a file, a unix socket, five descriptors at once, a listening socket,
+    one not connected, nothing. The proxy takes none of them (answers 0) and still serves the
+    task's allowed host afterwards."""
+    url = f"http://{site}/hello.txt"
+    task_id = alpha.create(task=f"egress-handoff: {url}", network={"allow": [site]})
+    view = alpha.wait(task_id, "FINISHED", "ERROR", timeout_s=120)
+    assert view["state"] == "FINISHED", view
+    output = view["result"]["final_message"].removeprefix("handed: ")
+    seen = dict(pair.split("=", 1) for pair in output.split() if "=" in pair)
+    assert seen == {
+        "file": "0",
+        "unix": "0",
+        "many": "0",
+        "listening": "0",
+        "unconnected": "0",
+        "none": "0",
+        "fetch": "200",
+    }, output

@@ -9,7 +9,10 @@ connection a refused attempt might have made."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -149,7 +152,9 @@ async def test_the_sandbox_has_no_network_but_its_read_only_folder(
         )
         interfaces, files, read_only, proxy = seen.strip().splitlines()[:4]
         assert interfaces == "lo,", seen
-        assert files == "egress-0.sock,egress-1.sock,policy.json,", seen
+        assert files == (
+            "egress-0.handoff,egress-0.sock,egress-1.handoff,egress-1.sock,policy.json,"
+        ), seen
         assert read_only == "Read-only file system", seen
         assert proxy == "http://127.0.0.1:3128", seen
     finally:
@@ -310,5 +315,83 @@ async def test_an_action_reaches_its_scope_and_nothing_runs_between_actions(
         lines = later.strip().splitlines()[-5:]
         assert lines and all(not line.startswith("OK") for line in lines), later
         assert any(line.startswith("REFUSED 403") for line in lines), later
+    finally:
+        await ctl.release()
+
+
+def _pass(path: Path, fds: list[int]) -> tuple[socket.socket, bytes]:
+    """Connect to a replica's handoff socket, pass `fds` with one byte, read its answer."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(5)
+    conn.connect(str(path))
+    socket.send_fds(conn, [b"H"], fds) if fds else conn.sendall(b"H")
+    return conn, conn.recv(1)
+
+
+_REQUEST = "GET http://{0}/hello.txt HTTP/1.1\r\nHost: {0}\r\nConnection: close\r\n\r\n"
+
+
+def _get(stream: socket.socket, site: str) -> bytes:
+    stream.settimeout(10)
+    stream.sendall(_REQUEST.format(site).encode())
+    answer = b""
+    while chunk := stream.recv(65536):
+        answer += chunk
+    return answer
+
+
+# Between actions the sandbox's policy is empty (its scope: nothing runs), so what the replica
+# answers the test's requests, as this sandbox's, is its refusal.
+_SERVED = b"is not in this task's network policy (it allows: nothing)"
+
+
+def _try_handoffs(folder: Path, site: str, pid: int) -> None:
+    handoff = folder / "egress-0.handoff"
+    deadline = time.monotonic() + 10
+    while not handoff.exists():
+        assert time.monotonic() < deadline, "no handoff socket"
+        time.sleep(0.1)
+    held_before = len(os.listdir(f"/proc/{pid}/fd"))
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+    conn, answer = _pass(handoff, [accepted.fileno()])
+    accepted.close()
+    conn.close()
+    assert answer == b"1"
+    assert _SERVED in _get(client, site)
+    client.close()
+
+    left, right = socket.socketpair()
+    with open(__file__, "rb") as file:
+        for fds in ([file.fileno()], [left.fileno()], [left.fileno()] * 3, []):
+            conn, answer = _pass(handoff, fds)
+            assert answer == b"0", fds
+            assert _SERVED in _get(conn, site), fds
+            conn.close()
+    left.close()
+    right.close()
+
+    deadline = time.monotonic() + 10
+    while len(os.listdir(f"/proc/{pid}/fd")) > held_before:
+        assert time.monotonic() < deadline, "the replica kept descriptors"
+        time.sleep(0.2)
+
+
+async def test_a_passed_connection_is_served_and_nothing_else_is_taken(
+    runtime: object, js: JetStreamContext, site: str, proxies: Proxies, egress_folder: Path
+) -> None:
+    """The sandbox's relay passes each client's TCP socket to a replica, which serves it
+    itself (services/egress/passed_sockets.py). What else a sandbox may pass (a file, a unix
+    socket, several descriptors, none) is not taken: answered 0, closed, and the unix connection
+    is served as a plain stream instead; the replica keeps none of those descriptors."""
+    ctl = await _task(runtime, js, [site])
+    try:
+        await sh(ctl, "true")  # its sandbox bound, its folder made
+        policies = await asyncio.to_thread(lambda: list(egress_folder.glob("*/policy.json")))
+        folder = next(p.parent for p in policies if ctl.task_id in p.read_text())
+        await asyncio.to_thread(_try_handoffs, folder, site, proxies.procs["egress-0"].pid)
+        assert "STATUS 200" in await sh(ctl, _fetch(f"http://{site}/hello.txt"))
     finally:
         await ctl.release()
