@@ -26,10 +26,12 @@ from redis.asyncio import Redis
 from shared import event_loop
 
 from .activity import Activity
+from .body_pieces import pass_body_pieces
 from .handlers import EgressHandlers
 from .health import serve_health
 from .links import Links
 from .log_sender import LogSender
+from .pieces_reader import PiecesReader, use_pieces_readers
 from .read_size import read_larger_pieces, write_ahead
 from .secret_headers import SecretHeaders
 from .settings import EgressSettings
@@ -73,8 +75,12 @@ async def serve(settings: EgressSettings) -> None:
     redis = _redis(settings)
     secrets = SecretHeaders.from_settings(settings, redis)
     usage = EgressUsage(redis, settings.activity_interval_s)
-    read_larger_pieces()  # read_size.py: why
+    use_pieces_readers()  # pieces_reader.py and read_size.py: why
+    read_larger_pieces()
+    read_larger_pieces(PiecesReader)
     write_ahead()
+    if not pass_body_pieces():
+        log.warning("mitmproxy is not the version body_pieces.py knows: bodies copied as usual")
     master = Master(_options(settings))
     # Only the addons a proxy of ours needs: mitmproxy calls each addon on every event of every
     # connection, and its default set (playback, export, cookies, maps...) cost a third of a

@@ -30,8 +30,9 @@ _LARGER = 1 << 20
 _WRITE_AHEAD = 256 * 1024
 
 
-def read_larger_pieces() -> None:
-    read = asyncio.StreamReader.read
+def read_larger_pieces(reader: type[asyncio.StreamReader] = asyncio.StreamReader) -> None:
+    """For `reader` (asyncio's, or a subclass with its own `read`)."""
+    read = reader.read
     if getattr(read, "deckhands_larger", False):
         return
 
@@ -39,7 +40,7 @@ def read_larger_pieces() -> None:
         return await read(self, _LARGER if n == _MITMPROXY_READ else n)
 
     larger.deckhands_larger = True  # type: ignore[attr-defined]
-    asyncio.StreamReader.read = larger  # type: ignore[method-assign]
+    reader.read = larger  # type: ignore[method-assign]
 
 
 def write_ahead() -> None:
