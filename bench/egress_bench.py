@@ -6,6 +6,7 @@ folder, two proxy replicas started here from .venv-egress), one on that network 
 `network_egress` gave before). Each row prints both and their ratio:
 
   download   a 20 MB file, 5 rounds of 5 each (alternating), median   target >= 0.8x the bridge's
+  https      the same over HTTPS (a CONNECT tunnel through the proxy)  no target: measured
   setup      50 plain-HTTP GETs, a new connection each, p50   target <= 5 ms over the bridge's
   pip        `pip install` of 20 small wheels from the index  target <= 1.3x the bridge's time
   isolation  another sandbox's GET p50 while one floods 90 connections of 20 MB at once
@@ -13,7 +14,7 @@ folder, two proxy replicas started here from .venv-egress), one on that network 
   flood      N sandboxes (100) each making M requests (50) at once through the proxy: refusals
              (target none) and the proxies' CPU per request
 
-    .venv/bin/python bench/egress_bench.py [--rows download,setup,pip,isolation,flood]
+    .venv/bin/python bench/egress_bench.py [--rows download,https,setup,pip,isolation,flood]
                                            [--flood 100x50]
 """
 
@@ -42,6 +43,7 @@ from services.runtime.containers import DockerSandboxes, Sandbox  # noqa: E402
 from services.runtime.sandbox_shape import SandboxShape  # noqa: E402
 from services.runtime.settings import RuntimeSettings  # noqa: E402
 from shared.egress_policy import EgressPolicy, SandboxEgress  # noqa: E402
+from tools.egress_ca import issue, new_ca  # noqa: E402
 from tools.procs import free_port  # noqa: E402
 
 IMAGE = os.environ.get("DECKHANDS_SANDBOX_IMAGE", "deckhands/sandbox:latest")
@@ -59,6 +61,22 @@ for _ in range(5):
     assert len(data) == 20 * 1024 * 1024, len(data)
 times.sort()
 print("MBPS", 20 / times[2])
+"""
+# The same over HTTPS: through the proxy a CONNECT tunnel relayed as bytes (what pip, npm and git
+# use). The test server's certificate is the benchmark's own, so it is not verified.
+DOWNLOAD_TLS = DOWNLOAD.replace(
+    "urlopen(sys.argv[1], timeout=60)",
+    "urlopen(sys.argv[1], timeout=60, context=ssl._create_unverified_context())",
+).replace("import sys,", "import ssl, sys,")
+TLS_PORT = 8443
+TLS_SERVER = f"""
+import functools, http.server, ssl
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain("/tls/cert.pem", "/tls/key.pem")
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/srv")
+server = http.server.ThreadingHTTPServer(("", {TLS_PORT}), handler)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
 """
 SETUP = r"""
 import sys, time, urllib.request
@@ -113,6 +131,33 @@ def _site(root: Path) -> None:
             f'<a href="/packages/{wheel}">{wheel}</a>'
         )
     os.chmod(root, 0o755)
+
+
+def _tls_server(client: docker.DockerClient, work: Path, network: str, run_id: str) -> str:
+    """The same files over HTTPS, from a second server on the network; its host:port."""
+    tls = work / "tls"
+    tls.mkdir()
+    key, chain = issue(new_ca("deckhands bench CA")[0], ["deckhands-bench"])
+    (tls / "key.pem").write_bytes(key)
+    (tls / "cert.pem").write_bytes(chain)
+    (tls / "serve.py").write_text(TLS_SERVER)
+    for path in tls.iterdir():
+        path.chmod(0o644)
+    server = client.containers.run(
+        IMAGE,
+        ["python3", "/tls/serve.py"],
+        entrypoint=[],
+        detach=True,
+        network=network,
+        user="1000:1000",
+        volumes={
+            str(work / "site"): {"bind": "/srv", "mode": "ro"},
+            str(tls): {"bind": "/tls", "mode": "ro"},
+        },
+        labels={"deckhands.pool": f"bench-{run_id}"},
+    )
+    server.reload()
+    return f"{server.attrs['NetworkSettings']['Networks'][network]['IPAddress']}:{TLS_PORT}"
 
 
 def _proxies(folder: Path, logs: Path) -> list[subprocess.Popen[bytes]]:
@@ -205,8 +250,9 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
             server.reload()
             ip = server.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
             site = f"{ip}:{PORT}"
+            tls_site = await asyncio.to_thread(_tls_server, client, work, network.name, run_id)
             procs = _proxies(work / "egress", work)
-            policy = EgressPolicy(allow=(site,))
+            policy = EgressPolicy(allow=(site, tls_site))
 
             async def proxied() -> Sandbox:
                 egress = SandboxEgress(task_id=f"bench-{uuid.uuid4().hex[:6]}", network=policy)
@@ -242,6 +288,17 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
                     f"download 20 MB (median of {DOWNLOAD_ROUNDS} rounds of 5): proxy "
                     f"{speeds[0]:.0f} MB/s, bridge "
                     f"{speeds[1]:.0f} MB/s = {speeds[0] / speeds[1]:.2f}x (target >= 0.8x)"
+                )
+            if "https" in rows:
+                rounds = [
+                    await both(DOWNLOAD_TLS, f"https://{tls_site}/big.bin", "MBPS")
+                    for _ in range(DOWNLOAD_ROUNDS)
+                ]
+                speeds = [sorted(r[i] for r in rounds)[len(rounds) // 2] for i in (0, 1)]
+                print(
+                    f"download 20 MB over HTTPS (median of {DOWNLOAD_ROUNDS} rounds of 5): "
+                    f"proxy {speeds[0]:.0f} MB/s, bridge {speeds[1]:.0f} MB/s = "
+                    f"{speeds[0] / speeds[1]:.2f}x (no target: what pip, npm and git use)"
                 )
             if "setup" in rows:
                 p50 = await both(SETUP, f"http://{site}/tiny.txt", "P50MS")
@@ -315,6 +372,10 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
                 proc.wait(10)
             if server is not None:
                 server.remove(force=True)
+            for leftover in client.containers.list(
+                all=True, filters={"label": f"deckhands.pool=bench-{run_id}"}
+            ):
+                leftover.remove(force=True)
             network.remove()
 
 
@@ -322,7 +383,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--rows", default="download,setup,pip,isolation,flood")
+    parser.add_argument("--rows", default="download,https,setup,pip,isolation,flood")
     parser.add_argument("--flood", default="100x50", help="sandboxes x requests at once")
     args = parser.parse_args()
     count, each = (int(n) for n in args.flood.split("x"))
