@@ -276,29 +276,25 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
                     for sandbox in (via_proxy, via_bridge)
                 ]
 
-            if "download" in rows:
-                # Rounds alternate between the two, so that a slower minute of a shared
-                # machine weighs on both: the median of the rounds' medians of 5 each.
-                rounds = [
-                    await both(DOWNLOAD, f"http://{site}/big.bin", "MBPS")
-                    for _ in range(DOWNLOAD_ROUNDS)
-                ]
+            async def downloads(what: str, script: str, url: str, target: str) -> None:
+                """Rounds alternate between the two, so that a slower minute of a shared
+                machine weighs on both: the median of the rounds' medians of 5 each."""
+                rounds = [await both(script, url, "MBPS") for _ in range(DOWNLOAD_ROUNDS)]
                 speeds = [sorted(r[i] for r in rounds)[len(rounds) // 2] for i in (0, 1)]
                 print(
-                    f"download 20 MB (median of {DOWNLOAD_ROUNDS} rounds of 5): proxy "
-                    f"{speeds[0]:.0f} MB/s, bridge "
-                    f"{speeds[1]:.0f} MB/s = {speeds[0] / speeds[1]:.2f}x (target >= 0.8x)"
+                    f"download 20 MB{what} (median of {DOWNLOAD_ROUNDS} rounds of 5): proxy "
+                    f"{speeds[0]:.0f} MB/s, bridge {speeds[1]:.0f} MB/s = "
+                    f"{speeds[0] / speeds[1]:.2f}x ({target})"
                 )
+
+            if "download" in rows:
+                await downloads("", DOWNLOAD, f"http://{site}/big.bin", "target >= 0.8x")
             if "https" in rows:
-                rounds = [
-                    await both(DOWNLOAD_TLS, f"https://{tls_site}/big.bin", "MBPS")
-                    for _ in range(DOWNLOAD_ROUNDS)
-                ]
-                speeds = [sorted(r[i] for r in rounds)[len(rounds) // 2] for i in (0, 1)]
-                print(
-                    f"download 20 MB over HTTPS (median of {DOWNLOAD_ROUNDS} rounds of 5): "
-                    f"proxy {speeds[0]:.0f} MB/s, bridge {speeds[1]:.0f} MB/s = "
-                    f"{speeds[0] / speeds[1]:.2f}x (no target: what pip, npm and git use)"
+                await downloads(
+                    " over HTTPS",
+                    DOWNLOAD_TLS,
+                    f"https://{tls_site}/big.bin",
+                    "no target: what pip, npm and git use",
                 )
             if "setup" in rows:
                 p50 = await both(SETUP, f"http://{site}/tiny.txt", "P50MS")
