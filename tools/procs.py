@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -41,14 +42,39 @@ _HANDED_OUT: set[int] = set()
 
 
 def free_port() -> int:
-    """A loopback port free now, never one this process handed out before."""
-    while True:
+    """A loopback port free now, below the kernel's range of ports for outgoing connections
+    (bind(0) picks from that range, where any connection opened before the listener starts
+    may take it: a proxy's health port was lost so in CI), never one this process handed out
+    before."""
+    low = _ephemeral_low()
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 16384), low)
+        if port not in _HANDED_OUT and _bindable(port):
+            _HANDED_OUT.add(port)
+            return port
+    while True:  # the range below is full: one from the kernel's range, as before
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
         if port not in _HANDED_OUT:
             _HANDED_OUT.add(port)
             return port
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_for_port(

@@ -143,7 +143,14 @@ class RuntimeWorkspace:
 
     async def _expired(self, task_id: str) -> bool:
         """Ended, and its sandbox no longer kept for its workspace."""
-        return not await self.status.is_live(task_id) and not await self.kept.is_retained(task_id)
+        if await self.status.is_live(task_id) or await self.kept.is_retained(task_id):
+            return False
+        # A task's end and the record of its retention are two steps (the release follows the
+        # end): a sandbox still on the engine in between is not gone, and what it answered holds.
+        for ref in (await self.bindings.get(task_id), task_container_name(task_id)):
+            if ref is not None and await self.docker.inspect(ref) is not None:
+                return False
+        return True
 
     async def _handle(self, request: WorkspaceRequest) -> WorkspaceReply:
         path = check_path(request.path) if request.path is not None else None

@@ -98,6 +98,10 @@ async def test_an_ended_task_keeps_its_files_until_resumed_or_its_retention_ends
         container_id = sandbox.container_id
 
         await state(AgentState.FINISHED)
+        # Ended, its release not handled yet: its sandbox is there, so a missing file is
+        # missing (404), not a sandbox gone (410, seen in CI as a diff's "nothing to compare").
+        status, detail = await read("missing.txt")
+        assert status is WorkspaceStatus.NOT_FOUND, detail
         await service.seating.release(ReleaseSandbox(task_id=task_id, reason="finished"))
         assert docker_client.api.inspect_container(container_id)["State"]["Paused"] is True
         assert await service.bindings.get(task_id) == container_id
