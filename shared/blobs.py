@@ -31,15 +31,21 @@ def blob_name(task_id: str, sha256: str) -> str:
     return f"{task_id}/{sha256}"
 
 
-async def ensure_blob_bucket(js: JetStreamContext, max_bytes: int, replicas: int = 1) -> None:
+async def ensure_blob_bucket(
+    js: JetStreamContext,
+    max_bytes: int,
+    replicas: int = 1,
+    bucket: str = BLOBS_BUCKET,
+    description: str = "Large content that deckhands events refer to (claim checks).",
+) -> None:
     """Create the bucket unless it exists (idempotent, every service may call it)."""
     try:
-        await js.object_store(BLOBS_BUCKET)
+        await js.object_store(bucket)
     except (BucketNotFoundError, NotFoundError):
         await js.create_object_store(
-            BLOBS_BUCKET,
+            bucket,
             ObjectStoreConfig(
-                description="Large content that deckhands events refer to (claim checks).",
+                description=description,
                 max_bytes=max_bytes,
                 storage=StorageType.FILE,
                 replicas=replicas,

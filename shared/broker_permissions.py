@@ -36,6 +36,7 @@ from collections.abc import Callable
 from .redis_records import key_permissions, read_patterns, written_patterns
 from .subjects import (
     BLOBS_BUCKET,
+    CHECKPOINTS_BUCKET,
     DELETIONS_STREAM,
     DLQ_STREAM,
     EVENTS_STREAM,
@@ -76,6 +77,7 @@ REDIS_USERS = ("gateway", "controller", "reasoner", "runtime", EGRESS_USER, ADMI
 Permissions = dict[str, list[str]]  # "publish" / "subscribe" -> allowed subjects
 
 _OBJECTS = f"OBJ_{BLOBS_BUCKET}"
+_CHECKPOINTS = f"OBJ_{CHECKPOINTS_BUCKET}"
 _TENANTS = f"KV_{TENANTS_BUCKET}"
 _SECRETS = f"KV_{SECRETS_BUCKET}"
 _DECLARED = (
@@ -86,6 +88,7 @@ _DECLARED = (
     DELETIONS_STREAM,
     NOTICES_STREAM,
     _OBJECTS,
+    _CHECKPOINTS,
     _TENANTS,
     _SECRETS,
 )
@@ -108,24 +111,26 @@ def _consumer(stream: str, durable: str) -> list[str]:
     ]
 
 
-def _blob_reader() -> list[str]:
+def _blob_reader(bucket: str = BLOBS_BUCKET) -> list[str]:
+    objects = f"OBJ_{bucket}"
     return [
         # nats-py finds the object store's stream by its chunks' subject before reading them.
         "$JS.API.STREAM.NAMES",
-        f"$JS.API.STREAM.MSG.GET.{_OBJECTS}",
-        f"$JS.API.DIRECT.GET.{_OBJECTS}",
-        f"$JS.API.DIRECT.GET.{_OBJECTS}.>",
-        # Reading an object's chunks: an ordered consumer of one's own, removed after.
-        f"$JS.API.CONSUMER.CREATE.{_OBJECTS}",
-        f"$JS.API.CONSUMER.CREATE.{_OBJECTS}.>",
-        f"$JS.API.CONSUMER.DELETE.{_OBJECTS}.>",
-        f"$JS.FC.{_OBJECTS}.>",
+        f"$JS.API.STREAM.MSG.GET.{objects}",
+        f"$JS.API.DIRECT.GET.{objects}",
+        f"$JS.API.DIRECT.GET.{objects}.>",
+        # Reading an object's chunks (or listing the objects): an ordered consumer of one's
+        # own, removed after.
+        f"$JS.API.CONSUMER.CREATE.{objects}",
+        f"$JS.API.CONSUMER.CREATE.{objects}.>",
+        f"$JS.API.CONSUMER.DELETE.{objects}.>",
+        f"$JS.FC.{objects}.>",
     ]
 
 
-def _blob_writer() -> list[str]:
+def _blob_writer(bucket: str = BLOBS_BUCKET) -> list[str]:
     # Putting an object (chunks, then its metadata), or deleting one (a marker, chunks purged).
-    return [*_blob_reader(), f"$O.{BLOBS_BUCKET}.>", f"$JS.API.STREAM.PURGE.{_OBJECTS}"]
+    return [*_blob_reader(bucket), f"$O.{bucket}.>", f"$JS.API.STREAM.PURGE.OBJ_{bucket}"]
 
 
 def _tenant_records() -> list[str]:
@@ -220,6 +225,7 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             # ... and a workspace request likewise.
             f"{_WORKSPACE}.*",
             *_blob_writer(),
+            *_blob_writer(CHECKPOINTS_BUCKET),  # tasks' workspace checkpoints: its alone
         ],
         # A task's workspace in and out (request/reply), sent to any replica or to this one.
         [_WORKSPACE, f"{_WORKSPACE}.*"],

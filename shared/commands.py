@@ -105,6 +105,11 @@ class ExecuteAction(_Command):
         default=TaskPriority.INTERACTIVE,
         description="Its place among its tenant's queued tasks (interactive before batch).",
     )
+    checkpoint_seq: int | None = Field(
+        default=None,
+        description="The task's last workspace checkpoint in its log (the seq of its action): "
+        "a new checkpoint adds to it (issue 28).",
+    )
 
 
 # The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:

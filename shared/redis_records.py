@@ -277,6 +277,20 @@ RECORDS: tuple[RedisRecord, ...] = (
         "services.runtime.retention",
         "ZSET ended task -> until when its paused sandbox is kept for its workspace",
     ),
+    *(
+        RedisRecord(
+            f"deckhands:checkpoint-bytes:{name}",
+            RUNTIME,
+            (RUNTIME,),
+            "services.runtime.checkpoint_quota",
+            f"HASH {holds}",
+        )
+        for name, holds in (
+            ("task", "task -> bytes its checkpoints take in the store"),
+            ("tenant", "tenant -> bytes its tasks' checkpoints take in the store"),
+            ("task-tenant", "task -> its tenant (whose count a deleted task's bytes leave)"),
+        )
+    ),
 )
 
 

@@ -106,6 +106,12 @@ class CommonSettings(BaseSettings):
         description="Size of the object store that keeps large content (whole outputs) events "
         "refer to; when full, new content is not kept and the event says so.",
     )
+    checkpoint_store_max_bytes: int = Field(
+        default=8 << 30,
+        ge=1 << 20,
+        description="Size of the object store that keeps tasks' workspace checkpoints (issue "
+        "28); when full, a checkpoint is not taken and the task's log says so.",
+    )
 
     secrets_key: SecretStr = Field(
         default=SecretStr(""),

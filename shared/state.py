@@ -208,6 +208,12 @@ class TaskState(BaseModel):
         description="The runtime replica holding the task's sandbox, as its last observation "
         "said: the task's orders go to that replica's queue (None: to any replica's).",
     )
+    checkpoint_seq: int | None = Field(
+        default=None,
+        description="The seq of the action whose workspace checkpoint the log last recorded "
+        "(issue 28): the task's orders name it, so a sandbox lost with its machine is restored "
+        "from it on any replica.",
+    )
     result: TaskResult | None = None
     usage: TaskUsage = Field(default_factory=TaskUsage)
 

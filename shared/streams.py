@@ -23,6 +23,7 @@ from .blobs import ensure_blob_bucket
 from .broker_permissions import ADMIN_USER, inbox_prefix
 from .settings import CommonSettings
 from .subjects import (
+    CHECKPOINTS_BUCKET,
     DELETIONS_STREAM,
     DLQ_STREAM,
     EVENTS_STREAM,
@@ -187,6 +188,13 @@ async def ensure_streams(settings: CommonSettings) -> None:
                 if not _as_declared(info.config, config):
                     await js.update_stream(config)
         await ensure_blob_bucket(js, settings.blob_store_max_bytes, settings.stream_replicas)
+        await ensure_blob_bucket(
+            js,
+            settings.checkpoint_store_max_bytes,
+            settings.stream_replicas,
+            CHECKPOINTS_BUCKET,
+            "Tasks' workspace checkpoints: files by content, and each checkpoint's manifest.",
+        )
         await ensure_tenants_bucket(js, settings.stream_replicas)
         await ensure_secrets_bucket(js, settings.stream_replicas)
         if settings.nats_user in ("", ADMIN_USER):  # services may not delete consumers

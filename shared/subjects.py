@@ -14,6 +14,7 @@ Layout:
   deckhands.notices.<task>           a task's state changes, copied from its log by the
                                      controller for webhooks (stream NOTICES, work queue)
   object store BLOBS_BUCKET          large content an event refers to (claim checks)
+  object store CHECKPOINTS_BUCKET    tasks' workspace checkpoints (the runtime's, issue 28)
   key-value TENANTS_BUCKET           tenants, API key hashes and limits (the gateway's)
   key-value SECRETS_BUCKET           tenants' secrets, sealed, and tasks' grants (the gateway's)
 """
@@ -25,6 +26,7 @@ from enum import StrEnum
 
 __all__ = [
     "BLOBS_BUCKET",
+    "CHECKPOINTS_BUCKET",
     "DELETIONS_STREAM",
     "DLQ_STREAM",
     "EVENTS_STREAM",
@@ -53,6 +55,7 @@ DELETIONS_STREAM = "DECKHANDS_DELETIONS"
 NOTICES_STREAM = "DECKHANDS_NOTICES"
 ROUTED_STREAM = "DECKHANDS_ROUTED"
 BLOBS_BUCKET = "deckhands-blobs"
+CHECKPOINTS_BUCKET = "deckhands-checkpoints"
 TENANTS_BUCKET = "deckhands-tenants"
 SECRETS_BUCKET = "deckhands-secrets"
 

@@ -34,6 +34,8 @@ from shared.waiting import wait_up_to
 
 from .actions import RuntimeObservation, error_observation, run_action
 from .bindings import ActionLedger
+from .checkpoint_restore import died_during_action
+from .checkpoints import Checkpoints
 from .containers import Sandbox
 from .errors import (
     CheckoutFailed,
@@ -94,6 +96,7 @@ class Execution:
         mcp: McpCalls,
         publish: Publish,
         blobs: BlobStore | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         self.settings = settings
         # The name orders are routed by (one per engine), and this process's own id.
@@ -109,6 +112,7 @@ class Execution:
         self.mcp = mcp
         self.publish = publish
         self.blobs = blobs  # whole outputs, large writes (None: cut outputs only)
+        self.checkpoints = checkpoints  # of /workspace after actions (None: none taken)
 
     async def execute(
         self, command: ExecuteAction, progress: Progress | None = None, last_try: bool = False
@@ -206,6 +210,8 @@ class Execution:
                 ReleaseSandbox(task_id=command.task_id, reason="no checkout")
             )
             raise PermanentError(f"the task's repository could not be checked out: {exc}") from exc
+        if self.checkpoints is not None:  # the last one done; a new sandbox's files back
+            await self.checkpoints.before_action(command, sandbox, self.tasks.docker)
         if not await self.ledger.start(action.id):
             ACTIONS.labels(kind, "interrupted").inc()
             return self._interrupted(action)
@@ -222,6 +228,9 @@ class Execution:
             observation = redactor.model(observation)
         except (SandboxLost, TimeoutError) as exc:
             return await self._sandbox_failed(command, sandbox, exc)
+        if self.checkpoints is not None:
+            cwd = getattr(observation, "cwd", "")  # a command's: where its shell is now
+            self.checkpoints.after(command, sandbox, cwd)  # taken while the agent thinks
         ACTIONS.labels(kind, observation.kind).inc()
         ACTION_SECONDS.labels(kind).observe(time.monotonic() - started)
         return observation
@@ -267,6 +276,8 @@ class Execution:
                 self.tasks.docker.egress_folders.refresh(sandbox.egress_token, during)
             return sandbox
         except WorkspaceLost as exc:
+            if self.checkpoints is not None and self.checkpoints.latest(command) is not None:
+                return await self.tasks.get(command.task_id, shape)  # restored: before_action
             ACTIONS.labels(kind, "sandbox_lost").inc()
             return error_observation(
                 action,
@@ -311,12 +322,10 @@ class Execution:
             log.error("task %s: sandbox %s stopped answering", command.task_id, sandbox.short_id)
         reason = await self.tasks.lost(command.task_id, sandbox)
         ACTIONS.labels(kind, "sandbox_lost").inc()
+        seq = None if self.checkpoints is None else self.checkpoints.latest(command)
         return error_observation(
             action,
-            f"The sandbox died while running this action ({reason}). The workspace was "
-            "lost: its files, the shell and the Python session are gone, and the action "
-            "may have run partly. The next action runs in a fresh sandbox with an empty "
-            "/workspace.",
+            died_during_action(reason, seq),
             "sandbox_lost",
         )
 

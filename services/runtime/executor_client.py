@@ -30,14 +30,20 @@ from shared.sandbox_protocol.messages import (
     BashRequest,
     ChunkReply,
     ChunkRequest,
+    CommitReply,
+    CommitRequest,
     EditReply,
     EditRequest,
     ErrorReply,
+    PackReply,
+    PackRequest,
     PingReply,
     PythonReply,
     PythonRequest,
     ReadReply,
     ReadRequest,
+    ScanReply,
+    ScanRequest,
     WriteReply,
     WriteRequest,
 )
@@ -126,6 +132,15 @@ class ExecutorClient:
 
     async def chunk(self, request: ChunkRequest, wait_s: float) -> ChunkReply:
         return await self._call("chunk", request, wait_s, ChunkReply)
+
+    async def scan(self, request: ScanRequest, wait_s: float) -> ScanReply:
+        return await self._call("scan", request, wait_s, ScanReply)
+
+    async def pack(self, request: PackRequest, wait_s: float) -> PackReply:
+        return await self._call("pack", request, wait_s, PackReply)
+
+    async def commit(self, request: CommitRequest, wait_s: float) -> CommitReply:
+        return await self._call("commit", request, wait_s, CommitReply)
 
     async def _call(
         self, op: str, fields: Mapping[str, Any], wait_s: float, reply: type[_Reply]

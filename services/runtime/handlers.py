@@ -60,7 +60,14 @@ class RuntimeHandlers:
 
     async def on_deletion(self, request: ForgetTaskRequest) -> None:
         await self.checkouts.forget(request.task_id)
-        log.info("task %s deleted: its checkout's records removed", request.task_id)
+        removed = 0
+        if self.execution.checkpoints is not None:
+            removed = await self.execution.checkpoints.remove(request.task_id)
+        log.info(
+            "task %s deleted: its checkout's records and %d checkpoint objects removed",
+            request.task_id,
+            removed,
+        )
 
     # -- work orders: on the shared subject, and on this replica's own
 
@@ -73,6 +80,9 @@ class RuntimeHandlers:
     async def _handle(self, body: RuntimeWork) -> None:
         try:
             if isinstance(body, ReleaseSandbox):
+                if self.execution.checkpoints is not None:
+                    # Its last checkpoint before its sandbox is paused or removed.
+                    await self.execution.checkpoints.settle(body.task_id)
                 await self.seating.release(body)
                 return
             if isinstance(body, PrepareSandbox):

@@ -21,6 +21,7 @@ from shared.events import (
     FileWriteObservation,
     PythonOutputObservation,
     SandboxQueuedObservation,
+    WorkspaceCheckpointObservation,
     new_id,
 )
 from shared.periodic import every
@@ -32,6 +33,7 @@ from shared.subjects import WORK_STREAM, Service, deletion_subject, routed_subje
 from shared.telemetry import setup_logging, setup_metrics, setup_tracing
 from shared.workspace import WORKSPACE_SUBJECT, WorkspaceRequest, WorkspaceTransfers
 
+from .checkpoint_store import CheckpointStore
 from .containers import DockerSandboxes
 from .handlers import RuntimeHandlers, RuntimeWork
 from .routing import QUEUE_INACTIVE_S, ReplicaQueues, consumer_name
@@ -75,6 +77,7 @@ def build_runtime(
         BlobStore(lambda: broker.connection.jetstream()),
         WorkspaceTransfers(lambda: broker.connection.jetstream()),
         engine,
+        CheckpointStore(lambda: broker.connection.jetstream()),
     )
     queues = ReplicaQueues(
         broker,
@@ -199,13 +202,15 @@ def _declare_sends(broker: NatsBroker) -> None:
         work_subject(Service.CONTROLLER, "*"),
         stream=WORK,
         title="runtime.observations",
-        description="The observation answering each executed action (cause = the action id).",
+        description="The observation answering each executed action (cause = the action id), "
+        "and the checkpoint of the workspace after it (issue 28).",
         schema=CmdOutputObservation
         | PythonOutputObservation
         | FileReadObservation
         | FileWriteObservation
         | ErrorObservation
-        | SandboxQueuedObservation,
+        | SandboxQueuedObservation
+        | WorkspaceCheckpointObservation,
     )
     broker.publisher(
         work_subject(Service.RUNTIME, "*"),

@@ -13,6 +13,9 @@ __all__ = [
     "ACQUISITIONS",
     "ACTIONS",
     "ACTION_SECONDS",
+    "CHECKPOINTS",
+    "CHECKPOINT_BYTES",
+    "CHECKPOINT_SECONDS",
     "COLD_START_SECONDS",
     "ORDERS_RELAYED",
     "POOL_HITS",
@@ -20,6 +23,7 @@ __all__ = [
     "POOL_TARGET_IDLE",
     "PREPARED",
     "REFUSED",
+    "RESTORES",
     "SANDBOXES",
     "SANDBOXES_IDLE_STOPPED",
     "SANDBOXES_LOST",
@@ -68,6 +72,24 @@ SANDBOXES_RESTARTED = Counter(
     "Stopped task sandboxes started again for their task's next action",
 )
 ACTIONS = Counter("deckhands_runtime_actions_total", "Actions executed", ["kind", "outcome"])
+CHECKPOINTS = Counter(
+    "deckhands_runtime_checkpoints_total",
+    "Workspace checkpoints after actions: taken, or why not (too_large, quota, store_full, "
+    "failed); an action that changed nothing takes none",
+    ["outcome"],
+)
+CHECKPOINT_BYTES = Counter(
+    "deckhands_runtime_checkpoint_stored_bytes_total", "Bytes checkpoints added to the store"
+)
+RESTORES = Counter(
+    "deckhands_runtime_workspace_restores_total",
+    "Sandboxes bound afresh to a task whose files came back from its last checkpoint",
+)
+CHECKPOINT_SECONDS = Histogram(
+    "deckhands_runtime_checkpoint_seconds",
+    "From an action's observation to its checkpoint stored (while the agent thinks)",
+    buckets=_FAST,
+)
 ACTION_SECONDS = Histogram(
     "deckhands_runtime_action_seconds",
     "Action round trip inside the runtime",

@@ -32,6 +32,9 @@ class Sandbox:
     egress_token: str | None = None
     # Told to the agent with its next command's output (e.g. the sandbox was restarted).
     notice: str | None = None
+    # Bound to its task afresh: if the task has a checkpoint, its files are restored from it
+    # before the task's next action (its earlier sandbox is gone; checkpoint_restore.py).
+    fresh: bool = False
 
     @property
     def shape(self) -> SandboxShape:

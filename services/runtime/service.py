@@ -25,6 +25,8 @@ from shared.state_store import TaskStateStore
 from shared.workspace import RepositoryRecords, WorkspaceTransfers
 
 from .bindings import ActionLedger, TaskBindings
+from .checkpoint_store import CheckpointStore
+from .checkpoints import Checkpoints
 from .containers import DockerSandboxes
 from .execution import Execution
 from .mcp_calls import McpCalls
@@ -69,6 +71,7 @@ class RuntimeService:
         blobs: BlobStore | None = None,
         transfers: WorkspaceTransfers | None = None,
         engine: Engine = DockerSandboxes,
+        checkpoint_store: CheckpointStore | None = None,
     ) -> None:
         self.settings = settings
         self.publish = publish
@@ -106,6 +109,12 @@ class RuntimeService:
             RepositoryRecords(self.redis), self.secrets, self.docker, settings
         )
         self.seating = self._seating(publish_now, resend)
+        # Checkpoints of /workspace after actions (issue 28): with a checkpoint store only.
+        self.checkpoints = (
+            None
+            if checkpoint_store is None
+            else Checkpoints(settings, checkpoint_store, self.redis, publish_now)
+        )
         self.tasks.on_settled = self.seating.start_settled
         self.tasks.start_terms = self.seating.start_terms
         self.execution = self._execution(publish_now, blobs)
@@ -116,6 +125,7 @@ class RuntimeService:
         self._heartbeat: asyncio.Task[None] | None = None
         self._admitter: asyncio.Task[None] | None = None
         self._recoverer: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     # -- the jobs, each given its collaborators
 
@@ -150,6 +160,7 @@ class RuntimeService:
             self.mcp,
             publish,
             blobs,
+            self.checkpoints,
         )
 
     def _workspace(self, transfers: WorkspaceTransfers | None) -> RuntimeWorkspace:
@@ -206,6 +217,16 @@ class RuntimeService:
             ),
             name="runtime-redis-recovery",
         )
+        if self.checkpoints is not None:
+            self._sweeper = asyncio.create_task(
+                every(
+                    self.settings.checkpoint_sweep_interval_s,
+                    self.checkpoints.sweep,
+                    "removing checkpoints past their retention",
+                    log,
+                ),
+                name="runtime-checkpoint-retention",
+            )
         self.pool.periodic = self.upkeep.run
         self.pool.start()
         log.info(
@@ -217,7 +238,7 @@ class RuntimeService:
 
     async def stop(self) -> None:
         """Stop the pool and remove idle sandboxes; task sandboxes stay for adoption."""
-        for background in (self._heartbeat, self._admitter, self._recoverer):
+        for background in (self._heartbeat, self._admitter, self._recoverer, self._sweeper):
             if background is not None:
                 background.cancel()
                 with contextlib.suppress(BaseException):

@@ -9,13 +9,14 @@ from pydantic import Field, field_validator, model_validator
 from shared.settings import CommonSettings
 from shared.subjects import replica_token
 
+from .checkpoint_settings import CheckpointSettings
 from .egress_folders import CaCertPath
 from .sizes import SIZE, SandboxSizes, size_bytes
 
 __all__ = ["RuntimeSettings", "size_bytes"]
 
 
-class RuntimeSettings(CommonSettings, SandboxSizes):
+class RuntimeSettings(CommonSettings, CheckpointSettings, SandboxSizes):
     """Sandbox pool, hardening and execution limits (env: DECKHANDS_<NAME>, e.g.
     DECKHANDS_SANDBOX_IMAGE, DECKHANDS_POOL_MIN_IDLE)."""
 

@@ -137,6 +137,7 @@ class TaskSandboxes:
             await self._check_holder(task_id, holder)
             return await self._attach_bound(task_id, winner)
         sandbox.task_id = task_id
+        sandbox.fresh = True
         self._local[task_id] = sandbox
         self._touched[task_id] = time.monotonic()
         # The name is for people and for adoption when Redis lost the binding; renaming takes

@@ -4,6 +4,8 @@ from .actions import *  # noqa: F403
 from .actions import __all__ as _actions
 from .base import *  # noqa: F403
 from .base import __all__ as _base
+from .checkpoints import *  # noqa: F403
+from .checkpoints import __all__ as _checkpoints
 from .egress import *  # noqa: F403
 from .egress import __all__ as _egress
 from .observations import *  # noqa: F403
@@ -15,4 +17,4 @@ from .state import __all__ as _state
 from .union import *  # noqa: F403
 from .union import __all__ as _union
 
-__all__ = [*_actions, *_base, *_egress, *_observations, *_reviewed, *_state, *_union]
+__all__ = [*_actions, *_base, *_checkpoints, *_egress, *_observations, *_reviewed, *_state, *_union]

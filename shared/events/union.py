@@ -20,6 +20,7 @@ from .actions import (
     MessageAction,
     RunPythonAction,
 )
+from .checkpoints import WorkspaceCheckpointObservation
 from .egress import EgressActivityObservation
 from .observations import (
     AgentDelegateObservation,
@@ -76,6 +77,7 @@ Event = Annotated[
     | TaskCreatedObservation
     | MCPCallObservation
     | EgressActivityObservation
+    | WorkspaceCheckpointObservation
     | ReviewedAction,
     Field(discriminator="kind"),
 ]
@@ -115,6 +117,7 @@ OBSERVATION_TYPES = (
     TaskCreatedObservation,
     MCPCallObservation,
     EgressActivityObservation,
+    WorkspaceCheckpointObservation,
 )
 # Messages that carry events to the controller but are never logged themselves.
 ENVELOPE_TYPES = (ReviewedAction,)

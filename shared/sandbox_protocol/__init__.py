@@ -15,5 +15,6 @@ from __future__ import annotations
 __all__ = ["PROTOCOL_VERSION"]
 
 # What a ping answers. The runtime checks it once per sandbox and refuses an executor that
-# speaks another version (an image built from other sources). 2: `env` on bash and python.
-PROTOCOL_VERSION = 2
+# speaks another version (an image built from other sources). 2: `env` on bash and python;
+# 3: `scan`, `pack` and `commit` (checkpoints of /workspace).
+PROTOCOL_VERSION = 3

@@ -27,23 +27,31 @@ __all__ = [
     "BashRequest",
     "ChunkReply",
     "ChunkRequest",
+    "CommitReply",
+    "CommitRequest",
     "EditCommand",
     "EditReply",
     "EditRequest",
     "ErrorCode",
     "ErrorReply",
     "Op",
+    "PackPiece",
+    "PackReply",
+    "PackRequest",
     "PingReply",
     "PingRequest",
     "PythonReply",
     "PythonRequest",
     "ReadReply",
     "ReadRequest",
+    "ScanEntry",
+    "ScanReply",
+    "ScanRequest",
     "WriteReply",
     "WriteRequest",
 ]
 
-Op = Literal["ping", "bash", "python", "read", "write", "edit", "chunk"]
+Op = Literal["ping", "bash", "python", "read", "write", "edit", "chunk", "scan", "pack", "commit"]
 EditCommand = Literal["view", "create", "str_replace", "insert", "undo"]
 
 # Why the executor refused a request (ErrorReply.code). The runtime turns each into the
@@ -133,6 +141,31 @@ class ChunkRequest(TypedDict):
     drop: NotRequired[bool]  # remove the kept output once its last piece is read
 
 
+class ScanRequest(TypedDict):
+    """What changed in /workspace since the last commit (issue 28's checkpoints): a new scan,
+    or with `scan` the page from entry `start` of the pending one."""
+
+    full: NotRequired[bool]  # every path, not only the changed ones (the runtime lost its base)
+    max_files: NotRequired[int]  # past it: too_large, no scan kept (0: no bound)
+    max_bytes: NotRequired[int]  # bytes of all files (0: no bound)
+    scan: NotRequired[str]
+    start: NotRequired[int]
+
+
+class PackRequest(TypedDict):
+    """The bytes of `files` (workspace paths), from `start` in the first, up to `max_bytes`."""
+
+    files: list[str]
+    start: NotRequired[int]
+    max_bytes: NotRequired[int]
+
+
+class CommitRequest(TypedDict):
+    """The runtime stored the pending scan: it is the base of the next one."""
+
+    scan: str
+
+
 # --- replies ----------------------------------------------------------------------------------
 
 
@@ -195,6 +228,46 @@ class ChunkReply(TypedDict):
     eof: bool
 
 
+class ScanEntry(TypedDict):
+    """A path of the workspace as it is now."""
+
+    p: str  # relative to /workspace
+    t: Literal["f", "d", "l"]  # a regular file, a directory, a symbolic link
+    m: int  # permission bits
+    s: int  # size in bytes
+    h: str  # a file's SHA-256 (hex), a link's target; "" for a directory
+
+
+class ScanReply(TypedDict):
+    ok: Literal[True]
+    scan: str  # the pending scan's id ("" when too_large)
+    changed: list[ScanEntry]  # new or changed paths (every path if `full`), this page's
+    deleted: list[str]  # paths gone since the base (on the first page only)
+    more: bool  # more pages of `changed`
+    total: int  # changed paths in all pages
+    files: int  # paths in the workspace
+    bytes: int  # bytes of all its files
+    skipped: int  # paths not kept: unreadable, not UTF-8, or neither file, folder nor link
+    too_large: bool  # past max_files or max_bytes: nothing scanned is kept
+
+
+class PackPiece(TypedDict):
+    i: int  # index into the request's files
+    n: int  # bytes of it in `data`, after the previous piece's
+    end: bool  # the file's last bytes
+    error: NotRequired[str]  # it could not be read (gone, replaced by a link...)
+
+
+class PackReply(TypedDict):
+    ok: Literal[True]
+    data: str  # base64 of the pieces' bytes, one after another
+    pieces: list[PackPiece]
+
+
+class CommitReply(TypedDict):
+    ok: Literal[True]
+
+
 class ErrorReply(TypedDict):
     """Any operation's refusal."""
 
@@ -213,4 +286,7 @@ OPERATIONS: dict[str, tuple[type, type]] = {
     "write": (WriteRequest, WriteReply),
     "edit": (EditRequest, EditReply),
     "chunk": (ChunkRequest, ChunkReply),
+    "scan": (ScanRequest, ScanReply),
+    "pack": (PackRequest, PackReply),
+    "commit": (CommitRequest, CommitReply),
 }

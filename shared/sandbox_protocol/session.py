@@ -15,13 +15,19 @@ from .messages import (
     BashRequest,
     ChunkReply,
     ChunkRequest,
+    CommitReply,
+    CommitRequest,
     EditReply,
     EditRequest,
+    PackReply,
+    PackRequest,
     PingReply,
     PythonReply,
     PythonRequest,
     ReadReply,
     ReadRequest,
+    ScanReply,
+    ScanRequest,
     WriteReply,
     WriteRequest,
 )
@@ -78,6 +84,12 @@ class SandboxSession(Protocol):
     async def edit(self, request: EditRequest, wait_s: float) -> EditReply: ...
 
     async def chunk(self, request: ChunkRequest, wait_s: float) -> ChunkReply: ...
+
+    async def scan(self, request: ScanRequest, wait_s: float) -> ScanReply: ...
+
+    async def pack(self, request: PackRequest, wait_s: float) -> PackReply: ...
+
+    async def commit(self, request: CommitRequest, wait_s: float) -> CommitReply: ...
 
     async def close(self) -> None:
         """Stop talking to the sandbox (it keeps running); later calls raise SandboxLost."""

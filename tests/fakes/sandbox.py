@@ -10,6 +10,8 @@ session as a removed container would: the call in flight and every later one rai
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import posixpath
 from collections.abc import Callable
 from typing import Any
@@ -20,13 +22,20 @@ from shared.sandbox_protocol.messages import (
     BashRequest,
     ChunkReply,
     ChunkRequest,
+    CommitReply,
+    CommitRequest,
     EditReply,
     EditRequest,
+    PackReply,
+    PackRequest,
     PingReply,
     PythonReply,
     PythonRequest,
     ReadReply,
     ReadRequest,
+    ScanEntry,
+    ScanReply,
+    ScanRequest,
     WriteReply,
     WriteRequest,
 )
@@ -59,6 +68,9 @@ class FakeSandbox:
         self.files: dict[str, str] = {}
         self.kept: dict[str, str] = {}  # whole outputs, by name, for `chunk`
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        # Checkpoints: the files as last committed, and a scan waiting for its commit.
+        self.committed: dict[str, ScanEntry] = {}
+        self.pending: dict[str, ScanEntry] | None = None
         self.lost_reason: str | None = None
         self.violated = False
         self._lost = asyncio.Event()
@@ -147,6 +159,55 @@ class FakeSandbox:
             self.files[path] = text.replace(old, new)
             return {"ok": True, "path": path, "content": f"Edited {path}", "diff": f"-{old}+{new}"}
         raise ExecutorError("bad_request", f"the fake sandbox has no {request['command']!r}")
+
+    async def scan(self, request: ScanRequest, wait_s: float) -> ScanReply:
+        """Every file of `files` under /workspace (no folders, one page)."""
+        await self._arrive("scan", request, wait_s)
+        now: dict[str, ScanEntry] = {}
+        for path, text in self.files.items():
+            if path.startswith(WORKSPACE + "/"):
+                data = text.encode()
+                rel = path[len(WORKSPACE) + 1 :]
+                sha = hashlib.sha256(data).hexdigest()
+                now[rel] = {"p": rel, "t": "f", "m": 0o644, "s": len(data), "h": sha}
+        full = bool(request.get("full"))
+        changed = [e for p, e in now.items() if full or self.committed.get(p) != e]
+        deleted = [] if full else [p for p in self.committed if p not in now]
+        self.pending = now
+        return {
+            "ok": True,
+            "scan": "1",
+            "changed": changed,
+            "deleted": deleted,
+            "more": False,
+            "total": len(changed),
+            "files": len(now),
+            "bytes": sum(e["s"] for e in now.values()),
+            "skipped": 0,
+            "too_large": False,
+        }
+
+    async def pack(self, request: PackRequest, wait_s: float) -> PackReply:
+        """Whole files, however many bytes (the fake's files are small)."""
+        await self._arrive("pack", request, wait_s)
+        data = b""
+        pieces: list[Any] = []
+        for index, rel in enumerate(request["files"]):
+            text = self.files.get(f"{WORKSPACE}/{rel}")
+            if text is None:
+                pieces.append({"i": index, "n": 0, "end": True, "error": "gone"})
+                continue
+            content = text.encode()[request.get("start", 0) if index == 0 else 0 :]
+            data += content
+            pieces.append({"i": index, "n": len(content), "end": True})
+        return {"ok": True, "data": base64.b64encode(data).decode(), "pieces": pieces}
+
+    async def commit(self, request: CommitRequest, wait_s: float) -> CommitReply:
+        await self._arrive("commit", request, wait_s)
+        if self.pending is None:
+            raise ExecutorError("not_found", "no pending scan")
+        self.committed, self.pending = self.pending, None
+        return {"ok": True}
 
     async def chunk(self, request: ChunkRequest, wait_s: float) -> ChunkReply:
         await self._arrive("chunk", request, wait_s)

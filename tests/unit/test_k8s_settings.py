@@ -2,7 +2,7 @@
 
 The settings classes ignore unknown variables (extra="ignore"), so a misspelt or retired name in
 a ConfigMap or a container's env is silently without effect. The names a service reads are
-taken from the source of its pydantic-settings classes (services/*/settings.py and
+taken from the source of its pydantic-settings classes (services/*/*settings.py and
 shared/settings), parsed rather than imported so that a service being rewritten cannot break
 this check; a second test keeps the parser honest against the imported classes.
 """
@@ -84,7 +84,9 @@ def parse_settings_file(path: Path) -> dict[str, SettingsClass]:
 
 def settings_files() -> list[Path]:
     shared = [ROOT / "shared" / "settings.py", *sorted((ROOT / "shared" / "settings").glob("*.py"))]
-    return [p for p in shared if p.is_file()] + sorted((ROOT / "services").glob("*/settings.py"))
+    # A service's settings.py, and the parts of its settings kept apart (e.g. the runtime's
+    # checkpoint_settings.py).
+    return [p for p in shared if p.is_file()] + sorted((ROOT / "services").glob("*/*settings.py"))
 
 
 def variables_read() -> dict[str, set[str]]:

@@ -241,6 +241,30 @@ def _egress_activity(event: dict[str, Any]) -> _Shown:
     return f"[dim]network:[/dim] {shown}{more}", []
 
 
+def _workspace_checkpoint(event: dict[str, Any]) -> _Shown:
+    at = event.get("action_seq")
+    if event.get("skipped"):
+        why = escape(str(event.get("detail") or event["skipped"]))
+        return f"[yellow]no checkpoint of #{at}:[/yellow] [dim]{why}[/dim]", []
+    stored = _bytes(int(event.get("stored_bytes") or 0))
+    return (
+        f"[dim]checkpoint of #{at}: {event.get('files')} paths, {event.get('changed')} "
+        f"changed, {stored} stored[/dim]",
+        [],
+    )
+
+
+def _bytes(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    scaled = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        scaled /= 1024
+        if scaled < 1024 or unit == "GiB":
+            break
+    return f"{scaled:.1f} {unit}"
+
+
 def _condensation(event: dict[str, Any]) -> _Shown:
     return f"[dim]history condensed up to #{event.get('forgotten_up_to_seq')}[/dim]", []
 
@@ -293,6 +317,7 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], _Shown]] = {
     "task_created": _task_created,
     "sandbox_queued": _sandbox_queued,
     "egress_activity": _egress_activity,
+    "workspace_checkpoint": _workspace_checkpoint,
     "condensation": _condensation,
 }
 # Kinds that are one line (with what follows it) of their own, heading included.

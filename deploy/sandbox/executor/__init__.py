@@ -6,7 +6,8 @@ sandbox contract, shared/sandbox_protocol/, its only import from the project.
 Protocol: one JSON object per line. Requests arrive on stdin, responses leave on stdout (the
 runtime reaches both through `docker attach`; no `docker exec`, no port). In the sandbox these
 are pipes to holder.py, which alone (with root's docker-init and tini) holds the channel itself.
-Every request has an `id` and an `op` (ping, bash, python, read, write, edit, chunk); its
+Every request has an `id` and an `op` (ping, bash, python, read, write, edit, chunk, and
+scan, pack, commit for checkpoints); its
 response carries the same `id` and `ok`, and a refusal has `code` and `error`. The fields of
 every request and reply are typed in shared/sandbox_protocol/messages.py. Diagnostics go to
 stderr (the container's capped log), never to stdout.
@@ -18,7 +19,7 @@ with `chunk` (output.py, files.py). A task's secrets arrive as `env`, beside a c
 never in its code (`BashSession.ENV_PRELUDE`).
 
 The modules: dispatcher (the main loop; answers pings while the rest loads), workers (a thread
-per session), bash, kernel, files, output, processes, space, config.
+per session), bash, kernel, files, snapshot, output, processes, space, config.
 """
 
 from __future__ import annotations

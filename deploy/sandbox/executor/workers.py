@@ -20,6 +20,7 @@ from .bash import BashSession
 from .config import Fail, log
 from .files import Files
 from .kernel import PythonSession
+from .snapshot import Snapshots
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -126,6 +127,12 @@ def start(write: Callable[[bytes], None], started: float) -> Callable[[bytes], N
     bash = BashSession(python_pid=python.pid)
     files = Files()
     file_ops: dict[str, Handler] = {"read": files.read, "write": files.write, "edit": files.edit}
+    snapshots = Snapshots()
+    snapshot_ops: dict[str, Handler] = {
+        "scan": snapshots.scan,
+        "pack": snapshots.pack,
+        "commit": snapshots.commit,
+    }
 
     # Workers exist before any user code runs: under a fork bomb no thread could start.
     # The shell starts in its worker; commands queue behind it.
@@ -134,6 +141,9 @@ def start(write: Callable[[bytes], None], started: float) -> Callable[[bytes], N
         (("python",), python.run, None),
         (("read", "write", "edit"), lambda req: file_ops[req["op"]](req), None),
         (("chunk",), files.chunk, None),
+        # Checkpoints (issue 28): a part of their own, so a scan never waits behind a file
+        # operation, nor one behind a scan.
+        (("scan", "pack", "commit"), lambda req: snapshot_ops[req["op"]](req), None),
     )
     routes: dict[str, Jobs] = {}
     for ops, handler, warmup in parts:

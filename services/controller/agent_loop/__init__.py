@@ -17,6 +17,7 @@ from shared.events import (
     ReviewedAction,
     SandboxQueuedObservation,
     TaskCreatedObservation,
+    WorkspaceCheckpointObservation,
 )
 from shared.state import Awaiting
 from shared.task_creation import created_entry
@@ -55,6 +56,12 @@ def apply(turn: Turn, event: EventBase) -> None:
         # The egress proxy's account of the sandbox's connections: a fact for the log, which
         # changes nothing of the task's course (it comes between any two steps).
         turn.log(event)
+    elif isinstance(event, WorkspaceCheckpointObservation):
+        # The runtime's checkpoint of the files after an action, taken while the agent thinks:
+        # a fact for the log (forks and restores start from it), whatever the task awaits.
+        turn.log(event)
+        if event.checkpoint and event.action_seq > (turn.state.checkpoint_seq or 0):
+            turn.update(checkpoint_seq=event.action_seq)
     elif isinstance(event, ReviewedAction):
         reviewed(turn, event)
     elif event.source is EventSource.USER:

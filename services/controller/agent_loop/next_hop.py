@@ -50,6 +50,7 @@ def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
         workspace_mib=state.workspace_mib,
         tenant_id=state.tenant_id,
         priority=state.priority,
+        checkpoint_seq=state.checkpoint_seq,
     )
 
 

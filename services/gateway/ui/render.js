@@ -162,6 +162,10 @@ const KINDS = {
     (c.allowed ? `${c.bytes_out} B out, ${c.bytes_in} B in` : `refused (${c.reason})`) +
     ((c.secrets || []).length ? ` (added ${c.secrets.join(", ")})` : "")).join("; ") +
     (e.more ? `, and ${e.more} more` : ""), null],
+  workspace_checkpoint: (e) => e.skipped
+    ? ["quiet", `no checkpoint of #${e.action_seq}: ${e.detail || e.skipped}`, null]
+    : ["quiet", `checkpoint of #${e.action_seq}: ${e.files} paths, ${e.changed} changed, ` +
+      `${e.stored_bytes} B stored`, null],
   task_created: (e) => ["quiet", `task created: at most ${e.max_iterations} iterations` +
     (e.max_budget_usd ? `, budget ${money(e.max_budget_usd)}` : "") +
     (e.confirmation_mode ? `, confirmation from ${e.confirmation_threshold} risk` : ""), null],

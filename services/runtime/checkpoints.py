@@ -1,0 +1,339 @@
+"""A checkpoint of /workspace after every action that can change files (issue 28).
+
+Taken after the action's observation is published, while the agent thinks about its next
+step; the task's next action on this replica waits for it (`settle`) only if it is not done.
+The executor says what changed since the last checkpoint it was told was stored (`scan`,
+deploy/sandbox/executor/snapshot.py), the runtime fetches the bytes of the files whose
+contents the task has not stored yet (`pack`), stores them and the checkpoint's manifest in
+the checkpoint store (checkpoint_store.py), then tells the executor (`commit`) and sends the
+controller a WorkspaceCheckpointObservation for the log. An action that changed nothing gets
+no checkpoint: the one before holds the same files.
+
+A checkpoint never fails an action: one that cannot be taken is logged with why (`skipped`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from nats.errors import Error as NatsError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.commands import ExecuteAction
+from shared.events import (
+    CmdRunAction,
+    EventSource,
+    FileEditAction,
+    FileWriteAction,
+    RunPythonAction,
+    WorkspaceCheckpointObservation,
+)
+from shared.sandbox_protocol.messages import ScanEntry, ScanReply
+from shared.sandbox_protocol.session import SandboxSessionError
+
+from .checkpoint_fetch import fetch_and_store
+from .checkpoint_manifest import FULL_EVERY, Entry, Manifest
+from .checkpoint_quota import CheckpointQuota, QuotaUsed
+from .checkpoint_restore import restore_workspace
+from .checkpoint_store import CheckpointMissing, CheckpointStore, StoreFull
+from .containers import DockerSandboxes
+from .metrics import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, CHECKPOINTS, RESTORES
+from .sandbox import Sandbox
+from .seating import Publish
+from .settings import RuntimeSettings
+
+__all__ = ["Checkpoints", "changes_files"]
+
+log = logging.getLogger("deckhands.runtime.checkpoints")
+
+_EMPTY = Manifest(seq=0, depth=FULL_EVERY - 1, entries={})  # the next one is stored whole
+
+
+def changes_files(command: ExecuteAction) -> bool:
+    action = command.action
+    if isinstance(action, FileEditAction):
+        return action.command != "view"
+    return isinstance(action, CmdRunAction | RunPythonAction | FileWriteAction)
+
+
+class _Skip(Exception):
+    def __init__(self, reason: str, detail: str, files: int = 0, size: int = 0) -> None:
+        super().__init__(detail)
+        self.reason, self.detail, self.files, self.size = reason, detail, files, size
+
+
+class Checkpoints:
+    def __init__(
+        self, settings: RuntimeSettings, store: CheckpointStore, redis: Redis, publish: Publish
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.redis = redis
+        self.publish = publish
+        self.quota = CheckpointQuota(redis, settings)
+        self._pending: dict[str, asyncio.Task[None]] = {}
+        # task -> (container, seq): that sandbox's executor has committed the checkpoint at seq.
+        self._synced: dict[str, tuple[str, int]] = {}
+
+    def after(self, command: ExecuteAction, sandbox: Sandbox, cwd: str = "") -> None:
+        """The action ran in `sandbox` (leaving its shell in `cwd`): take its checkpoint in the
+        background."""
+        if not self.settings.checkpoints or not changes_files(command) or not command.action.seq:
+            return
+        task_id = command.task_id
+        before = self._pending.get(task_id)
+        run = asyncio.create_task(self._take(command, sandbox, before, cwd))
+        self._pending[task_id] = run
+        run.add_done_callback(lambda done: self._done(task_id, done))
+
+    def _done(self, task_id: str, run: asyncio.Task[None]) -> None:
+        if self._pending.get(task_id) is run:
+            del self._pending[task_id]
+
+    async def settle(self, task_id: str) -> None:
+        """Before the task's next action: its last checkpoint done (or given up on)."""
+        run = self._pending.get(task_id)
+        if run is not None:
+            await asyncio.wait({run}, timeout=self.settings.checkpoint_timeout_s + 5)
+
+    def latest(self, command: ExecuteAction) -> int | None:
+        """The seq of the task's last checkpoint: this replica's, or the one its log names."""
+        synced = self._synced.get(command.task_id)
+        seqs = [s for s in (command.checkpoint_seq, synced and synced[1]) if s]
+        return max(seqs) if seqs else None
+
+    async def before_action(
+        self, command: ExecuteAction, sandbox: Sandbox, docker: DockerSandboxes
+    ) -> None:
+        """The last action's checkpoint done first (its scan must not see this action's
+        files); a sandbox bound afresh gets the task's files back from the last one."""
+        await self.settle(command.task_id)
+        if sandbox.fresh:
+            sandbox.fresh = False
+            await self.restore(command, sandbox, docker)
+
+    async def restore(
+        self, command: ExecuteAction, sandbox: Sandbox, docker: DockerSandboxes
+    ) -> None:
+        """The task's sandbox is new (its earlier one is gone): its files from its last
+        checkpoint, and the agent told so with this action's output."""
+        seq = self.latest(command)
+        if seq is None:
+            return  # a task's first sandbox: nothing to restore
+        self._synced.pop(command.task_id, None)  # this executor has stored nothing yet
+        lost = "The task's sandbox was lost."
+        try:
+            done = await restore_workspace(self.store, docker, sandbox, command.task_id, seq)
+        except (CheckpointMissing, NatsError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("task %s: restore of seq %d failed: %r", command.task_id, seq, exc)
+            sandbox.notice = (
+                f"{lost} Its files could not be restored from the checkpoint after seq {seq} "
+                f"({type(exc).__name__}): /workspace is empty. The shell and Python session "
+                "are new."
+            )
+            return
+        RESTORES.inc()
+        after = command.action.seq
+        missing = (
+            f" What the actions after seq {seq} (up to seq {after - 1}) changed is not in it."
+            if after and after - 1 > seq
+            else ""
+        )
+        sandbox.notice = (
+            f"{lost} /workspace was restored from the checkpoint taken after seq {seq} "
+            f"({done.files} files).{missing} The shell and the Python session are new: "
+            "its variables and background processes are gone (the shell is back in the "
+            "directory it was in)."
+        )
+
+    def forget(self, task_id: str) -> None:
+        self._synced.pop(task_id, None)
+        self.store.forget(task_id)
+
+    async def remove(self, task_id: str, names: list[str] | None = None) -> int:
+        """The task was deleted: its checkpoints go, and its bytes leave its tenant's count."""
+        self.forget(task_id)
+        removed = await self.store.remove_task(task_id, names)
+        await self.quota.forget(task_id)
+        return removed
+
+    async def sweep(self) -> int:
+        """Remove the checkpoints of tasks whose last one is past its retention."""
+        retention = self.settings.checkpoint_retention_s
+        if retention <= 0:
+            return 0
+        removed = 0
+        for task_id, names in (await self.store.expired(retention)).items():
+            if task_id not in self._pending:
+                removed += await self.remove(task_id, names)
+                log.info("task %s: checkpoints past their retention removed", task_id)
+        return removed
+
+    # -- taking one
+
+    async def _take(
+        self,
+        command: ExecuteAction,
+        sandbox: Sandbox,
+        before: asyncio.Task[None] | None,
+        cwd: str,
+    ) -> None:
+        if before is not None:
+            await asyncio.wait({before})
+        started = time.monotonic()
+        assert command.action.seq is not None
+        outcome = "taken"
+        try:
+            async with asyncio.timeout(self.settings.checkpoint_timeout_s):
+                event = await self._checkpoint(command, sandbox, started, cwd)
+        except _Skip as skip:
+            outcome = skip.reason
+            event = self._skipped(command, skip, started)
+        except StoreFull as exc:
+            outcome = "store_full"
+            event = self._skipped(
+                command, _Skip("store_full", f"the checkpoint store is full ({exc})"), started
+            )
+        except (
+            SandboxSessionError,
+            TimeoutError,
+            NatsError,
+            RedisError,
+            OSError,
+            ValueError,
+        ) as exc:
+            outcome = "failed"
+            log.warning(
+                "task %s: checkpoint of seq %s failed: %r", command.task_id, command.action.seq, exc
+            )
+            self._synced.pop(command.task_id, None)
+            event = self._skipped(
+                command,
+                _Skip("failed", f"the checkpoint could not be taken ({type(exc).__name__})"),
+                started,
+            )
+        CHECKPOINTS.labels(outcome).inc()
+        if event is None:
+            return
+        CHECKPOINT_SECONDS.observe(event.took_ms / 1000)
+        try:
+            await self.publish(event)
+        except Exception:  # the next checkpoint covers the files again
+            log.exception(
+                "task %s: checkpoint of seq %s not sent", command.task_id, event.action_seq
+            )
+
+    def _skipped(
+        self, command: ExecuteAction, skip: _Skip, started: float
+    ) -> WorkspaceCheckpointObservation:
+        assert command.action.seq is not None
+        return WorkspaceCheckpointObservation(
+            task_id=command.task_id,
+            source=EventSource.ENVIRONMENT,
+            cause=command.action.id,
+            action_seq=command.action.seq,
+            files=skip.files,
+            bytes=skip.size,
+            took_ms=(time.monotonic() - started) * 1000,
+            skipped=skip.reason,  # type: ignore[arg-type]
+            detail=skip.detail[:500],
+        )
+
+    async def _checkpoint(
+        self, command: ExecuteAction, sandbox: Sandbox, started: float, cwd: str
+    ) -> WorkspaceCheckpointObservation | None:
+        s = self.settings
+        task_id = command.task_id
+        seq = command.action.seq
+        assert seq is not None
+        base, incremental = await self._base(command, sandbox)
+        first, changed = await self._scan(sandbox, incremental)
+        if first["too_large"]:
+            raise _Skip(
+                "too_large",
+                f"the workspace holds more than {s.checkpoint_max_files} paths or "
+                f"{s.checkpoint_max_workspace_bytes} bytes: it is not checkpointed",
+                first["files"],
+                first["bytes"],
+            )
+        now: dict[str, Entry] = {e["p"]: (e["t"], e["m"], e["s"], e["h"]) for e in changed}
+        if incremental:
+            removed = set(first["deleted"])
+        else:
+            removed = set(base.entries) - set(now)
+        if all(base.entries.get(p) == e for p, e in now.items()) and not (
+            removed & set(base.entries)
+        ):
+            await sandbox.session.commit({"scan": first["scan"]}, 30.0)
+            self._synced[task_id] = (sandbox.container_id, base.seq)
+            return None  # nothing changed: the last checkpoint holds these files
+        known = {e[3] for e in base.entries.values() if e[0] == "f"}
+        wanted = sorted(
+            {p for p, e in now.items() if e[0] == "f" and e[3] not in known and e[2] >= 0}
+        )
+        try:
+            await self.quota.check(command, sum(now[p][2] for p in wanted))
+        except QuotaUsed as exc:
+            raise _Skip("quota", str(exc), first["files"], first["bytes"]) from None
+        stored, skipped = await fetch_and_store(
+            self.store, sandbox, task_id, wanted, now, self.settings.checkpoint_timeout_s
+        )
+        delta = base.delta_to(seq, now, removed, cwd or base.cwd)
+        whole = Manifest.whole(delta) if delta.base_seq is None else base.then(delta)
+        stored += await self.store.put_manifest(task_id, delta, whole)
+        await self.quota.add(command, stored)
+        await sandbox.session.commit({"scan": first["scan"]}, 30.0)
+        self._synced[task_id] = (sandbox.container_id, seq)
+        CHECKPOINT_BYTES.inc(stored)
+        return WorkspaceCheckpointObservation(
+            task_id=task_id,
+            source=EventSource.ENVIRONMENT,
+            cause=command.action.id,
+            action_seq=seq,
+            checkpoint=f"{task_id}/{seq}",
+            base_seq=delta.base_seq,
+            files=first["files"],
+            bytes=first["bytes"],
+            changed=sum(1 for p, e in now.items() if base.entries.get(p) != e)
+            + len(removed & set(base.entries)),
+            stored_bytes=stored,
+            skipped_paths=first["skipped"] + skipped,
+            took_ms=(time.monotonic() - started) * 1000,
+        )
+
+    async def _base(self, command: ExecuteAction, sandbox: Sandbox) -> tuple[Manifest, bool]:
+        """The checkpoint this one adds to, and whether the executor's base is that one (then
+        it reports only what changed; else every path, compared here)."""
+        task_id = command.task_id
+        synced = self._synced.get(task_id)
+        at = synced[1] if synced is not None else command.checkpoint_seq
+        if at is None:
+            return _EMPTY, synced is not None and synced[0] == sandbox.container_id
+        try:
+            base = await self.store.manifest(task_id, at)
+        except CheckpointMissing:
+            self._synced.pop(task_id, None)
+            return _EMPTY, False
+        return base, synced is not None and synced[0] == sandbox.container_id
+
+    async def _scan(self, sandbox: Sandbox, incremental: bool) -> tuple[ScanReply, list[ScanEntry]]:
+        s = self.settings
+        first = await sandbox.session.scan(
+            {
+                "full": not incremental,
+                "max_files": s.checkpoint_max_files,
+                "max_bytes": s.checkpoint_max_workspace_bytes,
+            },
+            s.checkpoint_timeout_s,
+        )
+        changed = list(first["changed"])
+        page = first
+        while page["more"]:
+            page = await sandbox.session.scan(
+                {"scan": first["scan"], "start": len(changed)}, s.checkpoint_timeout_s
+            )
+            changed += page["changed"]
+        return first, changed

@@ -1,0 +1,50 @@
+"""A checkpoint of a task's /workspace, as its log records it (issue 28)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import EventBase
+
+__all__ = ["CHECKPOINT_SKIPPED_REASONS", "WorkspaceCheckpointObservation"]
+
+# Why a checkpoint was not taken; the action itself never fails for it.
+CHECKPOINT_SKIPPED_REASONS = (
+    "too_large",  # the workspace has more files or bytes than a checkpoint keeps
+    "quota",  # the task's or its tenant's checkpoint bytes are used up
+    "store_full",  # the checkpoint store is full
+    "failed",  # the sandbox or the store did not answer
+)
+
+
+class WorkspaceCheckpointObservation(EventBase):
+    """The files of /workspace after the action `cause` (at seq `action_seq`) ran, recorded by
+    the runtime while the agent thinks about its next step. A fork or a restore of the task at
+    a later seq starts from the files of the last checkpoint it names. With `skipped`, none was
+    taken (and why): the task goes on, a later checkpoint covers the files again. Never shown
+    to the model."""
+
+    kind: Literal["workspace_checkpoint"] = "workspace_checkpoint"
+    action_seq: int = Field(ge=1, description="The seq of the action whose files these are.")
+    checkpoint: str = Field(
+        default="", max_length=200, description="Its id in the checkpoint store; '' if skipped."
+    )
+    base_seq: int | None = Field(
+        default=None, description="The checkpoint it adds to (None: a whole one)."
+    )
+    files: int = Field(ge=0, description="Paths in /workspace (files, folders and links).")
+    bytes: int = Field(ge=0, description="Bytes of all files in /workspace.")
+    changed: int = Field(default=0, ge=0, description="Paths new, changed or removed.")
+    stored_bytes: int = Field(
+        default=0, ge=0, description="Bytes this checkpoint added to the store."
+    )
+    skipped_paths: int = Field(
+        default=0, ge=0, description="Unreadable paths, names not UTF-8, fifos, sockets."
+    )
+    took_ms: float = Field(default=0.0, ge=0)
+    skipped: Literal["", "too_large", "quota", "store_full", "failed"] = Field(
+        default="", description="Why no checkpoint was taken ('' when one was)."
+    )
+    detail: str = Field(default="", max_length=500, description="What the skip means.")
