@@ -101,6 +101,7 @@ async def restore_workspace(
         finally:
             for left in fetches:
                 left.cancel()
+        fetched = time.monotonic()
         await put_archive(docker, sandbox.container_id, archive)
     if manifest.cwd:  # the new shell starts where the last command left the old one
         with contextlib.suppress(SandboxSessionError, TimeoutError):
@@ -109,12 +110,15 @@ async def restore_workspace(
             )
     took = time.monotonic() - started
     log.info(
-        "task %s: workspace restored from the checkpoint of seq %d (%d files, %d bytes, %.2fs)",
+        "task %s: workspace restored from the checkpoint of seq %d (%d files, %d bytes, "
+        "%.2fs: %.2fs to read them, %.2fs to write them)",
         task_id,
         seq,
         len(files),
         size,
         took,
+        fetched - started,
+        took - (fetched - started),
     )
     return Restored(seq, len(files), size, took)
 

@@ -49,15 +49,21 @@ PACK_MAX_BYTES = 2 << 20  # raw bytes per pack reply (base64 makes it 4/3 of tha
 _READ = 1 << 20
 
 
-def _hash(path: str) -> str | None:
-    digest = hashlib.sha256()
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _read_key(fd: int, name: str, kind: str) -> str | None:
+    """A file's SHA-256 or a link's target, read relative to its folder; None if unreadable."""
     try:
-        with open(path, "rb") as f:
+        if kind == "l":
+            return os.readlink(name, dir_fd=fd)
+        digest = hashlib.sha256()
+        with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd), "rb") as f:
             while chunk := f.read(_READ):
                 digest.update(chunk)
+        return digest.hexdigest()
     except OSError:
         return None
-    return digest.hexdigest()
 
 
 class Snapshots:
@@ -113,73 +119,75 @@ class Snapshots:
         }
 
     def _walk(self, max_files: int, max_bytes: int) -> tuple[Known | None, int, int, int]:
-        """Every kept path's stat (hashing files whose stat changed), or None past a bound."""
+        """Every kept path's stat (hashing files whose stat changed), or None past a bound.
+
+        Every look-up is relative to a folder of the workspace opened here: a path from `/`
+        crosses the container's root file system, which an engine on fuse-overlayfs answers
+        at about 90 us a look-up (30 times a tmpfs stat), so 2,000 files took 200 ms."""
         found: Known = {}
         skipped = size = 0
-        stack = [""]
-        while stack:
-            rel_dir = stack.pop()
-            try:
-                entries = list(os.scandir(os.path.join(self.root, rel_dir)))
-            except OSError:
-                skipped += 1
-                continue
-            for entry in entries:
-                rel = entry.name if not rel_dir else f"{rel_dir}/{entry.name}"
-                if rel == OWN_FOLDER:
-                    continue
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            stack = [""]
+            while stack:
+                rel_dir = stack.pop()
                 try:
-                    rel.encode("utf-8")
-                    st = entry.stat(follow_symlinks=False)
-                except (OSError, UnicodeEncodeError):
+                    fd = os.open(rel_dir or ".", _DIR_FLAGS, dir_fd=root)
+                except OSError:
                     skipped += 1
                     continue
-                key = _key(st)
-                if key is None:
-                    skipped += 1  # a fifo, socket or device: nothing to keep
-                    continue
-                kind, mode = key
-                before = self.committed.get(rel)
-                same = before is not None and before[:6] == (
-                    kind,
-                    mode,
-                    st.st_size,
-                    st.st_mtime_ns,
-                    st.st_ctime_ns,
-                    st.st_ino,
-                )
-                if kind == "d":
-                    stack.append(rel)
-                    content = ""
-                elif same:
-                    assert before is not None
-                    content = before[6]
-                elif kind == "l":
-                    try:
-                        content = os.readlink(entry.path)
-                    except OSError:
-                        skipped += 1
-                        continue
-                else:
-                    digest = _hash(entry.path)
-                    if digest is None:
-                        skipped += 1
-                        continue
-                    content = digest
-                if kind == "f":
-                    size += st.st_size
-                found[rel] = (
-                    kind,
-                    mode,
-                    st.st_size,
-                    st.st_mtime_ns,
-                    st.st_ctime_ns,
-                    st.st_ino,
-                    content,
-                )
-                if (max_files and len(found) > max_files) or (max_bytes and size > max_bytes):
-                    return None, len(found), skipped, size
+                try:
+                    for name, st, content in self._entries(fd, rel_dir):
+                        rel = name if not rel_dir else f"{rel_dir}/{name}"
+                        if st is None:
+                            skipped += 1
+                            continue
+                        key = _key(st)
+                        if key is None:
+                            skipped += 1  # a fifo, socket or device: nothing to keep
+                            continue
+                        kind, mode = key
+                        now = (kind, mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                        before = self.committed.get(rel)
+                        if kind == "d":
+                            stack.append(rel)
+                        elif before is not None and before[:6] == now:
+                            content = before[6]
+                        else:
+                            read = _read_key(fd, name, kind)
+                            if read is None:
+                                skipped += 1
+                                continue
+                            content = read
+                        if kind == "f":
+                            size += st.st_size
+                        found[rel] = (*now, content)
+                        if (max_files and len(found) > max_files) or (
+                            max_bytes and size > max_bytes
+                        ):
+                            return None, len(found), skipped, size
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(root)
         return found, len(found), skipped, size
+
+    def _entries(self, fd: int, rel_dir: str) -> list[tuple[str, os.stat_result | None, str]]:
+        """A folder's entries (but the runtime's own) and their stat (None: unreadable)."""
+        listed: list[tuple[str, os.stat_result | None, str]] = []
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            return listed
+        for name in names:
+            if not rel_dir and name == OWN_FOLDER:
+                continue
+            try:
+                name.encode("utf-8")
+                listed.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False), ""))
+            except (OSError, UnicodeEncodeError):
+                listed.append((name, None, ""))
+        return listed
 
     # -- pack
 
@@ -190,13 +198,30 @@ class Snapshots:
         budget = min(max(1, int(req.get("max_bytes") or PACK_MAX_BYTES)), PACK_MAX_BYTES)
         data = bytearray()
         pieces: list[PackPiece] = []
+        for rel in files:
+            _inside(self.root, rel)
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._pack(root, files, offset, budget, data, pieces)
+        finally:
+            os.close(root)
+        return {"ok": True, "data": base64.b64encode(bytes(data)).decode(), "pieces": pieces}
+
+    @staticmethod
+    def _pack(
+        root: int,
+        files: list[str],
+        offset: int,
+        budget: int,
+        data: bytearray,
+        pieces: list[PackPiece],
+    ) -> None:
         for index, rel in enumerate(files):
             if len(data) >= budget:
                 break
-            path = _inside(self.root, rel)
             try:
                 # Not through a link the agent put there since the scan: only what was a file.
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                fd = os.open(rel, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
                 with open(fd, "rb", buffering=0) as f:
                     if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                         raise OSError("not a regular file")
@@ -212,7 +237,6 @@ class Snapshots:
             data += piece
             pieces.append({"i": index, "n": len(piece), "end": end})
             offset = 0
-        return {"ok": True, "data": base64.b64encode(bytes(data)).decode(), "pieces": pieces}
 
     # -- commit
 

@@ -206,7 +206,8 @@ async def test_a_task_whose_sandbox_was_removed_goes_on_with_its_files_restored(
             cmd(
                 task_id,
                 "mkdir -p app/.cache && echo one > app/a.txt && chmod 600 app/a.txt "
-                "&& ln -s a.txt app/link && head -c 200000 /dev/urandom > app/.cache/blob",
+                "&& ln -s a.txt app/link && head -c 200000 /dev/urandom > app/.cache/blob "
+                "&& head -c 400000 /dev/urandom > app/big.bin && md5sum app/big.bin > big.md5",
             )
         )
         second = await runtime.run(cmd(task_id, "echo two > b.txt && rm app/.cache/blob"))
@@ -231,7 +232,7 @@ async def test_a_task_whose_sandbox_was_removed_goes_on_with_its_files_restored(
                 "echo cwd=$(pwd); cat /workspace/app/a.txt /workspace/b.txt; "
                 "stat -c 'mode=%a owner=%u' /workspace/app/a.txt; "
                 "echo link=$(readlink /workspace/app/link); ls -A /workspace/app/.cache | wc -l; "
-                "cat /workspace/app/sums; echo X=$X",
+                "cat /workspace/app/sums; echo X=$X; cd /workspace && md5sum -c big.md5",
             ),
             checkpoint_seq=sums.action_seq,
         )
@@ -240,7 +241,7 @@ async def test_a_task_whose_sandbox_was_removed_goes_on_with_its_files_restored(
         notice, _, output = restored.content.partition("\n")
         assert f"restored from the checkpoint taken after seq {sums.action_seq}" in notice
         md5 = hashlib.md5(b"one\n").hexdigest()
-        assert output.split("\n")[:8] == [
+        assert output.split("\n")[:9] == [
             "cwd=/workspace/app",  # where the last command left the shell
             "one",
             "two",
@@ -249,6 +250,7 @@ async def test_a_task_whose_sandbox_was_removed_goes_on_with_its_files_restored(
             "0",  # the folder is there, what was removed from it is not
             f"{md5}  a.txt",
             "X=",  # the shell is new
+            "app/big.bin: OK",  # a content of several chunks in the store
         ], restored.content
         assert restored.exit_code == 0
         now = service.tasks.local(task_id)
