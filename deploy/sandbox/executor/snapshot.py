@@ -50,6 +50,27 @@ _READ = 1 << 20
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+# A file is opened without waiting (a fifo put in its place would block the open for ever) and
+# without following a link; it is read only if it is then a regular file.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def open_beneath(root: int, rel: str, flags: int) -> int:
+    """Open `rel` under the folder `root` one component at a time, following no link at any
+    of them: the agent may swap a folder for a link to /proc/self (the executor's own) or
+    anywhere else between a scan and a read, and nothing outside /workspace may be read."""
+    parts = [p for p in rel.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise OSError(f"{rel!r} is no path inside the workspace")
+    fd = os.dup(root)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return os.open(parts[-1], flags, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _read_key(fd: int, name: str, kind: str) -> str | None:
@@ -58,7 +79,9 @@ def _read_key(fd: int, name: str, kind: str) -> str | None:
         if kind == "l":
             return os.readlink(name, dir_fd=fd)
         digest = hashlib.sha256()
-        with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd), "rb") as f:
+        with open(os.open(name, _FILE_FLAGS, dir_fd=fd), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
             while chunk := f.read(_READ):
                 digest.update(chunk)
         return digest.hexdigest()
@@ -132,7 +155,7 @@ class Snapshots:
             while stack:
                 rel_dir = stack.pop()
                 try:
-                    fd = os.open(rel_dir or ".", _DIR_FLAGS, dir_fd=root)
+                    fd = open_beneath(root, rel_dir, _DIR_FLAGS) if rel_dir else os.dup(root)
                 except OSError:
                     skipped += 1
                     continue
@@ -221,7 +244,7 @@ class Snapshots:
                 break
             try:
                 # Not through a link the agent put there since the scan: only what was a file.
-                fd = os.open(rel, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
+                fd = open_beneath(root, rel, _FILE_FLAGS)
                 with open(fd, "rb", buffering=0) as f:
                     if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                         raise OSError("not a regular file")

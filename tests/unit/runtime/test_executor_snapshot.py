@@ -143,3 +143,39 @@ def test_pack_refuses_a_path_outside_the_workspace(snapshots: Any) -> None:
     module = _snapshot_module()
     with pytest.raises(module.Fail):
         snapshots.pack({"files": ["../etc/passwd"]})
+
+
+def test_pack_follows_no_link_on_the_way_to_a_file_and_never_waits_on_a_fifo(
+    snapshots: Any, tmp_path: Path
+) -> None:
+    """The agent swaps a folder for a link (to a folder outside, or to /proc/self, the
+    executor's own) or a file for a fifo between a scan and the read: nothing is read, the
+    executor does not hang, and the rest is still sent."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "environ").write_text("the agent's own file\n")
+    (tmp_path / "pkg" / "pipe").write_text("a file, for now\n")
+    (tmp_path / "ok.txt").write_text("fine\n")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "environ").write_text("not the workspace's\n")
+    snapshots.commit({"scan": snapshots.scan({})["scan"]})
+
+    (tmp_path / "pkg" / "pipe").unlink()
+    os.mkfifo(tmp_path / "pkg" / "pipe")
+    reply = snapshots.pack({"files": ["pkg/pipe", "ok.txt"]})
+    assert reply["pieces"][0]["error"] and base64.b64decode(reply["data"]) == b"fine\n"
+
+    for target in (outside, Path("/proc/self")):
+        (tmp_path / "pkg").rename(tmp_path / f"was-{target.name}")
+        os.symlink(target, tmp_path / "pkg")
+        reply = snapshots.pack({"files": ["pkg/environ", "ok.txt"]})
+        assert reply["pieces"][0]["error"], target
+        assert base64.b64decode(reply["data"]) == b"fine\n", target
+        (tmp_path / "pkg").unlink()
+        (tmp_path / f"was-{target.name}").rename(tmp_path / "pkg")
+
+    # A scan hashes no fifo either (it would wait for a writer): it is skipped.
+    (tmp_path / "pkg" / "pipe").unlink()
+    os.mkfifo(tmp_path / "late-fifo")
+    reply = snapshots.scan({})
+    assert "late-fifo" not in {e["p"] for e in reply["changed"]} and reply["skipped"] >= 1
