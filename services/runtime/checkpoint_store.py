@@ -168,6 +168,9 @@ class CheckpointStore:
             del self._manifests[key]
         self._manifests[(task_id, manifest.seq)] = manifest
 
+    def cached_tasks(self) -> set[str]:
+        return {task_id for task_id, _ in self._manifests}
+
     def forget(self, task_id: str) -> None:
         for key in [k for k in self._manifests if k[0] == task_id]:
             del self._manifests[key]

@@ -149,9 +149,20 @@ class Checkpoints:
             "directory it was in)."
         )
 
+    async def let_go(self, task_id: str) -> None:
+        """The task's sandbox is released: its last checkpoint first, then nothing of it in
+        memory (a task resumed later compares a full scan with the store)."""
+        await self.settle(task_id)
+        self.forget(task_id)
+
     def forget(self, task_id: str) -> None:
+        """Keep nothing of the task in memory (its sandbox was released, or it was deleted)."""
         self._synced.pop(task_id, None)
         self.store.forget(task_id)
+
+    def remembered(self) -> set[str]:
+        """The tasks of which something is kept in memory here."""
+        return set(self._synced) | self.store.cached_tasks()
 
     async def remove(self, task_id: str, names: list[str] | None = None) -> int:
         """The task was deleted: its checkpoints go, and its bytes leave its tenant's count."""

@@ -80,9 +80,6 @@ class RuntimeHandlers:
     async def _handle(self, body: RuntimeWork) -> None:
         try:
             if isinstance(body, ReleaseSandbox):
-                if self.execution.checkpoints is not None:
-                    # Its last checkpoint before its sandbox is paused or removed.
-                    await self.execution.checkpoints.settle(body.task_id)
                 await self.seating.release(body)
                 return
             if isinstance(body, PrepareSandbox):

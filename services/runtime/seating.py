@@ -79,6 +79,9 @@ class Seating:
         self.secrets = secrets
         self.publish = publish
         self.resend = resend  # sends a queued task's order again once it has a seat
+        # Awaited before a sandbox is released (checkpoints.py: its last checkpoint done, and
+        # nothing of the task kept in memory after).
+        self.before_release: Callable[[str], Awaitable[None]] | None = None
 
     # -- taking a seat
 
@@ -246,6 +249,8 @@ class Seating:
         holder = await self.tasks.held_elsewhere(command.task_id)
         if holder is not None:
             raise HeldElsewhere(command.task_id, holder)
+        if self.before_release is not None:
+            await self.before_release(command.task_id)  # its last checkpoint, taken first
         if await self.status.is_over(command.task_id) and await self.kept.retain(command.task_id):
             # Ended: its sandbox is kept paused for its workspace, its seat freed now.
             if await self.seats.release(command.task_id):

@@ -115,6 +115,8 @@ class RuntimeService:
             if checkpoint_store is None
             else Checkpoints(settings, checkpoint_store, self.redis, publish_now)
         )
+        if self.checkpoints is not None:
+            self.seating.before_release = self.checkpoints.let_go
         self.tasks.on_settled = self.seating.start_settled
         self.tasks.start_terms = self.seating.start_terms
         self.execution = self._execution(publish_now, blobs)

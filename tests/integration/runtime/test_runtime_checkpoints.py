@@ -22,7 +22,7 @@ from runtime_helpers import (  # type: ignore[import-not-found]
 
 from services.runtime.checkpoint_store import CheckpointMissing, CheckpointStore
 from services.runtime.service import RuntimeService
-from shared.commands import ExecuteAction
+from shared.commands import ExecuteAction, ReleaseSandbox
 from shared.events import (
     CmdOutputObservation,
     EventBase,
@@ -155,6 +155,10 @@ async def test_each_checkpoint_stores_what_changed_and_holds_exactly_the_files(
         assert fourth is not None and fourth.base_seq == third.action_seq, fourth
         assert fourth.changed == 1 and fourth.stored_bytes < 1000, fourth
 
+        # Its sandbox released: nothing of it stays in the runtime's memory.
+        assert task_id in service.checkpoints.remembered()
+        await service.seating.release(ReleaseSandbox(task_id=task_id, reason="test"))
+        assert task_id not in service.checkpoints.remembered()
         # Deleted with its task.
         assert await service.checkpoints.remove(task_id) > 300
         with pytest.raises(CheckpointMissing):
