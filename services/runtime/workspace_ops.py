@@ -146,11 +146,9 @@ class RuntimeWorkspace:
         if await self.status.is_live(task_id) or await self.kept.is_retained(task_id):
             return False
         # A task's end and the record of its retention are two steps (the release follows the
-        # end): a sandbox still on the engine in between is not gone, and what it answered holds.
-        for ref in (await self.bindings.get(task_id), task_container_name(task_id)):
-            if ref is not None and await self.docker.inspect(ref) is not None:
-                return False
-        return True
+        # end): a task still bound to its sandbox in between is not gone, and what the sandbox
+        # answered holds. A removal unbinds first, so a sandbox being removed is gone.
+        return await self.bindings.get(task_id) is None
 
     async def _handle(self, request: WorkspaceRequest) -> WorkspaceReply:
         path = check_path(request.path) if request.path is not None else None
