@@ -251,6 +251,8 @@ _SERVICES: dict[str, Callable[[], Permissions]] = {
             # replicas (issue 11).
             *_consumer(NOTICES_STREAM, "webhooks"),
             *_blob_writer(),
+            # Whether a fork's checkpoint is still kept (its metadata, one message get).
+            f"$JS.API.STREAM.MSG.GET.{_CHECKPOINTS}",
             *_tenant_records(),  # tenants and API keys, durable (Redis caches them)
             *_secret_records(),  # tenants' secrets, sealed, durable (readers read Redis)
         ],

@@ -110,6 +110,11 @@ class ExecuteAction(_Command):
         description="The task's last workspace checkpoint in its log (the seq of its action): "
         "a new checkpoint adds to it (issue 28).",
     )
+    checkpoint_task: str | None = Field(
+        default=None,
+        description="Whose checkpoint that is, when not this task's own (a fork's parent): a "
+        "fork's first sandbox starts from it.",
+    )
 
 
 # The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:

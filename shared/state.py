@@ -214,6 +214,15 @@ class TaskState(BaseModel):
         "(issue 28): the task's orders name it, so a sandbox lost with its machine is restored "
         "from it on any replica.",
     )
+    checkpoint_task: str | None = Field(
+        default=None,
+        description="Whose checkpoint `checkpoint_seq` is, when it is not this task's own: a "
+        "fork's parent, until the fork stores its own.",
+    )
+    forked_from: str | None = Field(default=None, description="The task this one is a fork of.")
+    forked_at: int | None = Field(
+        default=None, description="The seq of the parent's log this fork starts from."
+    )
     result: TaskResult | None = None
     usage: TaskUsage = Field(default_factory=TaskUsage)
 

@@ -16,6 +16,7 @@ import uuid
 from redis.asyncio import Redis
 
 from .events import AgentState, EventSource, MessageAction, TaskCreatedObservation
+from .forks import checkpoint_name, parse_checkpoint
 from .state import TaskState
 
 __all__ = [
@@ -80,6 +81,13 @@ def created_entry(state: TaskState) -> TaskCreatedObservation:
         max_sub_tasks=state.max_sub_tasks,
         parent_task_id=state.parent_task_id,
         parent_action_id=state.parent_action_id,
+        forked_from=state.forked_from,
+        forked_at=state.forked_at,
+        fork_checkpoint=(
+            checkpoint_name(state.checkpoint_task, state.checkpoint_seq)
+            if state.forked_from and state.checkpoint_task and state.checkpoint_seq
+            else None
+        ),
     )
 
 
@@ -91,6 +99,9 @@ def creation_request(state: TaskState) -> TaskCreatedObservation:
 def state_from_created(created: TaskCreatedObservation, task: str | None = None) -> TaskState:
     """The State of a task not yet started, as `created` describes it. `task` is its text when
     `created` does not carry it (a log entry: the text is the first user message)."""
+    checkpoint_task, checkpoint_seq = (
+        parse_checkpoint(created.fork_checkpoint) if created.fork_checkpoint else (None, None)
+    )
     return TaskState(
         task_id=created.task_id,
         task=(created.task or "") if task is None else task,
@@ -113,6 +124,10 @@ def state_from_created(created: TaskCreatedObservation, task: str | None = None)
         max_sub_tasks=created.max_sub_tasks,
         parent_task_id=created.parent_task_id,
         parent_action_id=created.parent_action_id,
+        forked_from=created.forked_from,
+        forked_at=created.forked_at,
+        checkpoint_task=checkpoint_task,
+        checkpoint_seq=checkpoint_seq,
     )
 
 

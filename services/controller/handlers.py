@@ -7,6 +7,7 @@ import logging
 import time
 
 from faststream.nats import NatsBroker
+from nats.errors import Error as NatsError
 
 from shared.commands import ForgetTaskRequest
 from shared.delivery import PermanentError
@@ -25,9 +26,11 @@ from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import EVENTS_STREAM, Service
 from shared.task_creation import first_message, requested, state_from_created
 
-from .agent_loop import apply, ask_for_lost_step, send_queued_action
+from .agent_loop import apply, ask_for_lost_step, created_entry, send_queued_action
+from .agent_loop.next_hop import fail
 from .deadlines import AnswerDeadlines
 from .errors import RebuildError, TaskNotMadeYet
+from .fork import fork_turn
 from .metrics import CONFLICTS, OVERDUE, REBUILT, REPLAYED, TURN_SECONDS, count_task_end
 from .rebuild import rebuild_state, waits_for_a_seat
 from .secret_filter import SecretFilter
@@ -131,9 +134,12 @@ class ControllerHandlers:
                 # Nats-Msg-Id of each message makes a second copy a no-op in JetStream).
                 REPLAYED.inc()
                 return state.outboxes.get(event.id, [])
-            turn = Turn(state, answer_retries=self.answer_retries)
-            # A new task's first turn takes its text as the first user message.
-            apply(turn, event if making is None else first_message(making))
+            if making is not None and making.forked_from is not None:
+                turn = await self._fork(making)
+            else:
+                turn = Turn(state, answer_retries=self.answer_retries)
+                # A new task's first turn takes its text as the first user message.
+                apply(turn, event if making is None else first_message(making))
             turn.update(**self.deadlines.rearm(state, turn.state, event, utc_now()))
             for sub_task in turn.new_tasks:
                 # Before the parent's save: a sub-task must exist before its first input.
@@ -152,6 +158,21 @@ class ControllerHandlers:
         raise RuntimeError(
             f"task {event.task_id}: state kept changing under {self.cas_attempts} tries"
         )
+
+    async def _fork(self, making: TaskCreatedObservation) -> Turn:
+        """A fork's first turn (fork.py) from its parent's log; one the log cannot give (the
+        parent deleted since the gateway checked it) makes the fork end in ERROR saying so."""
+        parent = making.forked_from or ""
+        try:
+            if self.task_log is None:
+                raise RebuildError("this controller reads no task logs")
+            return fork_turn(making, await self.task_log.read_shared(parent), self.answer_retries)
+        except (RebuildError, NatsError, TimeoutError) as exc:
+            log.warning("task %s: fork of %s failed: %s", making.task_id, parent, exc)
+            turn = Turn(state_from_created(making), answer_retries=self.answer_retries)
+            turn.log(created_entry(turn.state))
+            fail(turn, f"could not fork task {parent} at seq {making.forked_at}: {exc}"[:1000])
+            return turn
 
     async def on_deletion(self, request: ForgetTaskRequest) -> None:
         """A deleted task (DELETE /v1/tasks/{id}, from the deletions stream): its State and

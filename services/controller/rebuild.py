@@ -25,7 +25,7 @@ What the log cannot tell, and what a rebuilt State holds instead:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from shared.events import (
     AgentState,
@@ -45,10 +45,13 @@ from .agent_loop import CONTROLLER_ERROR_CODES, apply
 from .errors import RebuildError
 from .turn import Turn
 
-__all__ = ["is_logged_input", "rebuild_state", "waits_for_a_seat"]
+__all__ = ["is_logged_input", "rebuild_at", "rebuild_state", "waits_for_a_seat"]
 
 log = logging.getLogger("deckhands.controller.rebuild")
 
+_ON_AN_ACTION = frozenset(
+    {Awaiting.SECURITY, Awaiting.CONFIRMATION, Awaiting.RUNTIME, Awaiting.DELEGATE}
+)
 _ENDED = frozenset({AgentState.FINISHED, AgentState.STOPPED, AgentState.REJECTED, AgentState.ERROR})
 
 
@@ -72,16 +75,56 @@ def rebuild_state(
     """The State the controller had after logging `log_entries` (the task's whole log, in any
     order). `next_input` is the input about to be applied, if any (see the module docstring)."""
     entries = _in_order(log_entries)
+    state = _created_state(entries)
+    for after_turn, _ in _replay(entries):
+        state = after_turn
+    return _finished(state, entries, next_input)
+
+
+def rebuild_at(log_entries: Sequence[EventBase], at: int) -> tuple[TaskState, int]:
+    """The State after the turn that logged seq `at`, and that turn's last seq: a fork's
+    starting point (services/controller/fork.py). A turn is never split: one whose input is
+    at or before `at` is taken whole. If the task was then waiting on an action (under
+    review, awaiting confirmation, running, or a sub-task), the point is the turn before that
+    action's: the fork's agent chooses its next action again rather than inherit one it must
+    not run twice (the runtime keeps each action id's result)."""
+    entries = _in_order(log_entries)
+    turns = list(_replay(entries)) or [(_created_state(entries), 1)]
+    ends = [(state, entries[pos - 1].seq or pos) for state, pos in turns]
+    chosen = next(((st, end) for st, end in ends if end >= at), ends[-1])
+    waited = _waited_action_seq(chosen[0], entries)
+    if waited is not None:
+        chosen = next(((st, end) for st, end in reversed(ends) if end < waited), ends[0])
+    state, end = chosen
+    return _finished(state, entries[:end], None), end
+
+
+def _created_state(entries: list[EventBase]) -> TaskState:
     first = entries[0]
     if not isinstance(first, TaskCreatedObservation):
         raise RebuildError(f"task {first.task_id}: the log does not open with its creation")
-    state = _created(first, entries)
+    return _created(first, entries)
+
+
+def _waited_action_seq(state: TaskState, entries: list[EventBase]) -> int | None:
+    """The seq of the action `state` waits on, if it waits on one."""
+    if state.awaiting not in _ON_AN_ACTION:
+        return None
+    wanted = state.pending_action.id if state.pending_action is not None else state.awaiting_id
+    return next((e.seq for e in entries if e.id == wanted), None)
+
+
+def _replay(entries: list[EventBase]) -> Iterator[tuple[TaskState, int]]:
+    """Each turn of the log replayed: the State after it, and the position after its last
+    entry."""
+    state = _created_state(entries)
     pos = 1
     while pos < len(entries):
         entry = entries[pos]
         if not is_logged_input(entry):
             state = _as_logged(state, entry)
             pos += 1
+            yield state, pos
             continue
         # The first turn also wrote the creation entry, before its input.
         start = 0 if state.last_seq == 0 else pos
@@ -102,7 +145,7 @@ def rebuild_state(
             )
             state = _as_logged(state, entry)
             pos += 1
-    return _finished(state, entries, next_input)
+        yield state, pos
 
 
 def _in_order(log_entries: Sequence[EventBase]) -> list[EventBase]:

@@ -8,6 +8,8 @@ rebuilding is rare, and this needs only the stream's MSG.GET permission, no cons
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
 from nats.js import JetStreamContext
@@ -27,6 +29,25 @@ _PREFIX = event_subject("*").removesuffix("*")  # "deckhands.events."
 class TaskLog:
     def __init__(self, jetstream: Callable[[], JetStreamContext]) -> None:
         self._jetstream = jetstream
+        # Reads in flight or just done, shared by the forks of one task made together.
+        self._shared: dict[str, tuple[float, asyncio.Future[list[EventBase]]]] = {}
+
+    async def read_shared(self, task_id: str, fresh_s: float = 2.0) -> list[EventBase]:
+        """The task's log as `read` gives it, read once for every caller within `fresh_s`
+        (ten forks of a task at once read its log once)."""
+        now = time.monotonic()
+        for key, (when, _) in list(self._shared.items()):
+            if now - when > fresh_s:
+                del self._shared[key]
+        kept = self._shared.get(task_id)
+        if kept is None:
+            kept = (now, asyncio.ensure_future(self.read(task_id)))
+            self._shared[task_id] = kept
+        try:
+            return await asyncio.shield(kept[1])
+        except Exception:
+            self._shared.pop(task_id, None)  # the next caller reads again
+            raise
 
     async def read(self, task_id: str) -> list[EventBase]:
         """Every entry of the task's log, in stream order (empty if it has none)."""

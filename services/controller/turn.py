@@ -74,6 +74,13 @@ class Turn:
         self._keep_unseen(stamped, len(payload))
         return stamped
 
+    def inherit(self, entries: list[EventBase]) -> None:
+        """Open a fork's log with its parent's entries (already copied and stamped): logged
+        as they are, not as the fork's news (no notices, and the reasoner reads them from
+        storage, not from the step request)."""
+        self.logged += entries
+        self.update(unseen_events=None, unseen_bytes=0)
+
     def _keep_unseen(self, event: EventBase, size: int) -> None:
         """Remember the entry for the next step request, while the entries stay small."""
         unseen = self.state.unseen_events
@@ -179,7 +186,7 @@ class Turn:
                 msg_id=e.id,  # deduplicated per stream: the log's own id is this copy's too
             )
             for e in self.logged
-            if isinstance(e, AgentStateChangedObservation)
+            if isinstance(e, AgentStateChangedObservation) and e.inherited_from is None
         ]
         out += [
             Outgoing(

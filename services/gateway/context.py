@@ -28,6 +28,7 @@ from .tasks.attachments import TaskAttachments
 from .tasks.creation_slots import CreationSlots
 from .tasks.creations import TaskViews
 from .tasks.deletion import TaskDeletion
+from .tasks.forks import TaskForks
 from .tasks.listing import TaskListing
 from .tasks.service import TaskService
 from .tasks.values import TaskDefaults
@@ -47,6 +48,7 @@ __all__ = [
     "GatewayContext",
     "ReadinessServiceDep",
     "TaskDeletionDep",
+    "TaskForksDep",
     "TaskListingDep",
     "TaskServiceDep",
     "TenantQuotasDep",
@@ -78,6 +80,7 @@ class GatewayContext:
     secrets: SecretsStore | None = None
     attachments: TaskAttachments | None = None
     secrets_refill: SecretsRefill | None = None
+    forks: TaskForks | None = None
 
 
 def quota_defaults(settings: GatewaySettings) -> QuotaDefaults:
@@ -171,6 +174,7 @@ def build_context(settings: GatewaySettings, broker: NatsBroker, redis: Redis) -
         secrets=secrets_store,
         attachments=attachments,
         secrets_refill=secrets_refill,
+        forks=TaskForks(tasks, history, lambda: broker.connection.jetstream()),
     )
 
 
@@ -265,6 +269,14 @@ TenantStoreDep = Annotated[TenantStore, Depends(_tenants)]
 TaskListingDep = Annotated[TaskListing, Depends(_listing)]
 TenantQuotasDep = Annotated[TenantQuotas, Depends(_quotas)]
 TaskDeletionDep = Annotated[TaskDeletion, Depends(_deletion)]
+
+
+async def _forks(context: Annotated[GatewayContext, Depends(get_context)]) -> TaskForks:
+    assert context.forks is not None  # build_context makes it
+    return context.forks
+
+
+TaskForksDep = Annotated[TaskForks, Depends(_forks)]
 
 
 async def _tenant_admin(context: Annotated[GatewayContext, Depends(get_context)]) -> TenantService:

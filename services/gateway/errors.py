@@ -15,6 +15,8 @@ __all__ = [
     "ApiKeyNotFound",
     "EgressForbidden",
     "EgressPolicyRefused",
+    "ForkPointGone",
+    "ForkRefused",
     "GatewayError",
     "IdempotencyConflict",
     "InvalidCursor",
@@ -97,6 +99,19 @@ class BlobNotFound(GatewayError):
 
     def __init__(self, task_id: str, sha256: str) -> None:
         super().__init__(f"task {task_id!r} has no blob {sha256!r}")
+
+
+class ForkRefused(GatewayError):
+    """A fork the task's log cannot give: a point whose files were not kept, a sub-task, or a
+    task not started yet (the detail says which)."""
+
+    status_code = 409
+
+
+class ForkPointGone(GatewayError):
+    """The checkpoint a fork would start from is no longer kept (past its retention)."""
+
+    status_code = 410
 
 
 class TaskNotStopped(GatewayError):

@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
+from shared.forks import manifest_object
 from shared.subjects import CHECKPOINTS_BUCKET
 
 from .checkpoint_manifest import Delta, Manifest
@@ -48,7 +49,7 @@ def content_name(task_id: str, sha256: str) -> str:
 
 
 def manifest_name(task_id: str, seq: int) -> str:
-    return f"{task_id}/m/{seq}"
+    return manifest_object(task_id, seq)  # the gateway checks a fork's is kept by this name
 
 
 def pack_content(data: bytes) -> bytes:

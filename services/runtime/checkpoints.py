@@ -75,8 +75,9 @@ class Checkpoints:
         self.publish = publish
         self.quota = CheckpointQuota(redis, settings)
         self._pending: dict[str, asyncio.Task[None]] = {}
-        # task -> (container, seq): that sandbox's executor has committed the checkpoint at seq.
-        self._synced: dict[str, tuple[str, int]] = {}
+        # task -> (container, owner, seq): that sandbox's executor has committed the checkpoint
+        # at seq, stored under `owner` (the task itself, or the parent a fork started from).
+        self._synced: dict[str, tuple[str, str, int]] = {}
 
     def after(self, command: ExecuteAction, sandbox: Sandbox, cwd: str = "") -> None:
         """The action ran in `sandbox` (leaving its shell in `cwd`): take its checkpoint in the
@@ -101,9 +102,18 @@ class Checkpoints:
 
     def latest(self, command: ExecuteAction) -> int | None:
         """The seq of the task's last checkpoint: this replica's, or the one its log names."""
+        source = self.source(command)
+        return None if source is None else source[1]
+
+    def source(self, command: ExecuteAction) -> tuple[str, int] | None:
+        """(whose, seq) of the checkpoint holding the task's files: the last this replica
+        stored, or the one its log names (a fork's parent's, until it stores its own)."""
         synced = self._synced.get(command.task_id)
-        seqs = [s for s in (command.checkpoint_seq, synced and synced[1]) if s]
-        return max(seqs) if seqs else None
+        if synced is not None and synced[2] >= (command.checkpoint_seq or 0):
+            return synced[1], synced[2]
+        if command.checkpoint_seq:
+            return command.checkpoint_task or command.task_id, command.checkpoint_seq
+        return None
 
     async def before_action(
         self, command: ExecuteAction, sandbox: Sandbox, docker: DockerSandboxes
@@ -120,13 +130,18 @@ class Checkpoints:
     ) -> None:
         """The task's sandbox is new (its earlier one is gone): its files from its last
         checkpoint, and the agent told so with this action's output."""
-        seq = self.latest(command)
-        if seq is None:
+        source = self.source(command)
+        if source is None:
             return  # a task's first sandbox: nothing to restore
+        owner, seq = source
         self._synced.pop(command.task_id, None)  # this executor has stored nothing yet
-        lost = "The task's sandbox was lost."
+        lost = (
+            "The task's sandbox was lost."
+            if owner == command.task_id
+            else f"This task is a fork of task {owner}: its sandbox is new."
+        )
         try:
-            done = await restore_workspace(self.store, docker, sandbox, command.task_id, seq)
+            done = await restore_workspace(self.store, docker, sandbox, owner, seq)
         except (CheckpointMissing, NatsError, OSError, TimeoutError, ValueError) as exc:
             log.warning("task %s: restore of seq %d failed: %r", command.task_id, seq, exc)
             sandbox.notice = (
@@ -142,8 +157,9 @@ class Checkpoints:
             if after and after - 1 > seq
             else ""
         )
+        whose = "the" if owner == command.task_id else f"task {owner}'s"
         sandbox.notice = (
-            f"{lost} /workspace was restored from the checkpoint taken after seq {seq} "
+            f"{lost} /workspace was restored from {whose} checkpoint taken after seq {seq} "
             f"({done.files} files).{missing} The shell and the Python session are new: "
             "its variables and background processes are gone (the shell is back in the "
             "directory it was in)."
@@ -260,7 +276,7 @@ class Checkpoints:
         task_id = command.task_id
         seq = command.action.seq
         assert seq is not None
-        base, incremental = await self._base(command, sandbox)
+        base, incremental, owner = await self._base(command, sandbox)
         first, changed = await self._scan(sandbox, incremental)
         if first["too_large"]:
             raise _Skip(
@@ -279,9 +295,11 @@ class Checkpoints:
             removed & set(base.entries)
         ):
             await sandbox.session.commit({"scan": first["scan"]}, 30.0)
-            self._synced[task_id] = (sandbox.container_id, base.seq)
+            self._synced[task_id] = (sandbox.container_id, owner, base.seq)
             return None  # nothing changed: the last checkpoint holds these files
-        known = {e[3] for e in base.entries.values() if e[0] == "f"}
+        # A fork's first own checkpoint copies every content into its own name: the parent's
+        # checkpoints go with the parent (its deletion, its retention), the fork's files stay.
+        known = {e[3] for e in base.entries.values() if e[0] == "f"} if owner == task_id else set()
         wanted = sorted(
             {p for p, e in now.items() if e[0] == "f" and e[3] not in known and e[2] >= 0}
         )
@@ -292,12 +310,18 @@ class Checkpoints:
         stored, skipped = await fetch_and_store(
             self.store, sandbox, task_id, wanted, now, self.settings.checkpoint_timeout_s
         )
-        delta = base.delta_to(seq, now, removed, cwd or base.cwd)
+        delta = (
+            base.delta_to(seq, now, removed, cwd or base.cwd)
+            if owner == task_id
+            else _EMPTY.delta_to(
+                seq, now, set(), cwd or base.cwd
+            )  # `now`: every path (a full scan)
+        )
         whole = Manifest.whole(delta) if delta.base_seq is None else base.then(delta)
         stored += await self.store.put_manifest(task_id, delta, whole)
         await self.quota.add(command, stored)
         await sandbox.session.commit({"scan": first["scan"]}, 30.0)
-        self._synced[task_id] = (sandbox.container_id, seq)
+        self._synced[task_id] = (sandbox.container_id, task_id, seq)
         CHECKPOINT_BYTES.inc(stored)
         return WorkspaceCheckpointObservation(
             task_id=task_id,
@@ -315,20 +339,23 @@ class Checkpoints:
             took_ms=(time.monotonic() - started) * 1000,
         )
 
-    async def _base(self, command: ExecuteAction, sandbox: Sandbox) -> tuple[Manifest, bool]:
-        """The checkpoint this one adds to, and whether the executor's base is that one (then
-        it reports only what changed; else every path, compared here)."""
+    async def _base(self, command: ExecuteAction, sandbox: Sandbox) -> tuple[Manifest, bool, str]:
+        """The checkpoint this one adds to, whether the executor's base is that one (then it
+        reports only what changed; else every path, compared here), and whose it is (a fork's
+        parent's until the fork stores its own: then every path is reported)."""
         task_id = command.task_id
         synced = self._synced.get(task_id)
-        at = synced[1] if synced is not None else command.checkpoint_seq
-        if at is None:
-            return _EMPTY, synced is not None and synced[0] == sandbox.container_id
+        source = (synced[1], synced[2]) if synced is not None else self.source(command)
+        if source is None:
+            return _EMPTY, synced is not None and synced[0] == sandbox.container_id, task_id
+        owner, at = source
+        incremental = synced is not None and synced[0] == sandbox.container_id
         try:
-            base = await self.store.manifest(task_id, at)
+            base = await self.store.manifest(owner, at)
         except CheckpointMissing:
             self._synced.pop(task_id, None)
-            return _EMPTY, False
-        return base, synced is not None and synced[0] == sandbox.container_id
+            return _EMPTY, False, task_id
+        return base, incremental and owner == task_id, owner
 
     async def _scan(self, sandbox: Sandbox, incremental: bool) -> tuple[ScanReply, list[ScanEntry]]:
         s = self.settings

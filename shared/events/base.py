@@ -42,6 +42,11 @@ class EventBase(BaseModel):
     cause: str | None = Field(
         default=None, description="Id of the event this one answers (an observation's action)."
     )
+    inherited_from: str | None = Field(
+        default=None,
+        description="In a fork's log (issue 28): the task that logged this entry first; the "
+        "fork's copy keeps its seq and time, under an id of its own.",
+    )
 
 
 class BlobRef(BaseModel):

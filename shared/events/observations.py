@@ -25,6 +25,7 @@ __all__ = [
     "MCPCallObservation",
     "PythonOutputObservation",
     "RiskLevel",
+    "RuntimeAnswer",
     "SandboxQueuedObservation",
     "SecurityVerdictObservation",
     "SubTaskSpend",
@@ -44,6 +45,9 @@ class _RuntimeAnswer(EventBase):
         description="The runtime replica whose engine holds the task's sandbox after this "
         "action; None: none holds it, or not known (the next order goes to any replica).",
     )
+
+
+RuntimeAnswer = _RuntimeAnswer  # the kinds that answer an action the runtime ran
 
 
 class CmdOutputObservation(_RuntimeAnswer):
@@ -247,6 +251,18 @@ class TaskCreatedObservation(EventBase):
     max_sub_tasks: int = Field(default=10, ge=0)
     parent_task_id: str | None = None
     parent_action_id: str | None = None
+    forked_from: str | None = Field(
+        default=None, description="The task this one is a fork of (issue 28)."
+    )
+    forked_at: int | None = Field(
+        default=None, ge=1, description="The seq of the parent's log the fork starts from."
+    )
+    fork_checkpoint: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The checkpoint a fork's /workspace starts from ('<task>/<seq>'); None: "
+        "an empty one (no action had changed files by `forked_at`).",
+    )
     task: str | None = Field(
         default=None,
         description="The task's text, in the gateway's request to make the task; left out of "

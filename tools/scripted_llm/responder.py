@@ -49,7 +49,7 @@ INVALID_REPLY_MARKER = "Your previous reply was invalid"
 # The reasoner's note in place of condensed history: "[Condensed history] 12 earlier ...".
 CONDENSED_MARKER = "[Condensed history]"
 _CONDENSED = re.compile(r"^\[Condensed history\] (\d+) earlier")
-_TEMPLATE_KEYS = ("last_tool_output", "task", "turn")
+_TEMPLATE_KEYS = ("last_tool_output", "last_user_message", "task", "turn")
 # What /prompts keeps: bounded, for load tests with hundreds of agents run on this server too.
 PROMPTS_PER_TASK = 4
 PROMPT_TASKS = 64
@@ -73,6 +73,7 @@ class _Conversation:
     task: str = ""
     replies_so_far: int = 0
     last_tool_output: str = ""
+    last_user_message: str = ""  # the latest user message (the task, or one sent since)
     prompt_chars: int = 0
     offers_tools: bool = False
     key: str = field(default="")
@@ -100,6 +101,8 @@ def _read_conversation(body: dict[str, Any]) -> _Conversation:
                 conv.task, first_user_seen = text, True
             else:
                 last_user_after_task = text
+                if not text.startswith((INVALID_REPLY_MARKER, CONDENSED_MARKER)):
+                    conv.last_user_message = text
                 if text.startswith(INVALID_REPLY_MARKER):
                     conv.replies_so_far += 1
                 condensed = _CONDENSED.match(text)
@@ -108,6 +111,7 @@ def _read_conversation(body: dict[str, Any]) -> _Conversation:
     conv.prompt_chars += len(json.dumps(body.get("tools") or ""))
     conv.last_tool_output = last_tool if last_tool is not None else last_user_after_task or ""
     conv.last_tool_output = conv.last_tool_output.rstrip()
+    conv.last_user_message = conv.last_user_message or conv.task
     conv.key = hashlib.sha1(conv.task.encode()).hexdigest()[:16]
     return conv
 
@@ -211,6 +215,7 @@ class Responder:
 
         values = {
             "last_tool_output": conv.last_tool_output,
+            "last_user_message": conv.last_user_message,
             "task": conv.task,
             "turn": str(index + 1),
         }

@@ -19,6 +19,7 @@ from shared.events import (
     TaskCreatedObservation,
     WorkspaceCheckpointObservation,
 )
+from shared.forks import parse_checkpoint
 from shared.state import Awaiting
 from shared.task_creation import created_entry
 
@@ -61,7 +62,12 @@ def apply(turn: Turn, event: EventBase) -> None:
         # a fact for the log (forks and restores start from it), whatever the task awaits.
         turn.log(event)
         if event.checkpoint and event.action_seq > (turn.state.checkpoint_seq or 0):
-            turn.update(checkpoint_seq=event.action_seq)
+            # A fork's log holds its parent's checkpoints: they are the parent's to read.
+            owner = parse_checkpoint(event.checkpoint)[0]
+            turn.update(
+                checkpoint_seq=event.action_seq,
+                checkpoint_task=None if owner == event.task_id else owner,
+            )
     elif isinstance(event, ReviewedAction):
         reviewed(turn, event)
     elif event.source is EventSource.USER:

@@ -51,6 +51,7 @@ def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
         tenant_id=state.tenant_id,
         priority=state.priority,
         checkpoint_seq=state.checkpoint_seq,
+        checkpoint_task=state.checkpoint_task,
     )
 
 

@@ -11,9 +11,11 @@ from fastapi import APIRouter, Header, Query, Response, status
 
 from shared.events import AgentState
 
-from ..context import TaskDeletionDep, TaskListingDep, TaskServiceDep
+from ..context import TaskDeletionDep, TaskForksDep, TaskListingDep, TaskServiceDep
 from ..http.auth import CallerDep
 from ..http.models import ErrorResponse, InvalidRequestResponse, QuotaExceededResponse
+from ..tasks.fork_models import ForkRequest, ForksCreated
+from ..tasks.forks import ForkSpec
 from ..tasks.listing import TaskQuery
 from ..tasks.models import (
     MAX_LABELS,
@@ -136,6 +138,51 @@ async def create_task(
     return TaskCreated(id=created.state.task_id, state=created.state.agent_state)
 
 
+@router.post(
+    "/{task_id}/fork",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=ForksCreated,
+    responses={
+        **_CONTROL_RESPONSES,
+        **_OVER_QUOTA,
+        409: {
+            "model": ErrorResponse,
+            "description": "The files of that point were not kept (a checkpoint after it was "
+            "skipped: too large, over quota), the task is a sub-task, or it has not started",
+        },
+        410: {
+            "model": ErrorResponse,
+            "description": "The checkpoint of that point is no longer kept (past "
+            "DECKHANDS_CHECKPOINT_RETENTION_S)",
+        },
+    },
+    summary="Fork a task at a seq of its log into new tasks, each with its files of then",
+)
+async def fork_task(
+    task_id: str,
+    body: ForkRequest,
+    forks: TaskForksDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> ForksCreated:
+    spec = ForkSpec(
+        at=body.at,
+        count=body.count,
+        message=body.message,
+        labels=tuple(body.labels),
+        max_iterations=body.limits.max_iterations,
+        max_budget_usd=body.limits.max_budget_usd,
+        priority=body.limits.priority,
+    )
+    made = await forks.fork(task_id, caller.tenant_id, spec, idempotency_key)
+    return ForksCreated(
+        forked_from=task_id,
+        at=body.at,
+        checkpoint=made.files.checkpoint,
+        forks=[TaskCreated(id=c.state.task_id, state=c.state.agent_state) for c in made.created],
+    )
+
+
 @router.get(
     "/{task_id}", response_model=TaskView, responses=_CONTROL_RESPONSES, summary="A task's state"
 )
@@ -167,6 +214,10 @@ async def list_tasks(
     created_before: Annotated[
         datetime | None, Query(description="Only tasks created before this time (ISO 8601).")
     ] = None,
+    forked_from: Annotated[
+        str | None,
+        Query(max_length=128, description="Only the forks of this task (POST .../fork)."),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[
         str | None,
@@ -180,6 +231,7 @@ async def list_tasks(
         labels=frozenset(label or ()),
         created_after=created_after,
         created_before=created_before,
+        forked_from=forked_from,
     )
     page = await listing.page(caller.tenant_id, query)
     return TaskList(

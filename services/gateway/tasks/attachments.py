@@ -71,6 +71,19 @@ class TaskAttachments:
         except RedisError as exc:
             raise StorageUnavailable(f"task attachments (Redis) unavailable: {exc}") from exc
 
+    async def inherit(self, parent_id: str, fork_id: str, tenant_id: str) -> None:
+        """A fork's secrets and webhook: its parent's."""
+        try:
+            store = self.secrets.store
+            grant = None if store is None else await store.grant_of(parent_id)
+            if store is not None and grant is not None and grant.names:
+                await store.grant(fork_id, tenant_id, grant.names)
+            webhook = await self.webhooks.of_task(parent_id)
+            if webhook is not None:
+                await self.webhooks.attach(fork_id, tenant_id, webhook.spec)
+        except RedisError as exc:
+            raise StorageUnavailable(f"task attachments (Redis) unavailable: {exc}") from exc
+
     async def forget(self, task_id: str) -> None:
         """A deleted task's grant, webhook and delivery log."""
         if self.secrets.store is not None:

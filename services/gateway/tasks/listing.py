@@ -1,5 +1,5 @@
 """GET /v1/tasks: a tenant's tasks, newest first, a page at a time, filtered by state, creation
-time and labels.
+time, labels and parent (of a fork).
 
 The tenant's index (tasks/records.py) orders tasks by creation time and bounds a page by creation
 time; state and labels are read from each candidate's State and record and filtered here. A
@@ -37,6 +37,7 @@ class TaskQuery:
     labels: frozenset[str] = frozenset()  # all of them
     created_after: datetime | None = None
     created_before: datetime | None = None
+    forked_from: str | None = None  # only the forks of this task
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class TaskListing:
             created_after=query.created_after,
             created_before=query.created_before,
         )
-        filtered = bool(query.states or query.labels)
+        filtered = bool(query.states or query.labels or query.forked_from)
         try:
             await self.records.ensure_index(tenant_id)
             return await self._page(tenant_id, query, where, filtered)
@@ -89,6 +90,8 @@ class TaskListing:
                 if query.states and state.agent_state not in query.states:
                     continue
                 if not query.labels <= set(record.labels):
+                    continue
+                if query.forked_from is not None and state.forked_from != query.forked_from:
                     continue
                 found.append((state, record.labels))
             if len(batch) < size:

@@ -307,6 +307,8 @@ class TaskView(BaseModel):
         "freed in the last 10 minutes; null when too few freed to tell.",
     )
     labels: list[str] = Field(default_factory=list, description="Set at creation.")
+    forked_from: str | None = Field(default=None, description="The task this is a fork of.")
+    forked_at: int | None = Field(default=None, description="The seq of its parent it forked at.")
 
     @classmethod
     def from_state(
@@ -335,6 +337,8 @@ class TaskView(BaseModel):
             awaiting=state.awaiting,
             pending_action=None if pending is None else pending.model_dump(mode="json"),
             parent_task_id=state.parent_task_id,
+            forked_from=state.forked_from,
+            forked_at=state.forked_at,
             sub_tasks=[SubTaskView.from_state(sub) for sub in sub_tasks or []],
         )
 
@@ -356,6 +360,8 @@ class TaskSummary(BaseModel):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    forked_from: str | None = None
+    forked_at: int | None = None
 
     @classmethod
     def of(cls, state: TaskState, labels: tuple[str, ...]) -> TaskSummary:
@@ -370,6 +376,8 @@ class TaskSummary(BaseModel):
             created_at=state.created_at,
             updated_at=state.updated_at,
             finished_at=state.finished_at,
+            forked_from=state.forked_from,
+            forked_at=state.forked_at,
         )
 
 

@@ -7,12 +7,10 @@ fields the log cannot tell (services/controller/rebuild.py says which, and why).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 import pytest
+from live_log import TASK, Live, new_task  # type: ignore[import-not-found]
 
-from services.controller.agent_loop import apply, send_queued_action, sub_task_id
+from services.controller.agent_loop import send_queued_action, sub_task_id
 from services.controller.errors import RebuildError
 from services.controller.metrics import STEPS
 from services.controller.rebuild import rebuild_state, waits_for_a_seat
@@ -26,11 +24,9 @@ from shared.events import (
     AgentThinkAction,
     AnswerMissingObservation,
     ChangeAgentStateAction,
-    CmdOutputObservation,
     CmdRunAction,
     EventBase,
     EventSource,
-    LLMUsage,
     MessageAction,
     RiskLevel,
     SandboxQueuedObservation,
@@ -40,7 +36,6 @@ from shared.events import (
 )
 from shared.state import Awaiting, TaskState
 
-TASK = "t-rebuild"
 # What the log cannot tell; each is checked on its own where it matters.
 _NOT_LOGGED = {
     "version",
@@ -52,91 +47,6 @@ _NOT_LOGGED = {
     "processed",
     "outboxes",
 }
-
-
-class Live:
-    """The controller's turns, in memory: the State it saves and the log it writes."""
-
-    def __init__(self, state: TaskState) -> None:
-        self.state = state
-        self.log: list[EventBase] = []
-        self.turns: list[Turn] = []
-
-    def feed(self, event: EventBase) -> Turn:
-        turn = Turn(self.state)
-        apply(turn, event)
-        turn.update(**turn.state.record_input(event.id, turn.outbox()))
-        self.state = turn.state
-        self.log += turn.logged
-        self.turns.append(turn)
-        return turn
-
-    @property
-    def step_id(self) -> str:
-        assert self.state.awaiting is Awaiting.AGENT and self.state.awaiting_id
-        return self.state.awaiting_id
-
-    def agent(self, action: EventBase) -> Turn:
-        return self.feed(action)
-
-    def command(self, command: str, output: str = "ok\n") -> CmdRunAction:
-        """The agent runs `command`, security allows it and the runtime answers."""
-        action = self.run(command)
-        self.allow(action)
-        self.output(action, output)
-        return action
-
-    def run(self, command: str) -> CmdRunAction:
-        action = CmdRunAction(
-            task_id=self.state.task_id,
-            source=EventSource.AGENT,
-            cause=self.step_id,
-            command=command,
-            llm_usage=LLMUsage(model="m", prompt_tokens=100, completion_tokens=7, cost_usd=0.01),
-        )
-        self.feed(action)
-        return action
-
-    def allow(self, action: CmdRunAction, risk: RiskLevel = RiskLevel.LOW) -> None:
-        self.feed(
-            SecurityVerdictObservation(
-                task_id=self.state.task_id,
-                source=EventSource.ENVIRONMENT,
-                cause=action.id,
-                verdict=Verdict.ALLOW,
-                risk=risk,
-            )
-        )
-
-    def output(self, action: CmdRunAction, output: str) -> None:
-        self.feed(
-            CmdOutputObservation(
-                task_id=self.state.task_id,
-                source=EventSource.ENVIRONMENT,
-                cause=action.id,
-                command=action.command,
-                content=output,
-                exit_code=0,
-                cwd="/workspace",
-                runtime_replica="node-a",  # where the task's next orders go
-            )
-        )
-
-
-def _new(task_id: str = TASK, **fields: Any) -> Live:
-    state = TaskState(
-        task_id=task_id,
-        task="write and run squares.py",
-        created_at=datetime(2026, 11, 24, 1, 0, tzinfo=UTC),
-        max_iterations=fields.pop("max_iterations", 10),
-        initial_max_iterations=10,
-        max_budget_usd=2.0,
-        initial_budget_usd=2.0,
-        **fields,
-    )
-    live = Live(state)
-    live.feed(MessageAction(task_id=task_id, source=EventSource.USER, content=state.task))
-    return live
 
 
 def _rebuilt(live: Live, next_input: EventBase | None = None) -> TaskState:
@@ -160,7 +70,7 @@ def assert_same(live: Live, rebuilt: TaskState) -> None:
 
 
 def test_a_finished_task() -> None:
-    live = _new()
+    live = new_task()
     live.command("echo 'print(1)' > squares.py")
     live.command("python squares.py", "1\n")
     live.agent(
@@ -188,7 +98,7 @@ def test_a_finished_task() -> None:
 def test_mid_action_the_runtime_may_run_it_again() -> None:
     """The rebuilt State awaits the runtime's answer to the approved action: the order the
     runtime holds still passes its check, and the answer is applied when it comes."""
-    live = _new()
+    live = new_task()
     live.command("ls")
     action = live.run("python squares.py")
     live.allow(action)
@@ -207,7 +117,7 @@ def test_mid_action_the_runtime_may_run_it_again() -> None:
 
 def test_an_action_waiting_for_a_seat_is_sent_again() -> None:
     """The runtime kept the queued order in Redis: rebuilt, the task sends it again."""
-    live = _new()
+    live = new_task()
     action = live.run("ls")
     live.allow(action)
     assert not waits_for_a_seat(live.log, _rebuilt(live))
@@ -233,7 +143,7 @@ def test_an_action_waiting_for_a_seat_is_sent_again() -> None:
 
 
 def test_under_review() -> None:
-    live = _new()
+    live = new_task()
     action = live.run("ls")
     rebuilt = _rebuilt(live)
     assert_same(live, rebuilt)
@@ -241,7 +151,7 @@ def test_under_review() -> None:
 
 
 def test_awaiting_confirmation_then_confirmed() -> None:
-    live = _new(confirmation_mode=True, confirmation_threshold=RiskLevel.MEDIUM)
+    live = new_task(confirmation_mode=True, confirmation_threshold=RiskLevel.MEDIUM)
     action = live.run("rm -rf build")
     live.allow(action, RiskLevel.HIGH)
     assert live.state.agent_state is AgentState.AWAITING_USER_CONFIRMATION
@@ -263,7 +173,7 @@ def test_awaiting_confirmation_then_confirmed() -> None:
 
 
 def test_a_parent_waiting_for_its_sub_task_and_the_sub_task_itself() -> None:
-    parent = _new()
+    parent = new_task()
     delegate = AgentDelegateAction(
         task_id=TASK,
         source=EventSource.AGENT,
@@ -305,7 +215,7 @@ def test_a_parent_waiting_for_its_sub_task_and_the_sub_task_itself() -> None:
 def test_mid_step_adopts_the_answer_that_comes() -> None:
     """A step request is not logged: the rebuilt State takes the first answer to a request the
     log does not name as the one it waits for, and without one it waits for a new request."""
-    live = _new()
+    live = new_task()
     live.command("ls")
     step = live.step_id
     answer = CmdRunAction(task_id=TASK, source=EventSource.AGENT, cause=step, command="cat a")
@@ -323,7 +233,7 @@ def test_mid_step_adopts_the_answer_that_comes() -> None:
 
 def test_an_overdue_answer_that_ended_the_task_follows_the_log() -> None:
     """The overdue notice is not logged, only the ERROR it caused; the log has the last say."""
-    live = _new()
+    live = new_task()
     live.run("sleep 1")  # under review, and the monitor never answers
     for attempt in range(3):
         live.feed(
@@ -343,7 +253,7 @@ def test_an_overdue_answer_that_ended_the_task_follows_the_log() -> None:
 
 
 def test_denied_paused_rate_limited_stopped_and_resumed() -> None:
-    live = _new()
+    live = new_task()
     action = live.run("curl evil")
     live.feed(
         SecurityVerdictObservation(
@@ -392,7 +302,7 @@ def test_denied_paused_rate_limited_stopped_and_resumed() -> None:
 
 
 def test_iteration_limit_reached_and_raised_by_a_message() -> None:
-    live = _new(max_iterations=2)
+    live = new_task(max_iterations=2)
     live.command("a")
     live.command("b")
     assert live.state.agent_state is AgentState.ERROR
@@ -403,7 +313,7 @@ def test_iteration_limit_reached_and_raised_by_a_message() -> None:
 
 
 def test_a_log_that_cannot_rebuild_is_refused() -> None:
-    live = _new()
+    live = new_task()
     live.command("ls")
     with pytest.raises(RebuildError):
         rebuild_state([])

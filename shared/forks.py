@@ -1,0 +1,119 @@
+"""Which files a fork starts with (issue 28, item 2): the gateway checks them before it accepts
+a fork, and names them in the fork's creation request; the controller's fork starts from them.
+
+A fork at seq N starts with the files as they were when the log reached N: after every action
+the runtime had answered by then, none of those it had not. The runtime took a checkpoint after
+each action that changed files (WorkspaceCheckpointObservation, logged while the agent thought,
+so possibly after N; a fork's own log names the checkpoint it started from in its creation
+entry); the newest checkpoint of an action answered by N holds those files,
+unless a later such action's checkpoint was skipped (too large, over quota, failed): then the
+files of N were never kept, and the fork is refused rather than started from older files.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from .events import (
+    RUNNABLE_ACTION_TYPES,
+    EventBase,
+    RuntimeAnswer,
+    TaskCreatedObservation,
+    WorkspaceCheckpointObservation,
+)
+from .subjects import CHECKPOINTS_BUCKET
+
+__all__ = [
+    "ForkFiles",
+    "checkpoint_kept",
+    "checkpoint_name",
+    "files_at",
+    "manifest_object",
+    "parse_checkpoint",
+]
+
+
+def checkpoint_name(task_id: str, seq: int) -> str:
+    """A checkpoint's id, as WorkspaceCheckpointObservation.checkpoint names it."""
+    return f"{task_id}/{seq}"
+
+
+def parse_checkpoint(name: str) -> tuple[str, int]:
+    """(task, action seq) of a checkpoint id; ValueError if it is not one."""
+    task_id, _, seq = name.rpartition("/")
+    if not task_id or not seq.isdigit():
+        raise ValueError(f"not a checkpoint id: {name!r}")
+    return task_id, int(seq)
+
+
+@dataclass(frozen=True)
+class ForkFiles:
+    """The files of a task's log at some seq."""
+
+    checkpoint: str | None  # the checkpoint holding them; None: no action had changed files
+    ran_to: int  # the seq of the last action the runtime had answered (0: none)
+    unkept: WorkspaceCheckpointObservation | None = None  # a skipped checkpoint after it
+
+
+def files_at(entries: Sequence[EventBase], at: int) -> ForkFiles:
+    """The files of the log `entries` (a task's whole log; checkpoints may be logged after
+    `at`) at seq `at`."""
+    answered = {
+        e.cause for e in entries if _upto(e, at) and isinstance(e, RuntimeAnswer) and e.cause
+    }
+    ran = [
+        e.seq
+        for e in entries
+        if _upto(e, at) and isinstance(e, RUNNABLE_ACTION_TYPES) and e.id in answered
+    ]
+    ran_to = max((s for s in ran if s is not None), default=0)
+    checkpoints = sorted(
+        (
+            e
+            for e in entries
+            if isinstance(e, WorkspaceCheckpointObservation) and e.action_seq <= ran_to
+        ),
+        key=lambda e: e.action_seq,
+    )
+    taken = [(c.action_seq, c.checkpoint) for c in checkpoints if c.checkpoint]
+    # A fork starts from its parent's checkpoint, which its own log may not hold (logged after
+    # the fork point): its creation entry names it.
+    base = next((e.fork_checkpoint for e in entries if isinstance(e, TaskCreatedObservation)), None)
+    if base is not None and parse_checkpoint(base)[1] <= ran_to:
+        taken = sorted([*taken, (parse_checkpoint(base)[1], base)])
+    last = taken[-1] if taken else None
+    after = last[0] if last is not None else 0
+    unkept = next((c for c in reversed(checkpoints) if c.skipped and c.action_seq > after), None)
+    return ForkFiles(checkpoint=last[1] if last is not None else None, ran_to=ran_to, unkept=unkept)
+
+
+def _upto(entry: EventBase, at: int) -> bool:
+    return entry.seq is not None and entry.seq <= at
+
+
+def manifest_object(task_id: str, seq: int) -> str:
+    """The object holding the manifest of `task_id`'s checkpoint after seq `seq`."""
+    return f"{task_id}/m/{seq}"
+
+
+async def checkpoint_kept(js: JetStreamContext, checkpoint: str) -> bool:
+    """Whether the checkpoint store still holds `checkpoint` (its manifest's metadata, read
+    with one message get: the reader needs no more than that permission)."""
+    task_id, seq = parse_checkpoint(checkpoint)
+    name = base64.urlsafe_b64encode(manifest_object(task_id, seq).encode()).decode()
+    try:
+        msg = await js.get_last_msg(
+            f"OBJ_{CHECKPOINTS_BUCKET}", f"$O.{CHECKPOINTS_BUCKET}.M.{name}"
+        )
+    except NotFoundError:
+        return False
+    try:
+        return not json.loads(msg.data or b"{}").get("deleted", False)
+    except ValueError:
+        return False
