@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from shared.commands import StepRequest
 from shared.events import AgentState, EventBase, EventSource, MessageAction, TaskCreatedObservation
 from shared.state import Awaiting, TaskState
+from shared.subjects import Service
 from shared.task_creation import created_entry, derived_event_id, state_from_created
 
 from .agent_loop import apply, ask_for_lost_step
-from .agent_loop.next_hop import request_step
+from .agent_loop.next_hop import prepare_order, request_step
 from .errors import RebuildError
 from .rebuild import rebuild_at
 from .turn import Turn
@@ -62,6 +64,9 @@ def fork_turn(
             ),
         )
     _go_on(turn)
+    if any(isinstance(m, StepRequest) for _, m in turn.sent):
+        # A fork's first sandbox starts (and gets its files) while the agent thinks.
+        turn.send(Service.RUNTIME, prepare_order(turn.state))
     return turn
 
 

@@ -13,10 +13,13 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import shlex
 import tarfile
 import tempfile
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from shared.sandbox_protocol.session import SandboxSessionError
@@ -27,7 +30,7 @@ from .containers import DockerSandboxes
 from .sandbox import Sandbox
 from .workspace_files import put_archive
 
-__all__ = ["Restored", "died_during_action", "restore_workspace"]
+__all__ = ["RestoreArchives", "Restored", "died_during_action", "restore_workspace"]
 
 log = logging.getLogger("deckhands.runtime.checkpoints")
 
@@ -58,10 +61,95 @@ class Restored:
         self.seq, self.files, self.size, self.took_s = seq, files, size, took_s
 
 
+@dataclass(frozen=True)
+class _Built:
+    archive: Path
+    files: int
+    size: int
+    cwd: str
+    read_s: float
+
+
+class RestoreArchives:
+    """The tar of a checkpoint, built once for the restores that want it at about the same time
+    (the forks of one task made together: ten forks read the checkpoint once) and kept on disk
+    for `keep_s` after it was built."""
+
+    def __init__(self, keep_s: float = 60.0) -> None:
+        self.keep_s = keep_s
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._built: dict[tuple[str, int], tuple[float, asyncio.Future[_Built]]] = {}
+
+    async def get(self, store: CheckpointStore, task_id: str, seq: int) -> _Built:
+        self._expire()
+        key = (task_id, seq)
+        kept = self._built.get(key)
+        if kept is None:
+            if self._dir is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="deckhands-restore-")
+            target = Path(self._dir.name) / f"{uuid.uuid4().hex}.tar"
+            kept = (time.monotonic(), asyncio.ensure_future(_build(store, task_id, seq, target)))
+            self._built[key] = kept
+        try:
+            return await asyncio.shield(kept[1])
+        except BaseException:
+            if self._built.get(key) is kept and kept[1].done():
+                del self._built[key]  # the next restore tries again
+            raise
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for key, (when, built) in list(self._built.items()):
+            if now - when > self.keep_s and built.done():
+                del self._built[key]
+                if not built.cancelled() and built.exception() is None:
+                    built.result().archive.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+        self._built.clear()
+
+
 async def restore_workspace(
-    store: CheckpointStore, docker: DockerSandboxes, sandbox: Sandbox, task_id: str, seq: int
+    store: CheckpointStore,
+    docker: DockerSandboxes,
+    sandbox: Sandbox,
+    task_id: str,
+    seq: int,
+    archives: RestoreArchives | None = None,
 ) -> Restored:
     """Write the files of the task's checkpoint at `seq` into the sandbox's /workspace."""
+    started = time.monotonic()
+    own = archives or RestoreArchives(keep_s=0)
+    try:
+        built = await own.get(store, task_id, seq)
+        await put_archive(docker, sandbox.container_id, built.archive)
+    finally:
+        if archives is None:
+            own.close()
+    if built.cwd:  # the new shell starts where the last command left the old one
+        with contextlib.suppress(SandboxSessionError, TimeoutError):
+            await sandbox.session.bash(
+                {"command": f"cd {shlex.quote(built.cwd)} 2>/dev/null", "timeout_s": 10}, 20
+            )
+    took = time.monotonic() - started
+    log.info(
+        "task %s: workspace restored from the checkpoint of seq %d (%d files, %d bytes, "
+        "%.2fs; %.2fs to read them)",
+        task_id,
+        seq,
+        built.files,
+        built.size,
+        took,
+        built.read_s,
+    )
+    return Restored(seq, built.files, built.size, took)
+
+
+async def _build(store: CheckpointStore, task_id: str, seq: int, target: Path) -> _Built:
+    """The checkpoint's files as one tar at `target`, contents read ahead of the writing."""
     started = time.monotonic()
     manifest = await store.manifest(task_id, seq)
     entries = _writable(manifest.entries)
@@ -77,50 +165,33 @@ async def restore_workspace(
             fetches.append(asyncio.create_task(store.get_content(task_id, item[1])))
 
     size = 0
-    with tempfile.TemporaryDirectory(prefix="deckhands-restore-") as tmp:
-        archive = Path(tmp) / "workspace.tar"
-        try:
-            with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
-                fetch_more()
-                for path, (kind, mode, _, content) in entries:
-                    info = tarfile.TarInfo(path)
-                    info.mode, info.uid, info.gid = mode, SANDBOX_UID, SANDBOX_UID
-                    info.mtime = int(time.time())
-                    if kind == "d":
-                        info.type = tarfile.DIRTYPE
-                        tar.addfile(info)
-                    elif kind == "l":
-                        info.type, info.linkname = tarfile.SYMTYPE, content
-                        tar.addfile(info)
-                    else:
-                        data = await fetches.popleft()
-                        fetch_more()
-                        info.size = len(data)
-                        size += len(data)
-                        tar.addfile(info, _Reader(data))
-        finally:
-            for left in fetches:
-                left.cancel()
-        fetched = time.monotonic()
-        await put_archive(docker, sandbox.container_id, archive)
-    if manifest.cwd:  # the new shell starts where the last command left the old one
-        with contextlib.suppress(SandboxSessionError, TimeoutError):
-            await sandbox.session.bash(
-                {"command": f"cd {shlex.quote(manifest.cwd)} 2>/dev/null", "timeout_s": 10}, 20
-            )
-    took = time.monotonic() - started
-    log.info(
-        "task %s: workspace restored from the checkpoint of seq %d (%d files, %d bytes, "
-        "%.2fs: %.2fs to read them, %.2fs to write them)",
-        task_id,
-        seq,
-        len(files),
-        size,
-        took,
-        fetched - started,
-        took - (fetched - started),
-    )
-    return Restored(seq, len(files), size, took)
+    try:
+        with tarfile.open(target, "w", format=tarfile.PAX_FORMAT) as tar:
+            fetch_more()
+            for path, (kind, mode, _, content) in entries:
+                info = tarfile.TarInfo(path)
+                info.mode, info.uid, info.gid = mode, SANDBOX_UID, SANDBOX_UID
+                info.mtime = int(time.time())
+                if kind == "d":
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                elif kind == "l":
+                    info.type, info.linkname = tarfile.SYMTYPE, content
+                    tar.addfile(info)
+                else:
+                    data = await fetches.popleft()
+                    fetch_more()
+                    info.size = len(data)
+                    size += len(data)
+                    tar.addfile(info, _Reader(data))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(target)
+        raise
+    finally:
+        for left in fetches:
+            left.cancel()
+    return _Built(target, len(files), size, manifest.cwd, time.monotonic() - started)
 
 
 def _writable(entries: dict[str, Entry]) -> list[tuple[str, Entry]]:

@@ -37,7 +37,7 @@ from shared.sandbox_protocol.session import SandboxSessionError
 from .checkpoint_fetch import fetch_and_store
 from .checkpoint_manifest import FULL_EVERY, Entry, Manifest
 from .checkpoint_quota import CheckpointQuota, QuotaUsed
-from .checkpoint_restore import restore_workspace
+from .checkpoint_restore import RestoreArchives, restore_workspace
 from .checkpoint_store import CheckpointMissing, CheckpointStore, StoreFull
 from .containers import DockerSandboxes
 from .metrics import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, CHECKPOINTS, RESTORES
@@ -75,6 +75,7 @@ class Checkpoints:
         self.publish = publish
         self.quota = CheckpointQuota(redis, settings)
         self._pending: dict[str, asyncio.Task[None]] = {}
+        self.archives = RestoreArchives()  # one tar per checkpoint for restores made together
         # task -> (container, owner, seq): that sandbox's executor has committed the checkpoint
         # at seq, stored under `owner` (the task itself, or the parent a fork started from).
         self._synced: dict[str, tuple[str, str, int]] = {}
@@ -141,7 +142,7 @@ class Checkpoints:
             else f"This task is a fork of task {owner}: its sandbox is new."
         )
         try:
-            done = await restore_workspace(self.store, docker, sandbox, owner, seq)
+            done = await restore_workspace(self.store, docker, sandbox, owner, seq, self.archives)
         except (CheckpointMissing, NatsError, OSError, TimeoutError, ValueError) as exc:
             log.warning("task %s: restore of seq %d failed: %r", command.task_id, seq, exc)
             sandbox.notice = (

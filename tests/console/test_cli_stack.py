@@ -334,3 +334,32 @@ def test_ctrl_c_leaves_the_task_running(console_stack: Stack) -> None:
     assert run.returncode == 130, errors
     assert f"deckhands logs -f {task_id}" in errors and "Traceback" not in errors
     _wait_state(console_stack, task_id, "FINISHED", timeout_s=60)
+
+
+def test_fork_a_finished_task_from_the_command_line(console_stack: Stack) -> None:
+    parent = _task_id(deckhands(console_stack, "run", SEED).stdout)
+    _wait_state(console_stack, parent, "FINISHED")
+    log = [
+        json.loads(line)
+        for line in deckhands(console_stack, "logs", parent, "--json").stdout.splitlines()
+    ]
+    wrote = next(e for e in log if e["kind"] in ("write", "run"))
+    at = next(e["seq"] for e in log if e.get("cause") == wrote["id"] and e["seq"] > wrote["seq"])
+
+    made = deckhands(console_stack, "fork", parent, "--at", str(at), "-n", "2", "run it again")
+    assert made.returncode == 0, made.stderr
+    assert f"forked {parent} at seq {at}" in made.stdout
+    forks = re.findall(r"^([0-9a-f]{32})$", made.stdout, re.MULTILINE)
+    assert len(forks) == 2, made.stdout
+    for fork in forks:
+        shown = _wait_state(console_stack, fork, "FINISHED")
+        assert (shown["forked_from"], shown["forked_at"]) == (parent, at)
+    human = deckhands(console_stack, "show", forks[0])
+    assert f"forked from  {parent} at seq {at}" in human.stdout, human.stdout
+    logs = deckhands(console_stack, "logs", forks[0]).stdout
+    assert f"a fork of {parent}" in logs and "↰" in logs and "run it again" in logs
+    listed = deckhands(console_stack, "tasks", "--forked-from", parent, "--json")
+    assert sorted(t["id"] for t in json.loads(listed.stdout)) == sorted(forks)
+    # A seq past the log's end: the gateway's reason, and the refusal's exit code.
+    refused = deckhands(console_stack, "fork", parent, "--at", "9999")
+    assert refused.returncode == 6 and "ends at seq" in refused.stderr, refused.stderr

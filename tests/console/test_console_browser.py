@@ -502,3 +502,33 @@ def test_a_delegated_sub_task_is_linked_and_followed_on_its_own_page(
         page, lambda d: d.find_element(By.CSS_SELECTOR, "#events > li[data-kind=run_output]")
     )
     assert output.text.splitlines()[-1] == "100"
+
+
+def test_fork_from_an_event_links_the_fork_and_its_parent(
+    page: WebDriver, console_stack: Stack
+) -> None:
+    parent_id = _post_from_form(
+        page, "Write a Python script that prints the squares of 1 to 10 and run it"
+    )
+    _wait_state(page, "FINISHED")
+    _assert_each_event_once(page, console_stack, parent_id)
+    # The first command's output: fork there, into one task with a message of its own.
+    output = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=run_output]")
+    at = int(output.get_attribute("data-seq") or 0)
+    output.find_element(By.CSS_SELECTOR, "button.fork-here").click()
+    _wait(page, lambda d: d.find_element(By.ID, "fork-panel").is_displayed())
+    assert page.find_element(By.ID, "fork-title").text == f"Fork from #{at}"
+    page.find_element(By.ID, "fork-message").send_keys("print them again")
+    page.find_element(By.ID, "fork-submit").click()
+    # One fork: its page, which names its parent and the point.
+    _wait(page, lambda d: parent_id not in d.current_url and "#/tasks/" in d.current_url)
+    fork_id = page.current_url.rsplit("/", 1)[1]
+    _wait_state(page, "FINISHED")
+    lineage = page.find_element(By.ID, "task-lineage")
+    assert lineage.is_displayed() and f"at #{at}" in lineage.text
+    inherited = page.find_elements(By.CSS_SELECTOR, "#events > li .inherited")
+    assert len(inherited) == at - 1  # every entry up to the point but its own creation
+    page.find_element(By.ID, "fork-parent").click()
+    _wait(page, lambda d: d.current_url.endswith(parent_id))
+    listed = _wait(page, lambda d: d.find_element(By.CSS_SELECTOR, "#forks li"))
+    assert listed.get_attribute("data-id") == fork_id and f"at #{at}" in listed.text

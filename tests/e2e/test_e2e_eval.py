@@ -16,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tools.eval.attempts import setup_prompt
 from tools.eval.cli import main
-from tools.eval.scripted import conversation, solving_turns, write_script
+from tools.eval.scripted import conversation, setup_conversation, solving_turns, write_script
 from tools.eval.tasks import TASKS, EvalTask
 from tools.stack import Stack, StackConfig, running
 
@@ -45,9 +46,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     claims = [  # three-lines: does nothing and says the work is done, with the right count
         {"tool": "finish", "arguments": {"message": "I created notes.txt; wc -l counts 3."}}
     ]
+    # --attempts: squares' forks each reach the same turn; only the second one it answers
+    # writes the right script (`{{nth}}`), so pass@1 and pass@3 differ.
+    guess = (  # printf turns each \\n into a new line
+        "if [ {{nth}} = 2 ]; then printf 'for i in range(1, 11):\\n    print(i * i)\\n' "
+        "> squares.py; else echo 'print(0)' > squares.py; fi; python squares.py"
+    )
     script = write_script(
         run_dir / "script.json",
         [
+            setup_conversation(_task("fix-calc")),
+            {
+                "match": setup_prompt(_task("squares")),
+                "turns": [
+                    {"tool": "execute_bash", "arguments": {"command": "ls -la"}},
+                    {"tool": "finish", "arguments": {"message": "Ready."}},
+                    {"tool": "execute_bash", "arguments": {"command": guess}},
+                    {"tool": "finish", "arguments": {"message": "Done."}},
+                ],
+            },
             conversation(_task("fix-calc"), solving_turns(_task("fix-calc"))),
             conversation(_task("json-names"), solving_turns(_task("json-names"))),
             conversation(_task("squares"), wrong),
@@ -192,3 +209,49 @@ def test_ctrl_c_stops_the_running_tasks_and_exits_130(stack: Stack, tmp_path: Pa
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_attempts_fork_one_set_up_per_task_and_report_pass_at_k(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "key").write_text(stack.api_key)
+    report_path = tmp_path / "report.json"
+    report = main(
+        [
+            "--url",
+            stack.config.gateway_url,
+            "--api-key-file",
+            str(tmp_path / "key"),
+            "--tasks",
+            "fix-calc,squares",
+            "--attempts",
+            "3",
+            "--timeout",
+            "180",
+            "--report",
+            str(report_path),
+        ]
+    )
+    assert [(o.id, o.attempt) for o in report.outcomes] == [
+        (task, attempt) for task in ("fix-calc", "squares") for attempt in (1, 2, 3)
+    ]
+    passed = {(o.id, o.attempt): o.passed for o in report.outcomes}
+    assert all(passed["fix-calc", a] for a in (1, 2, 3)), report.outcomes
+    assert sum(passed["squares", a] for a in (1, 2, 3)) == 1, report.outcomes
+    assert report.pass_rate == 4 / 6 and report.pass_at_k == 1.0
+    written = json.loads(report_path.read_text())
+    assert (written["attempts"], written["pass_at_1"], written["pass_at_k"]) == (3, 0.667, 1.0)
+    shown = capsys.readouterr().out
+    assert "2 tasks x 3 attempts: pass@1 67%" in shown and "pass@3 100%" in shown
+
+    # One set-up per task (its repository checked out once), three forks of it.
+    with httpx.Client(
+        base_url=stack.config.gateway_url, headers=stack.auth_headers, timeout=30
+    ) as http:
+        setups = http.get("/v1/tasks", params={"label": "eval:setup"}).json()["tasks"]
+        assert len(setups) == 2, setups
+        for setup in setups:
+            forks = http.get("/v1/tasks", params={"forked_from": setup["id"]}).json()["tasks"]
+            assert len(forks) == 3 and {o.task_id for o in report.outcomes} >= {
+                f["id"] for f in forks
+            }

@@ -5,6 +5,7 @@
     deckhands logs -f <id>
     deckhands approve <id>            # or reject, stop, pause, resume
     deckhands say <id> "use port 8080"
+    deckhands fork <id> --at 12 -n 3 "try another way"
 
 The gateway's URL and the API key come from --url / --api-key, else DECKHANDS_URL /
 DECKHANDS_API_KEY, else ~/.config/deckhands/config.toml (`url = ...`, `api_key = ...`), else,
@@ -28,7 +29,7 @@ from typing import Annotated
 
 import typer
 
-from .commands import files, run, steer, tasks
+from .commands import files, forks, run, steer, tasks
 from .common import Exit, Options
 
 __all__ = ["Exit", "app", "main"]
@@ -73,6 +74,7 @@ for _command in (
     steer.pause,
     steer.resume,
     steer.say,
+    forks.fork,
     files.trajectory,
     files.workspace,
     files.upload,

@@ -107,6 +107,13 @@ class Client:
         result: dict[str, Any] = self.request("POST", "/v1/tasks", json_body=body, idempotent=True)
         return result
 
+    def fork(self, task_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        # One Idempotency-Key per invocation: a retried POST makes the same forks.
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/tasks/{task_id}/fork", json_body=body, idempotent=True
+        )
+        return result
+
     def task(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/v1/tasks/{task_id}")
         return result
@@ -118,10 +125,13 @@ class Client:
         labels: list[str],
         limit: int,
         cursor: str | None = None,
+        forked_from: str | None = None,
     ) -> dict[str, Any]:
         params: list[tuple[str, str | int]] = [("limit", limit)]
         params += [("state", s) for s in states]
         params += [("label", label) for label in labels]
+        if forked_from:
+            params.append(("forked_from", forked_from))
         if cursor:
             params.append(("cursor", cursor))
         result: dict[str, Any] = self.request("GET", "/v1/tasks", params=params)

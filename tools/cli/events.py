@@ -78,6 +78,8 @@ def event_renderable(event: dict[str, Any]) -> RenderableType:
     """One event: a heading line (seq, who, what), then its body where it has one."""
     kind = event.get("kind", "?")
     head = f"[dim]#{event.get('seq', '?'):<3}[/dim] "
+    if event.get("inherited_from"):
+        head += "[dim]↰[/dim] "  # the parent's entry, as the fork's log holds it
     if kind in _ONE_LINE:
         # A line of its own: no thought, no usage.
         return _ONE_LINE[kind](head, event)
@@ -215,6 +217,8 @@ def _task_created(event: dict[str, Any]) -> _Shown:
         else ""
     )
     limits = f"at most {event.get('max_iterations')} iterations{budget}{confirm}"
+    if event.get("forked_from"):
+        limits += f"; a fork of {event['forked_from']} at #{event.get('forked_at')}"
     return f"[dim]task created: {limits}[/dim]", []
 
 

@@ -98,6 +98,8 @@ def task_view(task: dict[str, Any]) -> Group:
         grid.add_row("sandbox queue", f"place {task['queue_position']}{about}")
     if task.get("parent_task_id"):
         grid.add_row("parent", task["parent_task_id"])
+    if task.get("forked_from"):
+        grid.add_row("forked from", f"{task['forked_from']} at seq {task.get('forked_at')}")
     parts: list[RenderableType] = [grid]
     pending = task.get("pending_action")
     if task["state"] == "AWAITING_USER_CONFIRMATION" and pending:

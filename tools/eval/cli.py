@@ -1,7 +1,10 @@
 """The command line of the evaluation: progress as tasks run, then a table and a JSON report.
 
     python -m tools.eval [--subset headline|all] [--tasks a,b] [--concurrency N] [--report PATH]
-                         [--url URL --api-key-file FILE] [--timeout S]
+                         [--url URL --api-key-file FILE] [--timeout S] [--attempts K]
+
+With --attempts K each task's set-up (its files checked out, a first look) runs once and K
+forks of it attempt the task (tools/eval/attempts.py): the report gives pass@1 and pass@K.
 
 Without --url it uses the stack `make up` started when one is running (and leaves it running),
 else starts one as `make run` does (tools.stack: the LLM is DECKHANDS_LLM_MODEL's provider, or
@@ -24,7 +27,7 @@ from rich.table import Table
 
 from ..stack import ROOT, Stack, StackConfig, running
 from .runner import EvalReport, run_eval
-from .scripted import conversation, solving_turns, write_script
+from .scripted import conversation, setup_conversation, solving_turns, write_script
 from .tasks import TASKS, select
 
 __all__ = ["main", "print_report"]
@@ -42,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key-file", type=Path, default=None, help="with --url")
     parser.add_argument("--timeout", type=float, default=900.0, help="per task, seconds")
     parser.add_argument(
+        "--attempts",
+        type=int,
+        default=1,
+        help="attempts per task: forks of one set-up, scored each (pass@1 and pass@k)",
+    )
+    parser.add_argument(
         "--show",
         choices=["none", "failed", "all"],
         default="none",
@@ -53,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
 def print_report(report: EvalReport, console: Console) -> None:
     table = Table(title=f"deckhands eval — {report.model}, subset {report.subset}")
     table.add_column("task", no_wrap=True, min_width=16)
+    if report.attempts > 1:
+        table.add_column("try", justify="right")
     table.add_column("result")
     table.add_column("state")
     table.add_column("steps", justify="right")
@@ -65,6 +76,7 @@ def print_report(report: EvalReport, console: Console) -> None:
             why = f"{o.error}; {o.check_output.strip().splitlines()[-1]}"
         table.add_row(
             o.id,
+            *([str(o.attempt)] if report.attempts > 1 else []),
             "[green]pass[/]" if o.passed else "[red]FAIL[/]",
             o.state,
             str(o.steps),
@@ -73,6 +85,14 @@ def print_report(report: EvalReport, console: Console) -> None:
             why[:200],
         )
     console.print(table)
+    if report.attempts > 1:
+        console.print(
+            f"{report.tasks} tasks x {report.attempts} attempts: pass@1 "
+            f"{100 * report.pass_rate:.0f}% ({report.passed} of {len(report.outcomes)} "
+            f"attempts), pass@{report.attempts} {100 * report.pass_at_k:.0f}% "
+            f"in {report.seconds:.0f}s"
+        )
+        return
     console.print(
         f"passed {report.passed} of {len(report.outcomes)} "
         f"({100 * report.pass_rate:.0f}%) in {report.seconds:.0f}s"
@@ -94,7 +114,10 @@ def _gateway(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         # The scripted server answers each task with its reference solution (scripted.py).
         config.llm_script = write_script(
             config.run_dir / "eval-scripted.json",
-            [conversation(t, solving_turns(t)) for t in TASKS],
+            [
+                *(setup_conversation(t) for t in TASKS),
+                *(conversation(t, solving_turns(t)) for t in TASKS),
+            ],
         )
     stack = Stack(config)
     if stack.running().get("gateway"):
@@ -116,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
     if args.concurrency < 1:
         console.print("[red]--concurrency must be at least 1[/]")
         sys.exit(2)
+    if not 1 <= args.attempts <= 32:
+        console.print("[red]--attempts must be from 1 to 32 (forks per request)[/]")
+        sys.exit(2)
     subset = "custom" if args.tasks else args.subset
     interrupted = failed = False
     with _gateway(args) as (url, api_key):
@@ -127,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=console) as progress:
-            bar = progress.add_task("eval", total=len(tasks), status="")
+            bar = progress.add_task("eval", total=len(tasks), status="")  # tasks, not attempts
             states: dict[str, str] = {}
 
             def on_progress(task_id: str, what: str) -> None:
@@ -150,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
                     concurrency=args.concurrency,
                     timeout_s=args.timeout,
                     on_progress=on_progress,
+                    attempts=args.attempts,
                 )
             except RuntimeError as exc:  # no Docker engine or sandbox image for the checks
                 progress.stop()
@@ -166,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> EvalReport:
     print_report(report, console)
     for o in report.outcomes:
         if args.show == "all" or (args.show == "failed" and not o.passed):
-            console.rule(f"{o.id}: {'pass' if o.passed else 'FAIL'} ({o.state}, task {o.task_id})")
+            attempt = f" attempt {o.attempt}" if report.attempts > 1 else ""
+            console.rule(
+                f"{o.id}{attempt}: {'pass' if o.passed else 'FAIL'} ({o.state}, task {o.task_id})"
+            )
             console.print(o.transcript, markup=False, highlight=False, soft_wrap=True)
             console.print(f"check (exit {o.check_exit}):", style="bold")
             console.print(

@@ -27,7 +27,15 @@ from .repos import RepoServer, serve_repositories
 from .scorer import Scorer
 from .tasks import EvalTask
 
-__all__ = ["EvalReport", "TaskOutcome", "run_eval"]
+__all__ = [
+    "Cancelled",
+    "EvalReport",
+    "Gateway",
+    "TaskOutcome",
+    "follow_and_score",
+    "run_eval",
+    "wait_for_end",
+]
 
 _TRANSCRIPT_CHARS = 30_000
 # Bookkeeping a reader of the transcript does not need.
@@ -40,6 +48,7 @@ _WAITING = {"AWAITING_USER_INPUT", "AWAITING_USER_CONFIRMATION", "PAUSED"}
 class TaskOutcome:
     id: str
     kind: str
+    attempt: int = 1  # with --attempts k: which of the task's k attempts (1..k)
     passed: bool = False
     state: str = ""
     steps: int = 0
@@ -62,6 +71,7 @@ class EvalReport:
     concurrency: int
     started_at: str
     seconds: float = 0.0
+    attempts: int = 1  # attempts per task (forks of one set-up when more than 1)
     outcomes: list[TaskOutcome] = field(default_factory=list)
 
     @property
@@ -70,7 +80,18 @@ class EvalReport:
 
     @property
     def pass_rate(self) -> float:
+        """pass@1: the share of attempts that pass."""
         return self.passed / len(self.outcomes) if self.outcomes else 0.0
+
+    @property
+    def tasks(self) -> int:
+        return len({o.id for o in self.outcomes})
+
+    @property
+    def pass_at_k(self) -> float:
+        """The share of tasks with at least one attempt that passes."""
+        solved = {o.id for o in self.outcomes if o.passed}
+        return len(solved) / self.tasks if self.outcomes else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +103,9 @@ class EvalReport:
             "passed": self.passed,
             "total": len(self.outcomes),
             "pass_rate": round(self.pass_rate, 3),
+            "attempts": self.attempts,
+            "pass_at_1": round(self.pass_rate, 3),
+            "pass_at_k": round(self.pass_at_k, 3),
             "tasks": [asdict(o) for o in self.outcomes],
         }
 
@@ -100,11 +124,11 @@ def describe_model() -> str:
     return "local (Qwen2.5-Coder-1.5B, llama.cpp)"
 
 
-class _Cancelled(Exception):
+class Cancelled(Exception):
     """The run was interrupted: the task was stopped and is not scored."""
 
 
-class _Gateway:
+class Gateway:
     def __init__(self, url: str, api_key: str) -> None:
         self.http = httpx.Client(
             base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60.0
@@ -127,7 +151,7 @@ class _Gateway:
 
 
 def _run_one(
-    gateway: _Gateway,
+    gateway: Gateway,
     repos: RepoServer,
     scorer: Scorer,
     task: EvalTask,
@@ -151,32 +175,25 @@ def _run_one(
     if created.status_code != 202:
         outcome.error = f"create: {created.status_code} {created.text[:300]}"
         return outcome
-    task_id = created.json()["id"]
+    return follow_and_score(
+        gateway, scorer, task, created.json()["id"], outcome, timeout_s, on_state, cancel, started
+    )
+
+
+def follow_and_score(
+    gateway: Gateway,
+    scorer: Scorer,
+    task: EvalTask,
+    task_id: str,
+    outcome: TaskOutcome,
+    timeout_s: float,
+    on_state: Callable[[str], None],
+    cancel: threading.Event,
+    started: float,
+) -> TaskOutcome:
+    """Follow the stack's task `task_id` (an attempt at `task`) to its end, then score it."""
     outcome.task_id = task_id
-    view: dict[str, Any] = {}
-    stopped = False
-    if cancel.is_set():
-        gateway.call("POST", f"/v1/tasks/{task_id}/stop")
-        raise _Cancelled
-    while True:
-        answer = gateway.call("GET", f"/v1/tasks/{task_id}")
-        if answer.status_code == 200:
-            view = answer.json()
-            on_state(view["state"])
-            state = view["state"]
-            if state in _ENDED:
-                break
-            if not stopped and (state in _WAITING or time.monotonic() - started > timeout_s):
-                why = "waits for a person" if state in _WAITING else f"ran past {timeout_s:g}s"
-                outcome.error = f"stopped: {why} ({state})"
-                gateway.call("POST", f"/v1/tasks/{task_id}/stop")
-                stopped = True
-        if time.monotonic() - started > timeout_s + 120:
-            outcome.error = outcome.error or "did not end"
-            break
-        if cancel.wait(1.0):
-            gateway.call("POST", f"/v1/tasks/{task_id}/stop")
-            raise _Cancelled
+    view, outcome.error = wait_for_end(gateway, task_id, timeout_s, cancel, on_state, started)
     outcome.seconds = round(time.monotonic() - started, 1)
     outcome.state = view.get("state", "")
     outcome.steps = int(view.get("iterations", 0))
@@ -207,7 +224,44 @@ def _run_one(
     return outcome
 
 
-def _transcript(gateway: _Gateway, task_id: str) -> str:
+def wait_for_end(
+    gateway: Gateway,
+    task_id: str,
+    timeout_s: float,
+    cancel: threading.Event,
+    on_state: Callable[[str], None] = lambda _state: None,
+    started: float | None = None,
+) -> tuple[dict[str, Any], str]:
+    """The task's view once it ended, and why it was stopped if it was: a task that waits for
+    a person (nobody answers in an evaluation) or runs past `timeout_s` is stopped."""
+    started = time.monotonic() if started is None else started
+    view: dict[str, Any] = {}
+    note = ""
+    stopped = False
+    if cancel.is_set():
+        gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+        raise Cancelled
+    while True:
+        answer = gateway.call("GET", f"/v1/tasks/{task_id}")
+        if answer.status_code == 200:
+            view = answer.json()
+            on_state(view["state"])
+            state = view["state"]
+            if state in _ENDED:
+                return view, note
+            if not stopped and (state in _WAITING or time.monotonic() - started > timeout_s):
+                why = "waits for a person" if state in _WAITING else f"ran past {timeout_s:g}s"
+                note = f"stopped: {why} ({state})"
+                gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+                stopped = True
+        if time.monotonic() - started > timeout_s + 120:
+            return view, note or "did not end"
+        if cancel.wait(1.0):
+            gateway.call("POST", f"/v1/tasks/{task_id}/stop")
+            raise Cancelled
+
+
+def _transcript(gateway: Gateway, task_id: str) -> str:
     """The task's events rendered as the deckhands command renders them, as plain text."""
     from rich.console import Console
 
@@ -244,6 +298,7 @@ def run_eval(
     concurrency: int = 2,
     timeout_s: float = 900.0,
     on_progress: Callable[[str, str], None] | None = None,
+    attempts: int = 1,
 ) -> EvalReport:
     """Run `tasks` on the stack at `url`, at most `concurrency` at once. `on_progress(task,
     what)` hears each state a task goes through, then "passed" or "failed"."""
@@ -252,32 +307,40 @@ def run_eval(
         subset=subset,
         concurrency=concurrency,
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        attempts=attempts,
     )
     started = time.monotonic()
-    gateway = _Gateway(url, api_key)
+    gateway = Gateway(url, api_key)
     scorer = Scorer()
     lock = threading.Lock()
     cancel = threading.Event()
     notify = on_progress or (lambda _task, _what: None)
 
-    def one(task: EvalTask) -> TaskOutcome:
+    def one(task: EvalTask) -> list[TaskOutcome]:
+        heard = lambda s: notify(task.id, s)  # noqa: E731
         try:
-            outcome = _run_one(
-                gateway, repos, scorer, task, timeout_s, lambda s: notify(task.id, s), cancel
-            )
-        except _Cancelled:
+            if attempts > 1:
+                from .attempts import run_attempts
+
+                outcomes = run_attempts(
+                    gateway, repos, scorer, task, attempts, timeout_s, heard, cancel
+                )
+            else:
+                outcomes = [_run_one(gateway, repos, scorer, task, timeout_s, heard, cancel)]
+        except Cancelled:
             raise
         except Exception as exc:  # one task's failure is its own, not the run's
-            outcome = TaskOutcome(id=task.id, kind=task.kind, error=f"{type(exc).__name__}: {exc}")
+            why = f"{type(exc).__name__}: {exc}"
+            outcomes = [TaskOutcome(id=task.id, kind=task.kind, error=why)]
         with lock:
-            notify(task.id, "passed" if outcome.passed else "failed")
-        return outcome
+            notify(task.id, "passed" if any(o.passed for o in outcomes) else "failed")
+        return outcomes
 
     try:
         with serve_repositories(tasks) as repos:
             pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
             try:
-                report.outcomes = list(pool.map(one, tasks))
+                report.outcomes = [o for found in pool.map(one, tasks) for o in found]
             except BaseException:
                 # Ctrl-C (or a bug): each running task is stopped on the stack, none is scored.
                 cancel.set()

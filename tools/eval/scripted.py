@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .attempts import setup_prompt
 from .tasks import EvalTask
 
-__all__ = ["conversation", "solving_turns", "write_script"]
+__all__ = ["conversation", "setup_conversation", "solving_turns", "write_script"]
 
 
 def solving_turns(task: EvalTask) -> list[dict[str, Any]]:
@@ -29,6 +30,14 @@ def conversation(task: EvalTask, turns: list[dict[str, Any]]) -> dict[str, Any]:
     """A conversation the scripted server picks for `task` (its prompt is in the first user
     message)."""
     return {"match": task.prompt, "turns": turns}
+
+
+def setup_conversation(task: EvalTask) -> dict[str, Any]:
+    """The set-up of `--attempts` (attempts.py): a look and a finish, then, in each fork (whose
+    history holds those two replies), the task's solution."""
+    look = {"tool": "execute_bash", "arguments": {"command": "ls -la"}}
+    ready = {"tool": "finish", "arguments": {"message": "Ready."}}
+    return {"match": setup_prompt(task), "turns": [look, ready, *solving_turns(task)]}
 
 
 def write_script(path: Path, conversations: list[dict[str, Any]]) -> Path:

@@ -49,7 +49,7 @@ INVALID_REPLY_MARKER = "Your previous reply was invalid"
 # The reasoner's note in place of condensed history: "[Condensed history] 12 earlier ...".
 CONDENSED_MARKER = "[Condensed history]"
 _CONDENSED = re.compile(r"^\[Condensed history\] (\d+) earlier")
-_TEMPLATE_KEYS = ("last_tool_output", "last_user_message", "task", "turn")
+_TEMPLATE_KEYS = ("last_tool_output", "last_user_message", "nth", "task", "turn")
 # What /prompts keeps: bounded, for load tests with hundreds of agents run on this server too.
 PROMPTS_PER_TASK = 4
 PROMPT_TASKS = 64
@@ -139,6 +139,9 @@ class Responder:
         self.script = script
         self.limiter = Limiter(script.limits)
         self._failures: dict[tuple[str, int], int] = {}
+        # How often each turn of each conversation was answered: `{{nth}}` (forks of one task
+        # reach the same turn; a script can answer each differently).
+        self._answered: dict[tuple[str, int], int] = {}
         self._requests: dict[str, int] = {}
         self._prompts: OrderedDict[str, deque[Any]] = OrderedDict()
         self._lock = threading.Lock()
@@ -213,9 +216,12 @@ class Responder:
         if turn.delay_s:
             time.sleep(turn.delay_s)
 
+        with self._lock:
+            nth = self._answered[conv.key, index] = self._answered.get((conv.key, index), 0) + 1
         values = {
             "last_tool_output": conv.last_tool_output,
             "last_user_message": conv.last_user_message,
+            "nth": str(nth),
             "task": conv.task,
             "turn": str(index + 1),
         }

@@ -39,6 +39,11 @@ or `arguments` missing a required field. Options on any turn:
 When the request offers no `tools` (prompt-based tool calling), a tool turn is always written as
 text: a fenced ```json block holding {"tool": ..., "arguments": ...}.
 
+Values a turn's text and arguments may name: {{task}}, {{turn}} (1-based), {{last_tool_output}},
+{{last_user_message}} (the latest user message: the task or one sent since) and {{nth}} (how
+often the server answered this turn of this conversation: forks of a task each reach the same
+turn, and a script may tell them apart).
+
 Which turn answers a request is tools/scripted_llm/responder.py's; a script's `limits` are
 described in tools/scripted_llm/limits.py.
 """

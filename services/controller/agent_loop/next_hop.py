@@ -19,6 +19,7 @@ __all__ = [
     "execute_order",
     "fail",
     "next_step",
+    "prepare_order",
     "request_step",
     "step_request",
 ]
@@ -55,6 +56,18 @@ def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
     )
 
 
+def prepare_order(state: TaskState) -> PrepareSandbox:
+    """The runtime's order to get the task's sandbox ready while the agent thinks."""
+    return PrepareSandbox(
+        task_id=state.task_id,
+        network_egress=state.network_egress,
+        network=state.network,
+        workspace_mib=state.workspace_mib,
+        tenant_id=state.tenant_id,
+        priority=state.priority,
+    )
+
+
 def next_step(turn: Turn) -> None:
     if turn.state.agent_state is not AgentState.RUNNING:
         return  # paused, waiting for a person, or ended: no new step until resumed
@@ -82,17 +95,7 @@ def request_step(turn: Turn) -> None:
     turn.update(iteration=step.iteration, awaiting=Awaiting.AGENT, awaiting_id=step.id)
     if step.iteration == 1:
         # The sandbox starts while the agent thinks about its first action.
-        turn.send(
-            Service.RUNTIME,
-            PrepareSandbox(
-                task_id=state.task_id,
-                network_egress=state.network_egress,
-                network=state.network,
-                workspace_mib=state.workspace_mib,
-                tenant_id=state.tenant_id,
-                priority=state.priority,
-            ),
-        )
+        turn.send(Service.RUNTIME, prepare_order(state))
     turn.send(Service.REASONER, step)
     count(turn, STEPS)
 

@@ -348,6 +348,7 @@ function taskPage(taskId) {
   const head = h("section", { class: "card task-head" },
     h("div", { class: "title", id: "task-text" }),
     h("div", { class: "muted mono", id: "task-id", text: taskId }),
+    h("div", { class: "muted", id: "task-lineage", hidden: true }),
     h("div", { class: "stats" },
       h("div", { class: "stat" }, h("span", { class: "k", text: "state" }), h("span", { class: "v", id: "task-state" })),
       stat("task-iterations", "iterations"),
@@ -383,8 +384,19 @@ function taskPage(taskId) {
     h("h2", { text: "Result" }), h("pre", { id: "result-text" }));
   const subTasks = h("section", { class: "card", id: "sub-tasks", hidden: true });
   const changesPanel = h("section", { class: "card", id: "changes-panel", hidden: true });
+  // Issue 28: "Fork from here" on an event opens this form; the task's forks are listed below.
+  const forkPanel = h("section", { class: "card attention", id: "fork-panel", hidden: true },
+    h("h2", { id: "fork-title", text: "Fork" }),
+    h("p", { class: "muted", text: "New tasks, each with this task's log and files at that point; with a message, it is their next one, else the agent goes on." }),
+    h("form", { id: "fork-form" },
+      h("label", {}, "How many ", h("input", { type: "number", id: "fork-count", min: "1", max: "32", value: "1", required: true })),
+      h("textarea", { id: "fork-message", rows: "2", placeholder: "Their next message (optional)" }),
+      h("div", { class: "actions-row" },
+        h("button", { type: "submit", class: "primary", id: "fork-submit", text: "Fork" }),
+        h("button", { type: "button", id: "fork-cancel", text: "Cancel" }))));
+  const forksPanel = h("section", { class: "card", id: "forks-panel", hidden: true });
   const eventsSection = h("section", {}, h("h2", { text: "Events" }), events);
-  $("view").replaceChildren(head, confirmPanel, askPanel, resultPanel, changesPanel, subTasks, eventsSection);
+  $("view").replaceChildren(head, confirmPanel, askPanel, resultPanel, forkPanel, changesPanel, subTasks, forksPanel, eventsSection);
 
   let view = null;
   let lastQuestion = "";
@@ -399,6 +411,13 @@ function taskPage(taskId) {
   const paint = (task) => {
     view = task;
     $("task-text").textContent = task.task;
+    $("task-lineage").hidden = !task.forked_from;
+    if (task.forked_from && !$("task-lineage").dataset.parent) {
+      $("task-lineage").dataset.parent = task.forked_from;
+      $("task-lineage").replaceChildren("a fork of ",
+        h("a", { id: "fork-parent", href: "#/tasks/" + encodeURIComponent(task.forked_from), text: task.forked_from.slice(0, 8) }),
+        ` at #${task.forked_at}`);
+    }
     $("task-state").replaceChildren(stateBadge(task.state), task.reason ? h("span", { class: "muted", text: " " + task.reason }) : "");
     $("task-state").dataset.state = task.state;
     $("task-iterations").textContent = `${task.iterations} / ${task.max_iterations}`;
@@ -495,7 +514,7 @@ function taskPage(taskId) {
           lastQuestion = event.content;
           if (view && view.state === "AWAITING_USER_INPUT") $("agent-question").textContent = lastQuestion;
         }
-        events.append(renderEvent(event, { openBlob }));
+        events.append(renderEvent(event, { openBlob, onFork: openFork }));
         events.dataset.lastSeq = String(event.seq);
         if (nearBottom()) window.scrollTo(0, document.body.scrollHeight);
         scheduleRefresh();
@@ -572,6 +591,48 @@ function taskPage(taskId) {
       if (err.status !== 401) showError(err);
     }
   };
+  // Forks: the form for one point, and the list of this task's forks.
+  let forkAt = null;
+  function openFork(seq) {
+    forkAt = seq;
+    $("fork-title").textContent = `Fork from #${seq}`;
+    forkPanel.hidden = false;
+    $("fork-message").focus();
+  }
+  const loadForks = async () => {
+    try {
+      const page = await api("GET", "/v1/tasks?limit=100&forked_from=" + encodeURIComponent(taskId));
+      forksPanel.hidden = page.tasks.length === 0;
+      forksPanel.replaceChildren(h("h2", { text: "Forks" }), h("ul", { id: "forks" }, page.tasks.map((t) =>
+        h("li", { dataset: { id: t.id } }, stateBadge(t.state), " ",
+          h("a", { href: "#/tasks/" + encodeURIComponent(t.id), text: t.id.slice(0, 8) }),
+          h("span", { class: "muted", text: ` at #${t.forked_at}, ${t.iterations} iterations` })))));
+    } catch (err) {
+      if (err.status !== 401) showError(err);
+    }
+  };
+  loadForks();
+  $("fork-cancel").addEventListener("click", () => { forkPanel.hidden = true; });
+  $("fork-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (forkAt === null) return;
+    const body = { at: forkAt, count: Number($("fork-count").value) || 1 };
+    const text = $("fork-message").value;
+    if (text.trim()) body.message = text;
+    $("fork-submit").disabled = true;
+    try {
+      const made = await api("POST", `${path}/fork`, { body, idempotencyKey: newIdempotencyKey() });
+      forkPanel.hidden = true;
+      $("fork-message").value = "";
+      showError(null);
+      if (made.forks.length === 1) location.hash = "#/tasks/" + encodeURIComponent(made.forks[0].id);
+      else loadForks();
+    } catch (err) {
+      if (err.status !== 401) showError(err);
+    } finally {
+      $("fork-submit").disabled = false;
+    }
+  });
   $("pause").addEventListener("click", (e) => control(e.currentTarget, "pause"));
   $("resume").addEventListener("click", (e) => control(e.currentTarget, "resume"));
   // Stopping and deleting are for good: the first click arms the button, a second within

@@ -201,10 +201,13 @@ export function renderEvent(e, ctx) {
   const quiet = cls.split(" ").includes("quiet");
   const head = h("div", { class: "ev-head" },
     h("span", { class: "seq", text: "#" + e.seq }),
+    // A fork's copy of its parent's entry (issue 28): marked, so the fork's own steps stand out.
+    e.inherited_from ? h("span", { class: "inherited", title: "from task " + e.inherited_from, text: "inherited" }) : null,
     title ? h("span", { class: "what", text: title }) : null,
     quiet && body ? body : null,
     usageNote(e) ? h("span", { class: "muted", text: usageNote(e) }) : null,
-    h("span", { class: "time", text: clock(e.timestamp) }));
+    h("span", { class: "time", text: clock(e.timestamp) }),
+    ctx.onFork ? h("button", { type: "button", class: "fork-here", title: "New tasks from this task's log and files at #" + e.seq, text: "Fork from here", onclick: () => ctx.onFork(e.seq) }) : null);
   const li = h("li", { class: cls, dataset: { seq: String(e.seq), kind: e.kind, source: e.source || "" } }, head);
   if (e.thought && e.source === "AGENT" && e.kind !== "message") {
     li.append(h("div", { class: "thought", text: e.thought }));

@@ -42,6 +42,9 @@ def tasks(
         list[str] | None, typer.Option("--label", "-l", help="Only with all these labels.")
     ] = None,
     active: Annotated[bool, typer.Option("--active", help="Only tasks not ended.")] = False,
+    forked_from: Annotated[
+        str | None, typer.Option("--forked-from", help="Only the forks of this task.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="The tasks as JSON.")] = False,
 ) -> None:
@@ -62,6 +65,7 @@ def tasks(
                 labels=label or [],
                 limit=min(100, limit - len(found)),
                 cursor=cursor,
+                forked_from=forked_from,
             )
             found += page["tasks"]
             cursor = page["next_cursor"]
