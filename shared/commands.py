@@ -115,6 +115,11 @@ class ExecuteAction(_Command):
         description="Whose checkpoint that is, when not this task's own (a fork's parent): a "
         "fork's first sandbox starts from it.",
     )
+    restore_first: bool = Field(
+        default=False,
+        description="The task was rewound: its /workspace goes back to that checkpoint (what "
+        "is not in it removed) before the action runs.",
+    )
 
 
 # The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:

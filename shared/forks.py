@@ -22,7 +22,9 @@ from nats.js.errors import NotFoundError
 
 from .events import (
     RUNNABLE_ACTION_TYPES,
+    AgentState,
     EventBase,
+    RewindAction,
     RuntimeAnswer,
     TaskCreatedObservation,
     WorkspaceCheckpointObservation,
@@ -30,13 +32,22 @@ from .events import (
 from .subjects import CHECKPOINTS_BUCKET
 
 __all__ = [
+    "REWINDABLE",
     "ForkFiles",
     "checkpoint_kept",
     "checkpoint_name",
     "files_at",
+    "in_course",
     "manifest_object",
     "parse_checkpoint",
 ]
+
+
+# The states a task may be rewound from: a stopped task stays stopped (fork it instead), a
+# running one is paused first.
+REWINDABLE = frozenset(
+    {AgentState.PAUSED, AgentState.FINISHED, AgentState.ERROR, AgentState.REJECTED}
+)
 
 
 def checkpoint_name(task_id: str, seq: int) -> str:
@@ -61,33 +72,54 @@ class ForkFiles:
     unkept: WorkspaceCheckpointObservation | None = None  # a skipped checkpoint after it
 
 
+def in_course(entries: Sequence[EventBase], upto: int | None = None) -> list[EventBase]:
+    """The entries still in the task's course at seq `upto` (the log's end if None), in seq
+    order: each rewind logged by then takes out what came after the seq it went back to, up to
+    itself (the rewind stays, as the mark of it)."""
+    ordered = sorted(
+        (e for e in entries if e.seq is not None and (upto is None or e.seq <= upto)),
+        key=lambda e: e.seq or 0,
+    )
+    course: list[EventBase] = []
+    for entry in ordered:
+        if isinstance(entry, RewindAction) and entry.rewound_to is not None:
+            back = entry.rewound_to
+            course = [e for e in course if (e.seq or 0) <= back]
+        course.append(entry)
+    return course
+
+
 def files_at(entries: Sequence[EventBase], at: int) -> ForkFiles:
     """The files of the log `entries` (a task's whole log; checkpoints may be logged after
     `at`) at seq `at`."""
-    answered = {
-        e.cause for e in entries if _upto(e, at) and isinstance(e, RuntimeAnswer) and e.cause
-    }
-    ran = [
-        e.seq
-        for e in entries
-        if _upto(e, at) and isinstance(e, RUNNABLE_ACTION_TYPES) and e.id in answered
-    ]
+    course = in_course(entries, at)
+    kept_seqs = {e.seq for e in course}
+    answered = {e.cause for e in course if isinstance(e, RuntimeAnswer) and e.cause}
+    ran = [e.seq for e in course if isinstance(e, RUNNABLE_ACTION_TYPES) and e.id in answered]
     ran_to = max((s for s in ran if s is not None), default=0)
     checkpoints = sorted(
         (
             e
             for e in entries
-            if isinstance(e, WorkspaceCheckpointObservation) and e.action_seq <= ran_to
+            if isinstance(e, WorkspaceCheckpointObservation)
+            and e.action_seq <= ran_to
+            and e.action_seq in kept_seqs
         ),
         key=lambda e: e.action_seq,
     )
-    taken = [(c.action_seq, c.checkpoint) for c in checkpoints if c.checkpoint]
-    # A fork starts from its parent's checkpoint, which its own log may not hold (logged after
-    # the fork point): its creation entry names it.
-    base = next((e.fork_checkpoint for e in entries if isinstance(e, TaskCreatedObservation)), None)
-    if base is not None and parse_checkpoint(base)[1] <= ran_to:
-        taken = sorted([*taken, (parse_checkpoint(base)[1], base)])
-    last = taken[-1] if taken else None
+    # Where the files came from, by when: a checkpoint after its action; a fork's parent's
+    # checkpoint (its own log may not hold it: its creation entry names it), at that action;
+    # a rewind's, at the rewind (None: an empty /workspace).
+    found: list[tuple[int, str | None]] = [
+        (c.action_seq, c.checkpoint) for c in checkpoints if c.checkpoint
+    ]
+    base = next((e.fork_checkpoint for e in course if isinstance(e, TaskCreatedObservation)), None)
+    if base is not None:
+        seq = parse_checkpoint(base)[1]
+        if seq <= ran_to and seq in kept_seqs:
+            found.append((seq, base))
+    found += [(e.seq or 0, e.checkpoint) for e in course if isinstance(e, RewindAction)]
+    last = max(found, key=lambda f: f[0]) if found else None
     after = last[0] if last is not None else 0
     unkept = next((c for c in reversed(checkpoints) if c.skipped and c.action_seq > after), None)
     return ForkFiles(checkpoint=last[1] if last is not None else None, ran_to=ran_to, unkept=unkept)

@@ -220,6 +220,16 @@ class TaskState(BaseModel):
         "fork's parent, until the fork stores its own.",
     )
     forked_from: str | None = Field(default=None, description="The task this one is a fork of.")
+    rewound_at: int | None = Field(
+        default=None,
+        description="The seq of the task's last rewind: checkpoints of actions before it are "
+        "out of its course.",
+    )
+    restore_first: bool = Field(
+        default=False,
+        description="Rewound: the next action's sandbox gets the files of `checkpoint_seq` "
+        "back before it runs (until the runtime answers that action).",
+    )
     forked_at: int | None = Field(
         default=None, description="The seq of the parent's log this fork starts from."
     )

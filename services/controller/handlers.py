@@ -16,6 +16,7 @@ from shared.events import (
     Event,
     EventBase,
     EventSource,
+    RewindAction,
     TaskCreatedObservation,
     utc_now,
 )
@@ -26,13 +27,13 @@ from shared.state_store import StateConflict, TaskStateStore
 from shared.subjects import EVENTS_STREAM, Service
 from shared.task_creation import first_message, requested, state_from_created
 
-from .agent_loop import apply, ask_for_lost_step, created_entry, send_queued_action
+from .agent_loop import apply, ask_for_lost_step, created_entry, rewind, send_queued_action
 from .agent_loop.next_hop import fail
 from .deadlines import AnswerDeadlines
 from .errors import RebuildError, TaskNotMadeYet
 from .fork import fork_turn
 from .metrics import CONFLICTS, OVERDUE, REBUILT, REPLAYED, TURN_SECONDS, count_task_end
-from .rebuild import rebuild_state, waits_for_a_seat
+from .rebuild import rebuild_at, rebuild_state, waits_for_a_seat
 from .secret_filter import SecretFilter
 from .state_cache import StateCache
 from .task_log import TaskLog, has_ended
@@ -136,6 +137,8 @@ class ControllerHandlers:
                 return state.outboxes.get(event.id, [])
             if making is not None and making.forked_from is not None:
                 turn = await self._fork(making)
+            elif isinstance(event, RewindAction):
+                turn = await self._rewind(state, event)
             else:
                 turn = Turn(state, answer_retries=self.answer_retries)
                 # A new task's first turn takes its text as the first user message.
@@ -173,6 +176,20 @@ class ControllerHandlers:
             turn.log(created_entry(turn.state))
             fail(turn, f"could not fork task {parent} at seq {making.forked_at}: {exc}"[:1000])
             return turn
+
+    async def _rewind(self, state: TaskState, event: RewindAction) -> Turn:
+        """A rewind's turn (agent_loop/rewind.py), its point rebuilt from the task's log."""
+        turn = Turn(state, answer_retries=self.answer_retries)
+        try:
+            if self.task_log is None:
+                raise RebuildError("this controller reads no task logs")
+            point = rebuild_at(await self.task_log.read(state.task_id), event.to)
+        except (RebuildError, NatsError, TimeoutError) as exc:
+            log.warning("task %s: rewind to seq %d failed: %s", state.task_id, event.to, exc)
+            rewind(turn, event, None, f"its log could not be read ({exc})"[:300])
+            return turn
+        rewind(turn, event, point)
+        return turn
 
     async def on_deletion(self, request: ForgetTaskRequest) -> None:
         """A deleted task (DELETE /v1/tasks/{id}, from the deletions stream): its State and

@@ -34,6 +34,7 @@ from shared.events import (
     EventBase,
     EventSource,
     MessageAction,
+    RewindAction,
     SandboxQueuedObservation,
     TaskCreatedObservation,
     UserRejectObservation,
@@ -41,7 +42,7 @@ from shared.events import (
 from shared.state import PROCESSED_KEPT, Awaiting, TaskState
 from shared.task_creation import state_from_created
 
-from .agent_loop import CONTROLLER_ERROR_CODES, apply
+from .agent_loop import CONTROLLER_ERROR_CODES, apply, rewind
 from .errors import RebuildError
 from .turn import Turn
 
@@ -129,7 +130,12 @@ def _replay(entries: list[EventBase]) -> Iterator[tuple[TaskState, int]]:
         # The first turn also wrote the creation entry, before its input.
         start = 0 if state.last_seq == 0 else pos
         turn = Turn(_expecting(state, entry), replaying=True)
-        apply(turn, entry)
+        if isinstance(entry, RewindAction):
+            # A rewind's point is in the log before it, which apply() does not see.
+            back = entry.rewound_to
+            rewind(turn, entry, None if back is None else rebuild_at(entries[:pos], entry.to))
+        else:
+            apply(turn, entry)
         written = entries[start : start + len(turn.logged)]
         if turn.logged and _same_entries(turn.logged, written, entry):
             state = _settled(turn.state, written)

@@ -25,6 +25,7 @@ from shared.broker import handled_message
 from shared.commands import ReviewAction, StepRequest
 from shared.delivery import PermanentError
 from shared.events import RUNNABLE_ACTION_TYPES
+from shared.forks import in_course
 from shared.publishing import publish_event_to, publish_work
 from shared.state_store import TaskStateStore
 from shared.subjects import Service
@@ -223,6 +224,8 @@ class StepHandler:
                 raise PermanentError(f"task {step.task_id} is unknown: nothing to step") from None
             raise
         STEP_PHASE.labels("history").observe(time.perf_counter() - began)
+        # A rewound task's history leaves out what its rewinds took out of its course.
+        events = in_course(events)
         if trajectory is not None:
             replayed = replayed_action(step, trajectory, events)
             if replayed is not None:

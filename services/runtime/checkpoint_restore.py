@@ -22,15 +22,25 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from nats.errors import Error as NatsError
+
+from shared.commands import ExecuteAction
 from shared.sandbox_protocol.session import SandboxSessionError
 
 from .checkpoint_manifest import Entry
-from .checkpoint_store import CheckpointStore
+from .checkpoint_store import CheckpointMissing, CheckpointStore
 from .containers import DockerSandboxes
 from .sandbox import Sandbox
 from .workspace_files import put_archive
 
-__all__ = ["RestoreArchives", "Restored", "died_during_action", "restore_workspace"]
+__all__ = [
+    "RestoreArchives",
+    "Restored",
+    "clear_workspace",
+    "died_during_action",
+    "put_back",
+    "restore_workspace",
+]
 
 log = logging.getLogger("deckhands.runtime.checkpoints")
 
@@ -192,6 +202,83 @@ async def _build(store: CheckpointStore, task_id: str, seq: int, target: Path) -
         for left in fetches:
             left.cancel()
     return _Built(target, len(files), size, manifest.cwd, time.monotonic() - started)
+
+
+async def put_back(
+    store: CheckpointStore,
+    docker: DockerSandboxes,
+    sandbox: Sandbox,
+    command: ExecuteAction,
+    source: tuple[str, int] | None,
+    archives: RestoreArchives,
+    *,
+    in_place: bool,
+) -> tuple[str, bool]:
+    """The files of checkpoint `source` (whose, seq; None: none, an empty /workspace) put into
+    the sandbox: a new one (its task's earlier one is gone), or (`in_place`, a rewind) the
+    task's own, emptied first. What the agent is told, and whether files were restored."""
+    shell = (
+        "The shell and the Python session are the same (their variables and background "
+        "processes were not rewound)."
+        if in_place
+        else "The shell and the Python session are new: its variables and background "
+        "processes are gone (the shell is back in the directory it was in)."
+    )
+    headline = _headline(command, source)
+    try:
+        if in_place:
+            await clear_workspace(sandbox)
+        if source is None:
+            return (
+                "This task was rewound to before any action changed files: /workspace is "
+                f"empty again. {shell}",
+                False,
+            )
+        owner, seq = source
+        done = await restore_workspace(store, docker, sandbox, owner, seq, archives)
+    except (CheckpointMissing, NatsError, OSError, TimeoutError, ValueError) as exc:
+        log.warning("task %s: restore from %s failed: %r", command.task_id, source, exc)
+        return (
+            f"{headline} Its files could not be restored from its checkpoint "
+            f"({type(exc).__name__}): /workspace is empty. {shell}",
+            False,
+        )
+    after = command.action.seq
+    missing = (
+        f" What the actions after seq {seq} (up to seq {after - 1}) changed is not in it."
+        if after and after - 1 > seq and not command.restore_first
+        else ""
+    )
+    whose = "the" if owner == command.task_id else f"task {owner}'s"
+    return (
+        f"{headline} /workspace was restored from {whose} checkpoint taken after seq {seq} "
+        f"({done.files} files).{missing} {shell}",
+        True,
+    )
+
+
+def _headline(command: ExecuteAction, source: tuple[str, int] | None) -> str:
+    """Why the agent's files were put back."""
+    if command.restore_first:
+        return "This task was rewound: its files go back to those of then."
+    if source is None or source[0] == command.task_id:
+        return "The task's sandbox was lost."
+    return f"This task is a fork of task {source[0]}: its sandbox is new."
+
+
+async def clear_workspace(sandbox: Sandbox) -> None:
+    """Empty /workspace but for the runtime's own folder, before a rewound task's files go back
+    (a file made after the point must not stay), and put the shell there."""
+    reply = await sandbox.session.bash(
+        {
+            "command": "cd /workspace && find /workspace -mindepth 1 -maxdepth 1 "
+            "! -name .deckhands -exec rm -rf -- {} + ; echo cleared",
+            "timeout_s": 120,
+        },
+        150,
+    )
+    if "cleared" not in str(reply.get("output", "")):
+        raise OSError(f"/workspace could not be emptied: {str(reply)[:200]}")
 
 
 def _writable(entries: dict[str, Entry]) -> list[tuple[str, Entry]]:

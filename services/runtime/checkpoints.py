@@ -37,7 +37,7 @@ from shared.sandbox_protocol.session import SandboxSessionError
 from .checkpoint_fetch import fetch_and_store
 from .checkpoint_manifest import FULL_EVERY, Entry, Manifest
 from .checkpoint_quota import CheckpointQuota, QuotaUsed
-from .checkpoint_restore import RestoreArchives, restore_workspace
+from .checkpoint_restore import RestoreArchives, put_back
 from .checkpoint_store import CheckpointMissing, CheckpointStore, StoreFull
 from .containers import DockerSandboxes
 from .metrics import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, CHECKPOINTS, RESTORES
@@ -108,9 +108,14 @@ class Checkpoints:
 
     def source(self, command: ExecuteAction) -> tuple[str, int] | None:
         """(whose, seq) of the checkpoint holding the task's files: the last this replica
-        stored, or the one its log names (a fork's parent's, until it stores its own)."""
+        stored, or the one its log names (a fork's parent's, until it stores its own; a
+        rewound task's point, whatever came after)."""
         synced = self._synced.get(command.task_id)
-        if synced is not None and synced[2] >= (command.checkpoint_seq or 0):
+        if (
+            synced is not None
+            and synced[2] >= (command.checkpoint_seq or 0)
+            and not command.restore_first
+        ):
             return synced[1], synced[2]
         if command.checkpoint_seq:
             return command.checkpoint_task or command.task_id, command.checkpoint_seq
@@ -120,51 +125,35 @@ class Checkpoints:
         self, command: ExecuteAction, sandbox: Sandbox, docker: DockerSandboxes
     ) -> None:
         """The last action's checkpoint done first (its scan must not see this action's
-        files); a sandbox bound afresh gets the task's files back from the last one."""
+        files); a sandbox bound afresh gets the task's files back from the last one, and a
+        rewound task's sandbox the files of the point it went back to."""
         await self.settle(command.task_id)
-        if sandbox.fresh:
+        if sandbox.fresh or command.restore_first:
+            in_place = not sandbox.fresh
             sandbox.fresh = False
-            await self.restore(command, sandbox, docker)
+            await self.restore(command, sandbox, docker, in_place=in_place)
 
     async def restore(
-        self, command: ExecuteAction, sandbox: Sandbox, docker: DockerSandboxes
+        self,
+        command: ExecuteAction,
+        sandbox: Sandbox,
+        docker: DockerSandboxes,
+        *,
+        in_place: bool = False,
     ) -> None:
-        """The task's sandbox is new (its earlier one is gone): its files from its last
-        checkpoint, and the agent told so with this action's output."""
+        """The task's files from its checkpoint, and the agent told so with this action's
+        output: into a new sandbox (its earlier one is gone), or (`in_place`, a rewind) into
+        its own, emptied first."""
         source = self.source(command)
-        if source is None:
+        if source is None and not command.restore_first:
             return  # a task's first sandbox: nothing to restore
-        owner, seq = source
-        self._synced.pop(command.task_id, None)  # this executor has stored nothing yet
-        lost = (
-            "The task's sandbox was lost."
-            if owner == command.task_id
-            else f"This task is a fork of task {owner}: its sandbox is new."
+        self._synced.pop(command.task_id, None)  # this executor's base is not that checkpoint
+        notice, restored = await put_back(
+            self.store, docker, sandbox, command, source, self.archives, in_place=in_place
         )
-        try:
-            done = await restore_workspace(self.store, docker, sandbox, owner, seq, self.archives)
-        except (CheckpointMissing, NatsError, OSError, TimeoutError, ValueError) as exc:
-            log.warning("task %s: restore of seq %d failed: %r", command.task_id, seq, exc)
-            sandbox.notice = (
-                f"{lost} Its files could not be restored from the checkpoint after seq {seq} "
-                f"({type(exc).__name__}): /workspace is empty. The shell and Python session "
-                "are new."
-            )
-            return
-        RESTORES.inc()
-        after = command.action.seq
-        missing = (
-            f" What the actions after seq {seq} (up to seq {after - 1}) changed is not in it."
-            if after and after - 1 > seq
-            else ""
-        )
-        whose = "the" if owner == command.task_id else f"task {owner}'s"
-        sandbox.notice = (
-            f"{lost} /workspace was restored from {whose} checkpoint taken after seq {seq} "
-            f"({done.files} files).{missing} The shell and the Python session are new: "
-            "its variables and background processes are gone (the shell is back in the "
-            "directory it was in)."
-        )
+        sandbox.notice = notice
+        if restored:
+            RESTORES.inc()
 
     async def let_go(self, task_id: str) -> None:
         """The task's sandbox is released: its last checkpoint first, then nothing of it in

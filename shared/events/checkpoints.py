@@ -8,7 +8,7 @@ from pydantic import Field
 
 from .base import EventBase
 
-__all__ = ["CHECKPOINT_SKIPPED_REASONS", "WorkspaceCheckpointObservation"]
+__all__ = ["CHECKPOINT_SKIPPED_REASONS", "RewindAction", "WorkspaceCheckpointObservation"]
 
 # Why a checkpoint was not taken; the action itself never fails for it.
 CHECKPOINT_SKIPPED_REASONS = (
@@ -48,3 +48,25 @@ class WorkspaceCheckpointObservation(EventBase):
         default="", description="Why no checkpoint was taken ('' when one was)."
     )
     detail: str = Field(default="", max_length=500, description="What the skip means.")
+
+
+class RewindAction(EventBase):
+    """A person's rewind of a paused or ended task to seq `to` (issue 28, item 4): a fork in
+    place. Nothing is deleted: the entries after the point stay in the log, out of the task's
+    course (the agent's history, the stuck detector and the files no longer hold them), and
+    the task goes on from there, its /workspace back to the files of then."""
+
+    kind: Literal["rewind"] = "rewind"
+    to: int = Field(ge=1, description="The seq asked for.")
+    checkpoint: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The checkpoint holding the files of that point ('<task>/<seq>'); None: "
+        "an empty /workspace (no action had changed files by then).",
+    )
+    rewound_to: int | None = Field(
+        default=None,
+        description="As logged: the seq the task went back to (the end of the turn holding "
+        "`to`, or the step before an action in flight there); what follows it up to this "
+        "entry is out of the task's course.",
+    )

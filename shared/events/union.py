@@ -20,7 +20,7 @@ from .actions import (
     MessageAction,
     RunPythonAction,
 )
-from .checkpoints import WorkspaceCheckpointObservation
+from .checkpoints import RewindAction, WorkspaceCheckpointObservation
 from .egress import EgressActivityObservation
 from .observations import (
     AgentDelegateObservation,
@@ -78,6 +78,7 @@ Event = Annotated[
     | MCPCallObservation
     | EgressActivityObservation
     | WorkspaceCheckpointObservation
+    | RewindAction
     | ReviewedAction,
     Field(discriminator="kind"),
 ]
@@ -100,6 +101,7 @@ ACTION_TYPES = (
     ChangeAgentStateAction,
     AgentDelegateAction,
     CondensationAction,
+    RewindAction,
 )
 OBSERVATION_TYPES = (
     CmdOutputObservation,

@@ -532,3 +532,29 @@ def test_fork_from_an_event_links_the_fork_and_its_parent(
     _wait(page, lambda d: d.current_url.endswith(parent_id))
     listed = _wait(page, lambda d: d.find_element(By.CSS_SELECTOR, "#forks li"))
     assert listed.get_attribute("data-id") == fork_id and f"at #{at}" in listed.text
+
+
+def test_rewind_an_ended_task_from_an_event(page: WebDriver, console_stack: Stack) -> None:
+    task_id = _post_from_form(
+        page, "Write a Python script that prints the squares of 1 to 10 and run it"
+    )
+    _wait_state(page, "FINISHED")
+    seqs = _assert_each_event_once(page, console_stack, task_id)
+    output = page.find_element(By.CSS_SELECTOR, "#events > li[data-kind=run_output]")
+    at = int(output.get_attribute("data-seq") or 0)
+    button = output.find_element(By.CSS_SELECTOR, "button.rewind-here")
+    assert button.is_displayed()  # an ended task may be rewound
+    button.click()
+    assert button.text == f"Rewind to #{at}?"  # armed: a second click does it
+    button.click()
+    mark = _wait(page, lambda d: d.find_element(By.CSS_SELECTOR, "#events > li[data-kind=rewind]"))
+    assert f"rewound to #{at}" in mark.text
+    assert int(mark.get_attribute("data-seq") or 0) == seqs[-1] + 1  # after all, none deleted
+    # The task went on from there, and ended again.
+    _wait(
+        page,
+        lambda d: any(
+            kind == "agent_state_changed" and seq > seqs[-1] + 1 for seq, kind in _events(d)
+        ),
+    )
+    _wait_state(page, "FINISHED")

@@ -185,3 +185,59 @@ def test_forks_that_cannot_be_made_are_refused_clearly(stack: Stack, http: httpx
     gone = http.post(f"/v1/tasks/{parent}/fork", json={"at": point})
     assert gone.status_code == 410 and "no longer kept" in gone.text, gone.text
     assert http.get("/v1/tasks", params={"forked_from": parent}).json()["tasks"] == []
+
+
+def test_a_rewind_takes_the_files_and_the_course_back_and_keeps_the_log(
+    stack: Stack, http: httpx.Client
+) -> None:
+    task_id, events, point = _parent(http)
+    steps = http.get(f"/v1/tasks/{task_id}").json()["iterations"]
+    answer = http.post(f"/v1/tasks/{task_id}/rewind", json={"to": point})
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["kind"] == "rewind"
+    # The rewind is logged after everything (nothing deleted), then the task goes on.
+    deadline = time.monotonic() + 60
+    while True:
+        log = _events(http, task_id)
+        marks = [e for e in log if e["kind"] == "rewind"]
+        ended = [
+            e
+            for e in log
+            if e["kind"] == "agent_state_changed"
+            and e["agent_state"] in ("FINISHED", "ERROR")
+            and marks
+            and e["seq"] > marks[0]["seq"]
+        ]
+        if ended:
+            break
+        assert time.monotonic() < deadline, [e["kind"] for e in log]
+        time.sleep(0.3)
+    [mark] = marks
+    assert mark["rewound_to"] == point and mark["seq"] > events[-1]["seq"]
+    assert [e["id"] for e in log[: len(events)]] == [e["id"] for e in events]
+    after = [e["content"] for e in log if e["kind"] == "run_output" and e["seq"] > mark["seq"]]
+    listed, moved_on = after[0], after[1]
+    # The files of the point, in place: d.txt back, b.txt and mine.txt (made later) gone.
+    assert "This task was rewound" in listed and "/workspace/sub" in listed, listed
+    assert "a.txt d.txt sub" in listed and "b.txt" not in listed, listed
+    assert "a.txt b.txt mine.txt sub" in moved_on, moved_on
+    # The point's steps, then the same three again: the rewound ones are not counted.
+    course = [
+        (e["seq"], e["kind"], e.get("agent_state") or e.get("command") or "")
+        for e in _events(http, task_id)
+        if e["seq"] >= mark["seq"]
+    ]
+    assert _wait(http, task_id, "FINISHED")["iterations"] == steps, course
+
+    # Refused: a task that is not paused or ended, another tenant's, a seq past the end.
+    asking = http.post("/v1/tasks", json={"task": "ask-me: something"}).json()["id"]
+    _wait(http, asking, "AWAITING_USER_INPUT")
+    busy = http.post(f"/v1/tasks/{asking}/rewind", json={"to": 2})
+    assert busy.status_code == 409 and "pause it first" in busy.text, busy.text
+    other = issue_key(stack.config.gateway_url, stack.admin_api_key, "rewind-other-tenant")
+    stranger = http.post(
+        f"/v1/tasks/{task_id}/rewind", json={"to": point}, headers=auth_headers(other)
+    )
+    assert stranger.status_code == 404
+    past = http.post(f"/v1/tasks/{task_id}/rewind", json={"to": 10_000})
+    assert past.status_code == 422 and "ends at seq" in past.text

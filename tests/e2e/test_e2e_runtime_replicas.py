@@ -14,15 +14,18 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+import docker
 import httpx
 import pytest
 from e2e_helpers import get_until_ok, wait_until_ended  # type: ignore[import-not-found]
 
 from tools.procs import free_port
-from tools.stack import StackConfig, running
+from tools.stack import Stack, StackConfig, running
 
 pytestmark = pytest.mark.docker
 
@@ -61,7 +64,9 @@ def _sandbox(output: dict[str, Any]) -> str:
     )
 
 
-def test_tasks_follow_their_sandbox_and_survive_a_replica_killed(tmp_path: Path) -> None:
+@contextmanager
+def _two_replicas(tmp_path: Path) -> Iterator[tuple[Stack, httpx.Client]]:
+    """A stack on the script above with two runtime replicas, `ra` and `rb`, and a client."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps(_script()))
     config = StackConfig.isolated(
@@ -88,6 +93,11 @@ def test_tasks_follow_their_sandbox_and_survive_a_replica_killed(tmp_path: Path)
             {"DECKHANDS_RUNTIME_REPLICA": "rb", "DECKHANDS_METRICS_PORT": str(free_port())},
         )
         time.sleep(3)  # rb's consumers exist before the first orders
+        yield stack, client
+
+
+def test_tasks_follow_their_sandbox_and_survive_a_replica_killed(tmp_path: Path) -> None:
+    with _two_replicas(tmp_path) as (stack, client):
         ids = []
         for i in range(TASKS):
             response = client.post(
@@ -156,3 +166,58 @@ def test_tasks_follow_their_sandbox_and_survive_a_replica_killed(tmp_path: Path)
         # (the controller kept routing there until a survivor's answer named the survivor).
         survivor_log = stack.logs / ("runtime.log" if survivor == "ra" else "runtime-b.log")
         assert f"runtime replica {victim} is gone" in survivor_log.read_text()
+
+
+def test_tasks_whose_replica_and_sandboxes_are_lost_finish_with_their_files(
+    tmp_path: Path,
+) -> None:
+    """Issue 28, item 3: a replica killed with its engine's sandboxes (as when its machine is
+    lost): its tasks go on on the other replica, in new sandboxes whose /workspace is their
+    last checkpoint."""
+    with (
+        closing(docker.from_env(timeout=60)) as engine,
+        _two_replicas(tmp_path) as (
+            stack,
+            client,
+        ),
+    ):
+        ids = [
+            client.post("/v1/tasks", json={"task": f"lost {i}", "max_iterations": 30}).json()["id"]
+            for i in range(4)
+        ]
+        # Once every task ran two commands and their checkpoints are stored.
+        holders: dict[str, str] = {}
+        deadline = time.monotonic() + 120
+        while len(holders) < len(ids) and time.monotonic() < deadline:
+            for task_id in ids:
+                events = get_until_ok(client, f"/v1/tasks/{task_id}/trajectory")["events"]
+                outputs = _outputs(events)
+                kept = [
+                    e for e in events if e["kind"] == "workspace_checkpoint" and e["checkpoint"]
+                ]
+                if len(outputs) >= 2 and len(kept) >= 2:
+                    holders[task_id] = outputs[-1]["runtime_replica"]
+            time.sleep(0.5)
+        assert len(holders) == len(ids), f"tasks with 2 checkpoints: {holders}"
+        victim = max(("ra", "rb"), key=lambda r: Counter(holders.values())[r])
+        stack.kill_service("runtime" if victim == "ra" else "runtime-b")
+        moved = {t for t, r in holders.items() if r == victim}
+        assert moved, holders
+        # Its machine is gone: so are the sandboxes on it (each named for its task).
+        for task_id in moved:
+            engine.containers.get(f"deckhands-task-{task_id}").remove(force=True)
+
+        views = wait_until_ended(client, ids, 240)
+        assert {v["state"] for v in views.values()} == {"FINISHED"}, [
+            (v["state"], v["reason"]) for v in views.values()
+        ]
+        for task_id in moved:
+            outputs = _outputs(get_until_ok(client, f"/v1/tasks/{task_id}/trajectory")["events"])
+            restored = [o for o in outputs if "was restored from the checkpoint" in o["content"]]
+            assert restored, [o["content"][:200] for o in outputs]
+            steps = [
+                line for line in outputs[-1]["content"].splitlines() if line.startswith("step ")
+            ]
+            # The steps from before the loss came back with the files; none twice.
+            assert steps[:2] == ["step 0", "step 1"], steps
+            assert len(steps) == len(set(steps)), steps

@@ -6,6 +6,7 @@
     deckhands approve <id>            # or reject, stop, pause, resume
     deckhands say <id> "use port 8080"
     deckhands fork <id> --at 12 -n 3 "try another way"
+    deckhands rewind <id> --to 12      # a paused or ended task, back to seq 12
 
 The gateway's URL and the API key come from --url / --api-key, else DECKHANDS_URL /
 DECKHANDS_API_KEY, else ~/.config/deckhands/config.toml (`url = ...`, `api_key = ...`), else,
@@ -75,6 +76,7 @@ for _command in (
     steer.resume,
     steer.say,
     forks.fork,
+    forks.rewind,
     files.trajectory,
     files.workspace,
     files.upload,

@@ -114,6 +114,12 @@ class Client:
         )
         return result
 
+    def rewind(self, task_id: str, to: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.request(
+            "POST", f"/v1/tasks/{task_id}/rewind", json_body={"to": to}, idempotent=True
+        )
+        return result
+
     def task(self, task_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"/v1/tasks/{task_id}")
         return result

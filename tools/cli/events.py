@@ -222,6 +222,13 @@ def _task_created(event: dict[str, Any]) -> _Shown:
     return f"[dim]task created: {limits}[/dim]", []
 
 
+def _rewind(event: dict[str, Any]) -> _Shown:
+    back = event.get("rewound_to")
+    if back is None:
+        return f"[dim]rewind to #{event.get('to')} asked[/dim]", []
+    return f"[bold]rewound to #{back}[/bold] [dim](what came after is out of its course)[/dim]", []
+
+
 def _change_agent_state(event: dict[str, Any]) -> _Shown:
     return f"[dim]asks for {event.get('agent_state')}[/dim]", []
 
@@ -319,6 +326,7 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], _Shown]] = {
     "user_rejected": _user_rejected,
     "change_agent_state": _change_agent_state,
     "task_created": _task_created,
+    "rewind": _rewind,
     "sandbox_queued": _sandbox_queued,
     "egress_activity": _egress_activity,
     "workspace_checkpoint": _workspace_checkpoint,

@@ -15,6 +15,7 @@ from shared.events import (
     EventBase,
     EventSource,
     ReviewedAction,
+    RewindAction,
     SandboxQueuedObservation,
     TaskCreatedObservation,
     WorkspaceCheckpointObservation,
@@ -32,12 +33,14 @@ from .from_runtime import is_order_refusal, observed, queued, send_queued_action
 from .from_security import from_security
 from .from_user import from_user
 from .missing_answers import answer_missing, ask_for_lost_step
+from .rewind import rewind
 
 __all__ = [
     "CONTROLLER_ERROR_CODES",
     "apply",
     "ask_for_lost_step",
     "created_entry",
+    "rewind",
     "send_queued_action",
     "sub_task_id",
 ]
@@ -61,7 +64,9 @@ def apply(turn: Turn, event: EventBase) -> None:
         # The runtime's checkpoint of the files after an action, taken while the agent thinks:
         # a fact for the log (forks and restores start from it), whatever the task awaits.
         turn.log(event)
-        if event.checkpoint and event.action_seq > (turn.state.checkpoint_seq or 0):
+        # One of an action a rewind took out of the task's course is not its files any more.
+        newest = max(turn.state.checkpoint_seq or 0, turn.state.rewound_at or 0)
+        if event.checkpoint and event.action_seq > newest:
             # A fork's log holds its parent's checkpoints: they are the parent's to read.
             owner = parse_checkpoint(event.checkpoint)[0]
             turn.update(
@@ -70,6 +75,10 @@ def apply(turn: Turn, event: EventBase) -> None:
             )
     elif isinstance(event, ReviewedAction):
         reviewed(turn, event)
+    elif isinstance(event, RewindAction):
+        # Rewinds need the task's log: the controller's handler (and a rebuild) give the point
+        # to rewind() itself; one that reaches here has none.
+        rewind(turn, event, None, "the task's log was not read")
     elif event.source is EventSource.USER:
         from_user(turn, event)
     elif isinstance(event, AgentDelegateObservation) and not answers_delegation(turn.state, event):

@@ -36,6 +36,8 @@ def observed(turn: Turn, event: EventBase) -> None:
         # The runtime's answer names the replica whose engine holds the task's sandbox (or
         # none): the task's next orders go to that replica (Turn.outbox).
         turn.update(runtime_replica=getattr(event, "runtime_replica", None))
+        if not is_order_refusal(event):
+            turn.update(restore_first=False)  # a rewound task's files are back
     remember(turn, turn.log(event))
     if isinstance(event, AgentDelegateObservation):
         count_sub_task_spend(turn, event)

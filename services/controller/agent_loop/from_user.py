@@ -20,6 +20,7 @@ from .next_hop import execute_order, next_step, request_step
 
 __all__ = [
     "from_user",
+    "raise_limits",
 ]
 
 
@@ -48,13 +49,13 @@ def _user_message(turn: Turn, event: MessageAction) -> None:
     if state is AgentState.AWAITING_USER_CONFIRMATION:
         return  # the message is in the log; the pending action still needs a yes or no
     if state is not AgentState.RUNNING and state is not AgentState.PAUSED:
-        _raise_limits(turn)
+        raise_limits(turn)
         turn.change_state(AgentState.RUNNING, "user message", cause=event.id)
     if turn.state.awaiting in (Awaiting.NOTHING, Awaiting.USER):
         request_step(turn)
 
 
-def _raise_limits(turn: Turn) -> None:
+def raise_limits(turn: Turn) -> None:
     """As in OpenHands: resuming raises a limit that was hit by its initial amount."""
     s = turn.state
     if s.iterations_used() >= s.max_iterations:

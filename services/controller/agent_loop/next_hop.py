@@ -53,6 +53,7 @@ def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
         priority=state.priority,
         checkpoint_seq=state.checkpoint_seq,
         checkpoint_task=state.checkpoint_task,
+        restore_first=state.restore_first,
     )
 
 

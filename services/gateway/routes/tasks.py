@@ -14,7 +14,7 @@ from shared.events import AgentState
 from ..context import TaskDeletionDep, TaskForksDep, TaskListingDep, TaskServiceDep
 from ..http.auth import CallerDep
 from ..http.models import ErrorResponse, InvalidRequestResponse, QuotaExceededResponse
-from ..tasks.fork_models import ForkRequest, ForksCreated
+from ..tasks.fork_models import ForkRequest, ForksCreated, RewindRequest
 from ..tasks.forks import ForkSpec
 from ..tasks.listing import TaskQuery
 from ..tasks.models import (
@@ -181,6 +181,35 @@ async def fork_task(
         checkpoint=made.files.checkpoint,
         forks=[TaskCreated(id=c.state.task_id, state=c.state.agent_state) for c in made.created],
     )
+
+
+@router.post(
+    "/{task_id}/rewind",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=AcceptedEvent,
+    responses={
+        **_CONTROL_RESPONSES,
+        409: {
+            "model": ErrorResponse,
+            "description": "The task runs (pause it first) or was stopped (fork it instead), "
+            "is a sub-task, or the files of that point were not kept",
+        },
+        410: {
+            "model": ErrorResponse,
+            "description": "The checkpoint of that point is no longer kept",
+        },
+    },
+    summary="Take a paused or ended task back to a seq of its log, files included",
+)
+async def rewind_task(
+    task_id: str,
+    body: RewindRequest,
+    forks: TaskForksDep,
+    caller: CallerDep,
+    idempotency_key: IdempotencyKey = None,
+) -> AcceptedEvent:
+    event = await forks.rewind(task_id, caller.tenant_id, body.to, idempotency_key)
+    return AcceptedEvent(task_id=task_id, event_id=event.id, kind=event.kind)
 
 
 @router.get(

@@ -9,7 +9,7 @@ from shared.events import TaskPriority
 from ..http.models import ApiRequest
 from .models import MAX_LABELS, Label, TaskCreated
 
-__all__ = ["MAX_FORKS", "ForkLimits", "ForkRequest", "ForksCreated"]
+__all__ = ["MAX_FORKS", "ForkLimits", "ForkRequest", "ForksCreated", "RewindRequest"]
 
 MAX_FORKS = 32  # one request's forks: each is a task (a seat, a sandbox, its quota)
 _MAX_MESSAGE = 200_000
@@ -78,3 +78,12 @@ class ForksCreated(BaseModel):
         description="The checkpoint their /workspace starts from; null: an empty one."
     )
     forks: list[TaskCreated]
+
+
+class RewindRequest(ApiRequest):
+    to: int = Field(
+        ge=1,
+        description="The seq of the task's log to go back to (the whole turn holding it; a "
+        "point where an action was in flight is the step before it). The log keeps what came "
+        "after; /workspace gets the files of then back before the next action.",
+    )

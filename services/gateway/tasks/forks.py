@@ -1,5 +1,6 @@
 """POST /v1/tasks/{id}/fork: `count` new tasks of the tenant, each starting from the parent's log
-and files at a seq (issue 28, item 2).
+and files at a seq (issue 28, item 2); and POST /v1/tasks/{id}/rewind, the same in place
+(item 4): checked here as a fork is, then applied by the controller.
 
 The gateway checks what it can answer at once: the parent is the caller's (404 otherwise, as
 for any task), it is a task made through the API (a sub-task is its root's), its log reaches
@@ -23,8 +24,15 @@ from nats.js import JetStreamContext
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from shared.events import AgentState, EventAdapter, EventBase, new_id
-from shared.forks import ForkFiles, checkpoint_kept, files_at, parse_checkpoint
+from shared.events import (
+    AgentState,
+    EventAdapter,
+    EventBase,
+    EventSource,
+    RewindAction,
+    new_id,
+)
+from shared.forks import REWINDABLE, ForkFiles, checkpoint_kept, files_at, parse_checkpoint
 from shared.state import TaskState
 from shared.task_creation import creation_request, derived_event_id, state_from_created
 
@@ -89,6 +97,33 @@ class TaskForks:
         ids = await self._fork_ids(parent_id, tenant_id, spec, idempotency_key)
         created = [await self._make(parent, tenant_id, fork_id, spec, files) for fork_id in ids]
         return Forks(files, created)
+
+    async def rewind(
+        self, task_id: str, tenant_id: str, to: int, idempotency_key: str | None = None
+    ) -> RewindAction:
+        """Ask the controller to rewind the task to seq `to` (agent_loop/rewind.py), once the
+        point's files are known to be kept."""
+        owned = await self.tasks.get_owned(task_id, tenant_id)
+        state = owned.state
+        if owned.record is None or state.parent_task_id is not None:
+            raise ForkRefused(f"task {task_id} is a sub-task: it is rewound with its root task")
+        if state.agent_state not in REWINDABLE:
+            how = (
+                "a stopped task stays stopped: fork it at that seq instead"
+                if state.agent_state is AgentState.STOPPED
+                else "pause it first (POST /v1/tasks/{id}/pause)"
+            )
+            raise ForkRefused(f"task {task_id} is {state.agent_state.value}: {how}")
+        files = await self._files(task_id, to)
+        event = RewindAction(
+            id=await self.tasks._event_id(tenant_id, task_id, f"rewind:{to}", idempotency_key),
+            task_id=task_id,
+            source=EventSource.USER,
+            to=to,
+            checkpoint=files.checkpoint,
+        )
+        await self.tasks._publish(event)
+        return event
 
     async def _files(self, parent_id: str, at: int) -> ForkFiles:
         entries: list[EventBase] = []

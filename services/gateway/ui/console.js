@@ -433,6 +433,8 @@ function taskPage(taskId) {
     $("task-age").title = task.created_at;
     $("task-labels").replaceChildren(...(task.labels.length ? task.labels.map((l) => h("span", { class: "label", text: l })) : ["—"]));
     const ended = ENDED.has(task.state);
+    // "Rewind to here" shows on a task that may be rewound: paused or ended, not stopped.
+    events.classList.toggle("rewindable", task.state === "PAUSED" || (ended && task.state !== "STOPPED"));
     $("pause").disabled = ended || task.state === "PAUSED" || task.state === "LOADING";
     $("resume").disabled = task.state !== "PAUSED";
     // An ERROR task can still be stopped (that frees its sandbox); the others are over.
@@ -514,7 +516,7 @@ function taskPage(taskId) {
           lastQuestion = event.content;
           if (view && view.state === "AWAITING_USER_INPUT") $("agent-question").textContent = lastQuestion;
         }
-        events.append(renderEvent(event, { openBlob, onFork: openFork }));
+        events.append(renderEvent(event, { openBlob, onFork: openFork, onRewind: rewindTo }));
         events.dataset.lastSeq = String(event.seq);
         if (nearBottom()) window.scrollTo(0, document.body.scrollHeight);
         scheduleRefresh();
@@ -612,6 +614,27 @@ function taskPage(taskId) {
     }
   };
   loadForks();
+  // A rewind is for good (the task goes on from there): the first click arms the button, a
+  // second within 4 s does it.
+  async function rewindTo(seq, button) {
+    if (!button.classList.contains("armed")) {
+      button.classList.add("armed");
+      button.textContent = `Rewind to #${seq}?`;
+      setTimeout(() => { button.classList.remove("armed"); button.textContent = "Rewind to here"; }, 4000);
+      return;
+    }
+    button.classList.remove("armed");
+    button.textContent = "Rewind to here";
+    try {
+      await api("POST", `${path}/rewind`, { body: { to: seq }, idempotencyKey: newIdempotencyKey() });
+      endedShown = false;
+      follow(); // the task goes on from there: follow it again
+      showError(null);
+      scheduleRefresh();
+    } catch (err) {
+      if (err.status !== 401) showError(err);
+    }
+  }
   $("fork-cancel").addEventListener("click", () => { forkPanel.hidden = true; });
   $("fork-form").addEventListener("submit", async (e) => {
     e.preventDefault();

@@ -168,7 +168,11 @@ const KINDS = {
       `${e.stored_bytes} B stored`, null],
   task_created: (e) => ["quiet", `task created: at most ${e.max_iterations} iterations` +
     (e.max_budget_usd ? `, budget ${money(e.max_budget_usd)}` : "") +
-    (e.confirmation_mode ? `, confirmation from ${e.confirmation_threshold} risk` : ""), null],
+    (e.confirmation_mode ? `, confirmation from ${e.confirmation_threshold} risk` : "") +
+    (e.forked_from ? `; a fork of ${e.forked_from.slice(0, 8)} at #${e.forked_at}` : ""), null],
+  rewind: (e) => e.rewound_to == null
+    ? ["quiet", `rewind to #${e.to} asked`, null]
+    : ["user", `rewound to #${e.rewound_to} (what came after is out of its course)`, null],
 };
 
 function editBody(e) {
@@ -207,7 +211,8 @@ export function renderEvent(e, ctx) {
     quiet && body ? body : null,
     usageNote(e) ? h("span", { class: "muted", text: usageNote(e) }) : null,
     h("span", { class: "time", text: clock(e.timestamp) }),
-    ctx.onFork ? h("button", { type: "button", class: "fork-here", title: "New tasks from this task's log and files at #" + e.seq, text: "Fork from here", onclick: () => ctx.onFork(e.seq) }) : null);
+    ctx.onFork ? h("button", { type: "button", class: "fork-here", title: "New tasks from this task's log and files at #" + e.seq, text: "Fork from here", onclick: () => ctx.onFork(e.seq) }) : null,
+    ctx.onRewind ? h("button", { type: "button", class: "rewind-here", title: "Take this (paused or ended) task back to #" + e.seq + ", its files included", text: "Rewind to here", onclick: (ev) => ctx.onRewind(e.seq, ev.currentTarget) }) : null);
   const li = h("li", { class: cls, dataset: { seq: String(e.seq), kind: e.kind, source: e.source || "" } }, head);
   if (e.thought && e.source === "AGENT" && e.kind !== "message") {
     li.append(h("div", { class: "thought", text: e.thought }));

@@ -18,6 +18,7 @@ from shared.events import (
     RiskLevel,
     SecurityVerdictObservation,
     Verdict,
+    WorkspaceCheckpointObservation,
 )
 from shared.state import Awaiting, TaskState
 
@@ -91,6 +92,36 @@ class Live:
                 exit_code=0,
                 cwd="/workspace",
                 runtime_replica="node-a",  # where the task's next orders go
+            )
+        )
+
+    def seq_of(self, event_id: str) -> int:
+        """The seq the log gave the event."""
+        seq = next(e.seq for e in self.log if e.id == event_id)
+        assert seq is not None
+        return seq
+
+    def output_seq(self, action: CmdRunAction) -> int:
+        """The seq of the command's output."""
+        seq = next(
+            e.seq for e in self.log if isinstance(e, CmdOutputObservation) and e.cause == action.id
+        )
+        assert seq is not None
+        return seq
+
+    def checkpoint(self, action: CmdRunAction, skipped: str = "") -> None:
+        """The runtime's checkpoint after the command (`skipped`: none, and why)."""
+        seq = self.seq_of(action.id)
+        self.feed(
+            WorkspaceCheckpointObservation(
+                task_id=self.state.task_id,
+                source=EventSource.ENVIRONMENT,
+                cause=action.id,
+                action_seq=seq,
+                checkpoint="" if skipped else f"{self.state.task_id}/{seq}",
+                skipped=skipped,  # type: ignore[arg-type]
+                files=1,
+                bytes=2,
             )
         )
 

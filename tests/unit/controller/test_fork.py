@@ -13,50 +13,16 @@ from shared.events import (
     AgentFinishAction,
     AgentState,
     AgentStateChangedObservation,
-    CmdOutputObservation,
     CmdRunAction,
     EventSource,
     MessageAction,
     TaskCreatedObservation,
-    WorkspaceCheckpointObservation,
 )
 from shared.forks import files_at
 from shared.state import Awaiting
 from shared.subjects import EVENTS_STREAM, NOTICES_STREAM
 
 FORK = "t-fork"
-
-
-def _checkpoint(live: Live, action: CmdRunAction, skipped: str = "") -> None:
-    assert action.seq is None  # the live log's copy has it
-    seq = next(e.seq for e in live.log if e.id == action.id)
-    assert seq is not None
-    live.feed(
-        WorkspaceCheckpointObservation(
-            task_id=TASK,
-            source=EventSource.ENVIRONMENT,
-            cause=action.id,
-            action_seq=seq,
-            checkpoint="" if skipped else f"{TASK}/{seq}",
-            skipped=skipped or "",  # type: ignore[arg-type]
-            files=1,
-            bytes=2,
-        )
-    )
-
-
-def _seq(live: Live, event_id: str) -> int:
-    seq = next(e.seq for e in live.log if e.id == event_id)
-    assert seq is not None
-    return seq
-
-
-def _output_seq(live: Live, action: CmdRunAction) -> int:
-    seq = next(
-        e.seq for e in live.log if e.cause == action.id and isinstance(e, CmdOutputObservation)
-    )
-    assert seq is not None
-    return seq
 
 
 def _request(at: int, checkpoint: str | None, message: str = "") -> TaskCreatedObservation:
@@ -77,17 +43,17 @@ def _request(at: int, checkpoint: str | None, message: str = "") -> TaskCreatedO
 def _two_commands() -> tuple[Live, CmdRunAction, CmdRunAction]:
     live = new_task()
     first = live.command("echo 1 > a")
-    _checkpoint(live, first)
+    live.checkpoint(first)
     second = live.command("echo 2 > b")
-    _checkpoint(live, second)
+    live.checkpoint(second)
     return live, first, second
 
 
 def test_a_fork_copies_the_log_to_the_point_and_asks_for_the_next_step() -> None:
     live, first, _ = _two_commands()
-    at = _output_seq(live, first)
+    at = live.output_seq(first)
     files = files_at(live.log, at)
-    assert files.checkpoint == f"{TASK}/{_seq(live, first.id)}" and files.unkept is None
+    assert files.checkpoint == f"{TASK}/{live.seq_of(first.id)}" and files.unkept is None
 
     turn = fork_turn(_request(at, files.checkpoint), live.log, 2)
 
@@ -109,7 +75,7 @@ def test_a_fork_copies_the_log_to_the_point_and_asks_for_the_next_step() -> None
         TASK,
         at,
     )
-    assert (state.checkpoint_task, state.checkpoint_seq) == (TASK, _seq(live, first.id))
+    assert (state.checkpoint_task, state.checkpoint_seq) == (TASK, live.seq_of(first.id))
     assert state.task == live.state.task and state.runtime_replica is None
     assert state.awaiting is Awaiting.AGENT and state.awaiting_id is not None
     steps = [m for _, m in turn.sent if isinstance(m, StepRequest)]
@@ -124,9 +90,9 @@ def test_a_point_on_an_action_in_flight_is_the_step_before_it() -> None:
     live, first, _ = _two_commands()
     third = live.run("rm a")
     live.allow(third)  # running: awaiting the runtime
-    at = _seq(live, third.id) + 1
-    turn = fork_turn(_request(at, f"{TASK}/{_seq(live, first.id)}"), live.log, 2)
-    assert turn.state.last_seq < _seq(live, third.id)
+    at = live.seq_of(third.id) + 1
+    turn = fork_turn(_request(at, f"{TASK}/{live.seq_of(first.id)}"), live.log, 2)
+    assert turn.state.last_seq < live.seq_of(third.id)
     assert turn.state.pending_action is None and turn.state.awaiting is Awaiting.AGENT
     assert turn.state.last_seq == max(e.seq or 0 for e in turn.logged)
     assert [m for _, m in turn.sent if isinstance(m, StepRequest)]
@@ -141,7 +107,7 @@ def test_a_message_resumes_a_finished_parent_in_the_fork() -> None:
     )
     end = live.log[-1].seq
     assert end is not None and live.state.agent_state is AgentState.FINISHED
-    turn = fork_turn(_request(end, f"{TASK}/{_seq(live, second.id)}", "now try X"), live.log, 2)
+    turn = fork_turn(_request(end, f"{TASK}/{live.seq_of(second.id)}", "now try X"), live.log, 2)
     own = [e for e in turn.logged if e.inherited_from is None and e.seq and e.seq > 1]
     assert isinstance(own[0], MessageAction) and own[0].content == "now try X"
     assert own[0].seq == end + 1
@@ -159,21 +125,21 @@ def test_a_message_resumes_a_finished_parent_in_the_fork() -> None:
 def test_files_at_a_point_are_those_of_the_actions_answered_by_then() -> None:
     live, first, second = _two_commands()
     # Before the second command's output: the first's checkpoint, though logged later.
-    assert files_at(live.log, _seq(live, second.id)).checkpoint == (
-        f"{TASK}/{_seq(live, first.id)}"
+    assert files_at(live.log, live.seq_of(second.id)).checkpoint == (
+        f"{TASK}/{live.seq_of(first.id)}"
     )
     assert files_at(live.log, 2).checkpoint is None  # no action yet: an empty /workspace
     third = live.command("dd if=/dev/zero of=big")
-    _checkpoint(live, third, skipped="too_large")
-    after = files_at(live.log, _output_seq(live, third))
-    assert after.unkept is not None and after.unkept.action_seq == _seq(live, third.id)
-    assert files_at(live.log, _output_seq(live, second)).unkept is None
+    live.checkpoint(third, skipped="too_large")
+    after = files_at(live.log, live.output_seq(third))
+    assert after.unkept is not None and after.unkept.action_seq == live.seq_of(third.id)
+    assert files_at(live.log, live.output_seq(second)).unkept is None
 
 
 def test_a_fork_of_a_fork_keeps_where_each_entry_and_file_came_from() -> None:
     live, first, _ = _two_commands()
-    at = _output_seq(live, first)
-    child = fork_turn(_request(at, f"{TASK}/{_seq(live, first.id)}"), live.log, 2)
+    at = live.output_seq(first)
+    child = fork_turn(_request(at, f"{TASK}/{live.seq_of(first.id)}"), live.log, 2)
     # The grandchild forks the child at its last inherited seq.
     grand = TaskCreatedObservation(
         id="created-t-grand",

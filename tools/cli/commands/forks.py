@@ -1,4 +1,5 @@
-"""`deckhands fork`: new tasks that start from a task's log and files at one of its seqs."""
+"""`deckhands fork`: new tasks that start from a task's log and files at one of its seqs; and
+`deckhands rewind`: a paused or ended task taken back to one of its seqs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rich.text import Text
 
 from ..common import Exit, TaskId, call, console, fail, options
 
-__all__ = ["fork"]
+__all__ = ["fork", "rewind"]
 
 
 def fork(
@@ -61,3 +62,15 @@ def fork(
     console.print(Text(f"forked {task_id} at seq {at} (files: {files}):", style="bold"))
     for created in made["forks"]:
         console.print(created["id"])
+
+
+def rewind(
+    ctx: typer.Context,
+    task_id: TaskId,
+    to: Annotated[int, typer.Option("--to", min=1, help="The seq to go back to.")],
+) -> None:
+    """Take a paused or ended task back to a seq: its files of then, and on from there (the log
+    keeps what came after)."""
+    with options(ctx).client() as client:
+        call(client.rewind, task_id, to)
+    console.print(f"task {task_id}: rewind to seq {to} asked (deckhands logs -f {task_id})")
