@@ -13,7 +13,14 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Receiver", "get_until_ok", "verify_signature", "wait_until_ended"]
+__all__ = [
+    "Receiver",
+    "get_until_ok",
+    "log_of",
+    "verify_signature",
+    "wait_for_state",
+    "wait_until_ended",
+]
 
 
 def get_until_ok(client: httpx.Client, path: str) -> Any:
@@ -44,6 +51,24 @@ def wait_until_ended(client: httpx.Client, task_ids: list[str], timeout_s: float
                 views[task_id] = view
         time.sleep(1)
     return views
+
+
+def wait_for_state(
+    http: httpx.Client, task_id: str, *states: str, timeout_s: float = 120
+) -> dict[str, Any]:
+    """The task's view once it is in one of `states`; the error names the last view."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = http.get(f"/v1/tasks/{task_id}").json()
+        if view["state"] in states:
+            return dict(view)
+        assert time.monotonic() < deadline, f"task never reached {states}: {view}"
+        time.sleep(0.3)
+
+
+def log_of(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
+    """The task's logged events, as storage has them now."""
+    return list(http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"])
 
 
 class Receiver:

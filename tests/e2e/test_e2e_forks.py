@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2e_helpers import log_of, wait_for_state  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack, StackConfig, running
@@ -51,20 +52,6 @@ def http(stack: Stack) -> Iterator[httpx.Client]:
         yield client
 
 
-def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        view = http.get(f"/v1/tasks/{task_id}").json()
-        if view["state"] in states:
-            return dict(view)
-        assert time.monotonic() < deadline, f"task never reached {states}: {view}"
-        time.sleep(0.3)
-
-
-def _events(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
-    return list(http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"])
-
-
 def _outputs(events: list[dict[str, Any]]) -> list[str]:
     """The fork's own command outputs, in order."""
     return [
@@ -78,8 +65,8 @@ def _parent(http: httpx.Client) -> tuple[str, list[dict[str, Any]], int]:
     created = http.post("/v1/tasks", json={"task": "fork-me: make files"})
     assert created.status_code == 202, created.text
     task_id = str(created.json()["id"])
-    assert _wait(http, task_id, "FINISHED")["state"] == "FINISHED"
-    events = _events(http, task_id)
+    assert wait_for_state(http, task_id, "FINISHED")["state"] == "FINISHED"
+    events = log_of(http, task_id)
     first = next(e for e in events if e["kind"] == "run")
     point = next(
         e["seq"] for e in events if e["kind"] == "run_output" and e["cause"] == first["id"]
@@ -89,7 +76,7 @@ def _parent(http: httpx.Client) -> tuple[str, list[dict[str, Any]], int]:
     while sum(e["kind"] == "workspace_checkpoint" for e in events) < 3:
         assert time.monotonic() < deadline, [e["kind"] for e in events]
         time.sleep(0.3)
-        events = _events(http, task_id)
+        events = log_of(http, task_id)
     return task_id, events, point
 
 
@@ -105,13 +92,13 @@ def test_a_fork_starts_from_exactly_the_files_and_log_of_its_point(http: httpx.C
     assert made["forked_from"] == parent and made["checkpoint"].startswith(f"{parent}/")
     [fork] = [f["id"] for f in made["forks"]]
 
-    view = _wait(http, fork, "FINISHED")
+    view = wait_for_state(http, fork, "FINISHED")
     assert (view["forked_from"], view["forked_at"], view["labels"]) == (
         parent,
         point,
         ["try:solo"],
     )
-    log = _events(http, fork)
+    log = log_of(http, fork)
     inherited = [e for e in log if e.get("inherited_from")]
     assert {e["inherited_from"] for e in inherited} == {parent}
     assert max(e["seq"] for e in inherited) == point
@@ -144,8 +131,8 @@ def test_ten_forks_at_once_each_write_in_a_workspace_of_their_own(http: httpx.Cl
     forks = [f["id"] for f in made["forks"]]
     assert len(set(forks)) == 10
     for fork in forks:
-        assert _wait(http, fork, "FINISHED", "ERROR", timeout_s=240)["state"] == "FINISHED"
-        listed, moved_on = _outputs(_events(http, fork))
+        assert wait_for_state(http, fork, "FINISHED", "ERROR", timeout_s=240)["state"] == "FINISHED"
+        listed, moved_on = _outputs(log_of(http, fork))
         # No other fork's mine.txt or b.txt, and d.txt still there to delete: each fork's
         # /workspace is its own copy of the point's.
         assert "a.txt d.txt sub" in listed and "b.txt" not in listed, (fork, listed)
@@ -155,15 +142,15 @@ def test_ten_forks_at_once_each_write_in_a_workspace_of_their_own(http: httpx.Cl
 def test_a_forks_log_outlives_its_parent(http: httpx.Client) -> None:
     parent, _, point = _parent(http)
     [fork] = [f["id"] for f in _fork(http, parent, at=point)["forks"]]
-    _wait(http, fork, "FINISHED")  # without a message: the agent goes on from the point
-    before = _events(http, fork)
+    wait_for_state(http, fork, "FINISHED")  # without a message: the agent goes on from the point
+    before = log_of(http, fork)
     assert http.delete(f"/v1/tasks/{parent}").status_code == 204
     assert http.get(f"/v1/tasks/{parent}").status_code == 404
-    assert _events(http, fork) == before
+    assert log_of(http, fork) == before
     # The fork's files are its own too: a fork of the fork starts from them.
     last = before[-1]["seq"]
     [grandchild] = [f["id"] for f in _fork(http, fork, at=last, message="again")["forks"]]
-    assert _wait(http, grandchild, "FINISHED")["forked_from"] == fork
+    assert wait_for_state(http, grandchild, "FINISHED")["forked_from"] == fork
 
 
 def test_forks_that_cannot_be_made_are_refused_clearly(stack: Stack, http: httpx.Client) -> None:
@@ -198,7 +185,7 @@ def test_a_rewind_takes_the_files_and_the_course_back_and_keeps_the_log(
     # The rewind is logged after everything (nothing deleted), then the task goes on.
     deadline = time.monotonic() + 60
     while True:
-        log = _events(http, task_id)
+        log = log_of(http, task_id)
         marks = [e for e in log if e["kind"] == "rewind"]
         ended = [
             e
@@ -224,14 +211,14 @@ def test_a_rewind_takes_the_files_and_the_course_back_and_keeps_the_log(
     # The point's steps, then the same three again: the rewound ones are not counted.
     course = [
         (e["seq"], e["kind"], e.get("agent_state") or e.get("command") or "")
-        for e in _events(http, task_id)
+        for e in log_of(http, task_id)
         if e["seq"] >= mark["seq"]
     ]
-    assert _wait(http, task_id, "FINISHED")["iterations"] == steps, course
+    assert wait_for_state(http, task_id, "FINISHED")["iterations"] == steps, course
 
     # Refused: a task that is not paused or ended, another tenant's, a seq past the end.
     asking = http.post("/v1/tasks", json={"task": "ask-me: something"}).json()["id"]
-    _wait(http, asking, "AWAITING_USER_INPUT")
+    wait_for_state(http, asking, "AWAITING_USER_INPUT")
     busy = http.post(f"/v1/tasks/{asking}/rewind", json={"to": 2})
     assert busy.status_code == 409 and "pause it first" in busy.text, busy.text
     other = issue_key(stack.config.gateway_url, stack.admin_api_key, "rewind-other-tenant")
