@@ -15,6 +15,7 @@ from .events import RunnableAction, TaskPriority, new_id
 # Every name here is a command model (a test checks the schema has each); MAX_SEQ and
 # ORDER_REFUSED are imported by name.
 __all__ = [
+    "CheckpointWorkspace",
     "ExecuteAction",
     "ForgetTaskReply",
     "ForgetTaskRequest",
@@ -120,6 +121,12 @@ class ExecuteAction(_Command):
         description="The task was rewound: its /workspace goes back to that checkpoint (what "
         "is not in it removed) before the action runs.",
     )
+    checkpoint_due: int | None = Field(
+        default=None,
+        description="The seq of an upload logged before this action whose checkpoint the log "
+        "does not hold yet: the runtime takes it before the action runs, if it has not (its "
+        "CheckpointWorkspace may come after this order).",
+    )
 
 
 # The error_code of the ErrorObservation answering an ExecuteAction the runtime refused to run:
@@ -155,6 +162,22 @@ class PrepareSandbox(_Command):
     priority: TaskPriority = Field(
         default=TaskPriority.INTERACTIVE,
         description="Its place among its tenant's queued tasks (interactive before batch).",
+    )
+
+
+class CheckpointWorkspace(_Command):
+    """Controller → runtime: the task's /workspace changed outside its actions (an upload,
+    logged at `seq`): take the checkpoint of its files there (issue 28)."""
+
+    kind: Literal["checkpoint_workspace"] = "checkpoint_workspace"
+    seq: int = Field(ge=1, description="The seq of the entry that logged the change.")
+    cause: str = Field(description="That entry's id.")
+    tenant_id: str | None = Field(default=None, description="The task's tenant (its quota).")
+    checkpoint_seq: int | None = Field(
+        default=None, description="The task's last checkpoint in its log (as ExecuteAction's)."
+    )
+    checkpoint_task: str | None = Field(
+        default=None, description="Whose checkpoint that is (as ExecuteAction's)."
     )
 
 

@@ -8,6 +8,8 @@ so possibly after N; a fork's own log names the checkpoint it started from in it
 entry); the newest checkpoint of an action answered by N holds those files,
 unless a later such action's checkpoint was skipped (too large, over quota, failed): then the
 files of N were never kept, and the fork is refused rather than started from older files.
+Files change outside the actions too: a repository's checkout is checkpointed at seq 1 (the
+workspace the task was created with), an upload at its own entry (workspace_uploaded).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .events import (
     RuntimeAnswer,
     TaskCreatedObservation,
     WorkspaceCheckpointObservation,
+    WorkspaceUploadedObservation,
 )
 from .subjects import CHECKPOINTS_BUCKET
 
@@ -70,6 +73,7 @@ class ForkFiles:
     checkpoint: str | None  # the checkpoint holding them; None: no action had changed files
     ran_to: int  # the seq of the last action the runtime had answered (0: none)
     unkept: WorkspaceCheckpointObservation | None = None  # a skipped checkpoint after it
+    pending: int | None = None  # an upload after it whose checkpoint is not logged yet
 
 
 def in_course(entries: Sequence[EventBase], upto: int | None = None) -> list[EventBase]:
@@ -97,12 +101,16 @@ def files_at(entries: Sequence[EventBase], at: int) -> ForkFiles:
     answered = {e.cause for e in course if isinstance(e, RuntimeAnswer) and e.cause}
     ran = [e.seq for e in course if isinstance(e, RUNNABLE_ACTION_TYPES) and e.id in answered]
     ran_to = max((s for s in ran if s is not None), default=0)
+    # The files changed outside the actions too: by the repository's checkout (the workspace
+    # the task was created with, checkpointed at seq 1) and by uploads (at their entry).
+    uploads = [e.seq or 0 for e in course if isinstance(e, WorkspaceUploadedObservation)]
+    anchors = {1, *uploads}
     checkpoints = sorted(
         (
             e
             for e in entries
             if isinstance(e, WorkspaceCheckpointObservation)
-            and e.action_seq <= ran_to
+            and (e.action_seq <= ran_to or e.action_seq in anchors)
             and e.action_seq in kept_seqs
         ),
         key=lambda e: e.action_seq,
@@ -116,13 +124,20 @@ def files_at(entries: Sequence[EventBase], at: int) -> ForkFiles:
     base = next((e.fork_checkpoint for e in course if isinstance(e, TaskCreatedObservation)), None)
     if base is not None:
         seq = parse_checkpoint(base)[1]
-        if seq <= ran_to and seq in kept_seqs:
+        if (seq <= ran_to or seq in anchors) and seq in kept_seqs:
             found.append((seq, base))
     found += [(e.seq or 0, e.checkpoint) for e in course if isinstance(e, RewindAction)]
     last = max(found, key=lambda f: f[0]) if found else None
     after = last[0] if last is not None else 0
     unkept = next((c for c in reversed(checkpoints) if c.skipped and c.action_seq > after), None)
-    return ForkFiles(checkpoint=last[1] if last is not None else None, ran_to=ran_to, unkept=unkept)
+    taken = {c.action_seq for c in checkpoints}
+    pending = next((u for u in reversed(uploads) if u > after and u not in taken), None)
+    return ForkFiles(
+        checkpoint=last[1] if last is not None else None,
+        ran_to=ran_to,
+        unkept=unkept,
+        pending=pending,
+    )
 
 
 def _upto(entry: EventBase, at: int) -> bool:

@@ -210,7 +210,7 @@ class TaskState(BaseModel):
     )
     checkpoint_seq: int | None = Field(
         default=None,
-        description="The seq of the action whose workspace checkpoint the log last recorded "
+        description="The seq naming the workspace checkpoint the log last recorded "
         "(issue 28): the task's orders name it, so a sandbox lost with its machine is restored "
         "from it on any replica.",
     )
@@ -218,6 +218,11 @@ class TaskState(BaseModel):
         default=None,
         description="Whose checkpoint `checkpoint_seq` is, when it is not this task's own: a "
         "fork's parent, until the fork stores its own.",
+    )
+    checkpoint_due: int | None = Field(
+        default=None,
+        description="The seq of an upload logged whose checkpoint the log does not hold yet: "
+        "the task's next action waits for it (the runtime takes it first).",
     )
     forked_from: str | None = Field(default=None, description="The task this one is a fork of.")
     rewound_at: int | None = Field(

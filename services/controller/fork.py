@@ -94,6 +94,7 @@ def _as_fork(rebuilt: TaskState, created: TaskCreatedObservation) -> TaskState:
         update={
             "checkpoint_task": made.checkpoint_task,
             "checkpoint_seq": made.checkpoint_seq,
+            "checkpoint_due": None,  # the checkpoint the gateway named holds the files
             "sub_tasks": [],
             "runtime_replica": None,
             "requeue_if_queued": False,

@@ -17,6 +17,7 @@ from shared.broker import (
     durable_subscription,
 )
 from shared.commands import (
+    CheckpointWorkspace,
     ExecuteAction,
     PrepareSandbox,
     ReleaseSandbox,
@@ -141,9 +142,9 @@ def _declare_sends(broker: NatsBroker) -> None:
         stream=WORK,
         title="controller.orders",
         description="ExecuteAction for an approved action, PrepareSandbox with a task's first "
-        "step, ReleaseSandbox when it ends: to any runtime replica while no replica holds the "
-        "task's sandbox.",
-        schema=ExecuteAction | PrepareSandbox | ReleaseSandbox,
+        "step, ReleaseSandbox when it ends, CheckpointWorkspace after an upload: to any "
+        "runtime replica while no replica holds the task's sandbox.",
+        schema=ExecuteAction | PrepareSandbox | ReleaseSandbox | CheckpointWorkspace,
     )
     broker.publisher(
         routed_subject(Service.RUNTIME, "*"),
@@ -151,7 +152,7 @@ def _declare_sends(broker: NatsBroker) -> None:
         title="controller.routed_orders",
         description="The same orders, to the runtime replica whose engine holds the task's "
         "sandbox.",
-        schema=ExecuteAction | PrepareSandbox | ReleaseSandbox,
+        schema=ExecuteAction | PrepareSandbox | ReleaseSandbox | CheckpointWorkspace,
     )
     broker.publisher(
         work_subject(Service.CONTROLLER, "*"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.commands import (
+    CheckpointWorkspace,
     ExecuteAction,
     PrepareSandbox,
     ReleaseSandbox,
@@ -46,7 +47,14 @@ __all__ = ["UNSEEN_MAX_BYTES", "Turn"]
 # what the State keeps between turns. Past it the reasoner reads storage, as before.
 UNSEEN_MAX_BYTES = 256 * 1024
 
-Command = StepRequest | ReviewAction | ExecuteAction | PrepareSandbox | ReleaseSandbox
+Command = (
+    StepRequest
+    | ReviewAction
+    | ExecuteAction
+    | PrepareSandbox
+    | ReleaseSandbox
+    | CheckpointWorkspace
+)
 # What a turn may send: a work order, or an event into some task's controller inbox.
 Message = Command | EventBase
 

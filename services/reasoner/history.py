@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,11 @@ class HistoryCache:
         self.wait_s = wait_s
         self._tasks: OrderedDict[str, _TaskHistory] = OrderedDict()
         self._size = 0
+        # Forks' inherited entries, one object per parent entry however many forks hold it:
+        # forks made together hold one copy of their parent's history here, not `count`.
+        self._inherited: weakref.WeakValueDictionary[tuple[str, int], Any] = (
+            weakref.WeakValueDictionary()
+        )
 
     async def fetch(
         self, task_id: str, up_to_seq: int, given: Sequence[dict[str, Any]] = ()
@@ -118,7 +124,7 @@ class HistoryCache:
             known = _TaskHistory()
             self._remember(task_id, known)
         size = sum(len(json.dumps(item)) for item in raw)
-        known.events.extend(_parse(task_id, raw))
+        known.events.extend(self._shared(_parse(task_id, raw)))
         known.last_seq = last
         known.size += size
         self._size += size
@@ -166,7 +172,22 @@ class HistoryCache:
             await asyncio.sleep(poll_s)
             poll_s = min(poll_s * 2, _MAX_POLL_S)
         HISTORY_EVENTS_READ.inc(len(raw))
-        return _parse(task_id, raw), have, size
+        return self._shared(_parse(task_id, raw)), have, size
+
+    def _shared(self, events: list[Any]) -> list[Any]:
+        """`events` with each inherited entry replaced by the one another fork of the same
+        parent holds, if any. Those carry that fork's ids, consistently among themselves
+        (a fork's point is never inside a turn: its own entries answer none of them), and
+        the prompt reads what they say, not whose they are."""
+        shared = []
+        for event in events:
+            parent = getattr(event, "inherited_from", None)
+            if parent is None or event.seq is None:
+                shared.append(event)
+                continue
+            held = self._inherited.setdefault((parent, event.seq), event)
+            shared.append(held if held.kind == event.kind else event)
+        return shared
 
     async def _ask(self, task_id: str, after: int) -> tuple[HistoryReply, int]:
         request = HistoryRequest(

@@ -38,6 +38,7 @@ from shared.events import (
     PythonOutputObservation,
     SecurityVerdictObservation,
     UserRejectObservation,
+    WorkspaceUploadedObservation,
 )
 
 from .errors import NoTaskError
@@ -265,6 +266,11 @@ def _render(
         if event.source == EventSource.AGENT and text:
             return [{"role": "assistant", "content": text}], 1
         return [], 0
+    if isinstance(event, WorkspaceUploadedObservation):
+        # A person put files into the workspace between two steps: the agent should know.
+        where = f"/workspace/{event.path}" if event.path else "/workspace"
+        text = f"[The user uploaded {event.files} file(s) into {where}.]"
+        return [{"role": "user", "content": text}], 0
     if isinstance(event, ErrorObservation):
         if event.error_code == LLM_ERROR or event.cause in known_ids:
             # A failure the model had no part in, a second answer to an action, or the

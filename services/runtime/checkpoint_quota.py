@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from shared.commands import ExecuteAction
-
+from .checkpoint_point import CheckpointPoint
 from .settings import RuntimeSettings
 
 __all__ = ["CheckpointQuota", "QuotaUsed"]
@@ -29,7 +28,7 @@ class CheckpointQuota:
         self.redis = redis
         self.settings = settings
 
-    async def check(self, command: ExecuteAction, adding: int) -> None:
+    async def check(self, command: CheckpointPoint, adding: int) -> None:
         s = self.settings
         task_bytes = int(await self.redis.hget(_TASK_BYTES, command.task_id) or 0)
         if task_bytes + adding > s.checkpoint_task_max_bytes:
@@ -46,7 +45,7 @@ class CheckpointQuota:
                     "(DECKHANDS_CHECKPOINT_TENANT_MAX_BYTES)"
                 )
 
-    async def add(self, command: ExecuteAction, stored: int) -> None:
+    async def add(self, command: CheckpointPoint, stored: int) -> None:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(_TASK_BYTES, command.task_id, stored)
             if command.tenant_id:

@@ -23,19 +23,20 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared.commands import ExecuteAction
-from shared.events import (
-    CmdRunAction,
-    EventSource,
-    FileEditAction,
-    FileWriteAction,
-    RunPythonAction,
-    WorkspaceCheckpointObservation,
-)
+from shared.events import EventSource, WorkspaceCheckpointObservation
+from shared.forks import checkpoint_name
 from shared.sandbox_protocol.messages import ScanEntry, ScanReply
 from shared.sandbox_protocol.session import SandboxSessionError
 
 from .checkpoint_fetch import fetch_and_store
 from .checkpoint_manifest import FULL_EVERY, Entry, Manifest
+from .checkpoint_point import (
+    CheckpointPoint,
+    Skip,
+    changes_files,
+    skipped_entry,
+    unchanged_entry,
+)
 from .checkpoint_quota import CheckpointQuota, QuotaUsed
 from .checkpoint_restore import RestoreArchives, put_back
 from .checkpoint_store import CheckpointMissing, CheckpointStore, StoreFull
@@ -45,24 +46,11 @@ from .sandbox import Sandbox
 from .seating import Publish
 from .settings import RuntimeSettings
 
-__all__ = ["Checkpoints", "changes_files"]
+__all__ = ["Checkpoints"]
 
 log = logging.getLogger("deckhands.runtime.checkpoints")
 
 _EMPTY = Manifest(seq=0, depth=FULL_EVERY - 1, entries={})  # the next one is stored whole
-
-
-def changes_files(command: ExecuteAction) -> bool:
-    action = command.action
-    if isinstance(action, FileEditAction):
-        return action.command != "view"
-    return isinstance(action, CmdRunAction | RunPythonAction | FileWriteAction)
-
-
-class _Skip(Exception):
-    def __init__(self, reason: str, detail: str, files: int = 0, size: int = 0) -> None:
-        super().__init__(detail)
-        self.reason, self.detail, self.files, self.size = reason, detail, files, size
 
 
 class Checkpoints:
@@ -79,15 +67,31 @@ class Checkpoints:
         # task -> (container, owner, seq): that sandbox's executor has committed the checkpoint
         # at seq, stored under `owner` (the task itself, or the parent a fork started from).
         self._synced: dict[str, tuple[str, str, int]] = {}
+        self._anchored: dict[str, int] = {}  # task -> the last upload's seq taken here
 
     def after(self, command: ExecuteAction, sandbox: Sandbox, cwd: str = "") -> None:
         """The action ran in `sandbox` (leaving its shell in `cwd`): take its checkpoint in the
         background."""
-        if not self.settings.checkpoints or not changes_files(command) or not command.action.seq:
+        if changes_files(command) and command.action.seq:
+            self.take(CheckpointPoint.after_action(command), sandbox, cwd)
+
+    def after_checkout(self, task_id: str, tenant_id: str | None, sandbox: Sandbox) -> None:
+        """The task's repository was checked out into its first sandbox: the workspace it was
+        created with, checkpointed at seq 1 (the sandbox holds those files: none to restore)."""
+        sandbox.fresh = False
+        self.take(CheckpointPoint.after_checkout(task_id, tenant_id), sandbox)
+
+    def take(self, point: CheckpointPoint, sandbox: Sandbox, cwd: str = "") -> None:
+        """Take the checkpoint of `point` in the background, after the task's one before."""
+        if not self.settings.checkpoints:
             return
-        task_id = command.task_id
+        task_id = point.task_id
+        if point.anchor:
+            if self._anchored.get(task_id, 0) >= point.seq:
+                return  # asked for by its order and by the next action: taken once
+            self._anchored[task_id] = point.seq
         before = self._pending.get(task_id)
-        run = asyncio.create_task(self._take(command, sandbox, before, cwd))
+        run = asyncio.create_task(self._take(point, sandbox, before, cwd))
         self._pending[task_id] = run
         run.add_done_callback(lambda done: self._done(task_id, done))
 
@@ -106,7 +110,7 @@ class Checkpoints:
         source = self.source(command)
         return None if source is None else source[1]
 
-    def source(self, command: ExecuteAction) -> tuple[str, int] | None:
+    def source(self, command: ExecuteAction | CheckpointPoint) -> tuple[str, int] | None:
         """(whose, seq) of the checkpoint holding the task's files: the last this replica
         stored, or the one its log names (a fork's parent's, until it stores its own; a
         rewound task's point, whatever came after)."""
@@ -126,12 +130,18 @@ class Checkpoints:
     ) -> None:
         """The last action's checkpoint done first (its scan must not see this action's
         files); a sandbox bound afresh gets the task's files back from the last one, and a
-        rewound task's sandbox the files of the point it went back to."""
+        rewound task's sandbox the files of the point it went back to. An upload's
+        checkpoint not taken yet (its order still on its way, or its sandbox was stopped) is
+        taken first."""
         await self.settle(command.task_id)
         if sandbox.fresh or command.restore_first:
             in_place = not sandbox.fresh
             sandbox.fresh = False
             await self.restore(command, sandbox, docker, in_place=in_place)
+        due = CheckpointPoint.due_before(command)
+        if due is not None and not command.restore_first:
+            self.take(due, sandbox)
+            await self.settle(command.task_id)
 
     async def restore(
         self,
@@ -164,6 +174,7 @@ class Checkpoints:
     def forget(self, task_id: str) -> None:
         """Keep nothing of the task in memory (its sandbox was released, or it was deleted)."""
         self._synced.pop(task_id, None)
+        self._anchored.pop(task_id, None)
         self.store.forget(task_id)
 
     def remembered(self) -> set[str]:
@@ -191,9 +202,20 @@ class Checkpoints:
 
     # -- taking one
 
+    def not_running(self, point: CheckpointPoint) -> WorkspaceCheckpointObservation:
+        """An upload's checkpoint that cannot be taken now: the task's sandbox is not running
+        (kept paused or stopped); its next action takes it first."""
+        CHECKPOINTS.labels("not_running").inc()
+        skip = Skip(
+            "not_running",
+            "the task's sandbox is not running: the uploaded files are checkpointed before "
+            "its next action",
+        )
+        return skipped_entry(point, skip, time.monotonic())
+
     async def _take(
         self,
-        command: ExecuteAction,
+        command: CheckpointPoint,
         sandbox: Sandbox,
         before: asyncio.Task[None] | None,
         cwd: str,
@@ -201,18 +223,17 @@ class Checkpoints:
         if before is not None:
             await asyncio.wait({before})
         started = time.monotonic()
-        assert command.action.seq is not None
         outcome = "taken"
         try:
             async with asyncio.timeout(self.settings.checkpoint_timeout_s):
                 event = await self._checkpoint(command, sandbox, started, cwd)
-        except _Skip as skip:
+        except Skip as skip:
             outcome = skip.reason
-            event = self._skipped(command, skip, started)
+            event = skipped_entry(command, skip, started)
         except StoreFull as exc:
             outcome = "store_full"
-            event = self._skipped(
-                command, _Skip("store_full", f"the checkpoint store is full ({exc})"), started
+            event = skipped_entry(
+                command, Skip("store_full", f"the checkpoint store is full ({exc})"), started
             )
         except (
             SandboxSessionError,
@@ -224,12 +245,12 @@ class Checkpoints:
         ) as exc:
             outcome = "failed"
             log.warning(
-                "task %s: checkpoint of seq %s failed: %r", command.task_id, command.action.seq, exc
+                "task %s: checkpoint of seq %s failed: %r", command.task_id, command.seq, exc
             )
             self._synced.pop(command.task_id, None)
-            event = self._skipped(
+            event = skipped_entry(
                 command,
-                _Skip("failed", f"the checkpoint could not be taken ({type(exc).__name__})"),
+                Skip("failed", f"the checkpoint could not be taken ({type(exc).__name__})"),
                 started,
             )
         CHECKPOINTS.labels(outcome).inc()
@@ -243,33 +264,16 @@ class Checkpoints:
                 "task %s: checkpoint of seq %s not sent", command.task_id, event.action_seq
             )
 
-    def _skipped(
-        self, command: ExecuteAction, skip: _Skip, started: float
-    ) -> WorkspaceCheckpointObservation:
-        assert command.action.seq is not None
-        return WorkspaceCheckpointObservation(
-            task_id=command.task_id,
-            source=EventSource.ENVIRONMENT,
-            cause=command.action.id,
-            action_seq=command.action.seq,
-            files=skip.files,
-            bytes=skip.size,
-            took_ms=(time.monotonic() - started) * 1000,
-            skipped=skip.reason,  # type: ignore[arg-type]
-            detail=skip.detail[:500],
-        )
-
     async def _checkpoint(
-        self, command: ExecuteAction, sandbox: Sandbox, started: float, cwd: str
+        self, command: CheckpointPoint, sandbox: Sandbox, started: float, cwd: str
     ) -> WorkspaceCheckpointObservation | None:
         s = self.settings
         task_id = command.task_id
-        seq = command.action.seq
-        assert seq is not None
+        seq = command.seq
         base, incremental, owner = await self._base(command, sandbox)
         first, changed = await self._scan(sandbox, incremental)
         if first["too_large"]:
-            raise _Skip(
+            raise Skip(
                 "too_large",
                 f"the workspace holds more than {s.checkpoint_max_files} paths or "
                 f"{s.checkpoint_max_workspace_bytes} bytes: it is not checkpointed",
@@ -286,7 +290,9 @@ class Checkpoints:
         ):
             await sandbox.session.commit({"scan": first["scan"]}, 30.0)
             self._synced[task_id] = (sandbox.container_id, owner, base.seq)
-            return None  # nothing changed: the last checkpoint holds these files
+            # Nothing changed: the last checkpoint holds these files (an upload's entry says
+            # so, a fork at it starts from that one; an action's needs none).
+            return unchanged_entry(command, checkpoint_name(owner, base.seq), first, started)
         # A fork's first own checkpoint copies every content into its own name: the parent's
         # checkpoints go with the parent (its deletion, its retention), the fork's files stay.
         known = {e[3] for e in base.entries.values() if e[0] == "f"} if owner == task_id else set()
@@ -296,7 +302,7 @@ class Checkpoints:
         try:
             await self.quota.check(command, sum(now[p][2] for p in wanted))
         except QuotaUsed as exc:
-            raise _Skip("quota", str(exc), first["files"], first["bytes"]) from None
+            raise Skip("quota", str(exc), first["files"], first["bytes"]) from None
         stored, skipped = await fetch_and_store(
             self.store, sandbox, task_id, wanted, now, self.settings.checkpoint_timeout_s
         )
@@ -316,9 +322,9 @@ class Checkpoints:
         return WorkspaceCheckpointObservation(
             task_id=task_id,
             source=EventSource.ENVIRONMENT,
-            cause=command.action.id,
+            cause=command.cause,
             action_seq=seq,
-            checkpoint=f"{task_id}/{seq}",
+            checkpoint=checkpoint_name(task_id, seq),
             base_seq=delta.base_seq,
             files=first["files"],
             bytes=first["bytes"],
@@ -329,7 +335,7 @@ class Checkpoints:
             took_ms=(time.monotonic() - started) * 1000,
         )
 
-    async def _base(self, command: ExecuteAction, sandbox: Sandbox) -> tuple[Manifest, bool, str]:
+    async def _base(self, command: CheckpointPoint, sandbox: Sandbox) -> tuple[Manifest, bool, str]:
         """The checkpoint this one adds to, whether the executor's base is that one (then it
         reports only what changed; else every path, compared here), and whose it is (a fork's
         parent's until the fork stores its own: then every path is reported)."""

@@ -14,9 +14,16 @@ from faststream.nats import NatsBroker
 from pydantic import Field
 
 from shared.broker import handled_message
-from shared.commands import ExecuteAction, ForgetTaskRequest, PrepareSandbox, ReleaseSandbox
+from shared.commands import (
+    CheckpointWorkspace,
+    ExecuteAction,
+    ForgetTaskRequest,
+    PrepareSandbox,
+    ReleaseSandbox,
+)
 from shared.workspace import WORKSPACE_SUBJECT, WorkspaceReply, WorkspaceRequest
 
+from .checkpoint_point import CheckpointPoint
 from .errors import HeldElsewhere
 from .execution import Execution
 from .repository_checkout import RepositoryCheckout
@@ -31,7 +38,8 @@ __all__ = ["RuntimeHandlers", "RuntimeWork"]
 log = logging.getLogger("deckhands.runtime")
 
 RuntimeWork = Annotated[
-    ExecuteAction | PrepareSandbox | ReleaseSandbox, Field(discriminator="kind")
+    ExecuteAction | PrepareSandbox | ReleaseSandbox | CheckpointWorkspace,
+    Field(discriminator="kind"),
 ]
 
 
@@ -85,6 +93,9 @@ class RuntimeHandlers:
             if isinstance(body, PrepareSandbox):
                 await self.seating.prepare(body)
                 return
+            if isinstance(body, CheckpointWorkspace):
+                await self._checkpoint(body)
+                return
             msg = handled_message(self.broker)
             delivered = msg.raw_message.metadata.num_delivered
             await self.execution.execute(
@@ -92,6 +103,25 @@ class RuntimeHandlers:
             )
         except HeldElsewhere as elsewhere:
             await self._pass_on(body, elsewhere.replica)
+
+    async def _checkpoint(self, order: CheckpointWorkspace) -> None:
+        """An upload's checkpoint, taken in the task's running sandbox (on the replica whose
+        engine holds it); a sandbox kept paused or stopped, or bound afresh, has its next
+        action take it (the action carries its seq)."""
+        checkpoints = self.execution.checkpoints
+        if checkpoints is None or not self.settings.checkpoints:
+            return
+        holder = await self.tasks.held_elsewhere(order.task_id)
+        if holder is not None:
+            raise HeldElsewhere(order.task_id, holder)
+        point = CheckpointPoint.after_upload(order)
+        sandbox = self.tasks.local(order.task_id)
+        if sandbox is None or sandbox.lost or (sandbox.fresh and order.checkpoint_seq):
+            # Not running here, or its files not yet back from its checkpoint.
+            await self.execution.publish(checkpoints.not_running(point))
+            return
+        sandbox.fresh = False  # a first sandbox: its files are the task's own
+        checkpoints.take(point, sandbox)
 
     async def _pass_on(self, order: RuntimeWork, to: str) -> None:
         """The task's sandbox is on the engine of replica `to`, alive: the order is its."""

@@ -74,8 +74,9 @@ SANDBOXES_RESTARTED = Counter(
 ACTIONS = Counter("deckhands_runtime_actions_total", "Actions executed", ["kind", "outcome"])
 CHECKPOINTS = Counter(
     "deckhands_runtime_checkpoints_total",
-    "Workspace checkpoints after actions: taken, or why not (too_large, quota, store_full, "
-    "failed); an action that changed nothing takes none",
+    "Workspace checkpoints after actions, checkouts and uploads: taken, or why not "
+    "(too_large, quota, store_full, failed, not_running); an action that changed nothing "
+    "takes none",
     ["outcome"],
 )
 CHECKPOINT_BYTES = Counter(

@@ -14,6 +14,7 @@ import logging
 import tempfile
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from shared.workspace import RepositoryRecords, RepositorySpec
@@ -52,6 +53,9 @@ class RepositoryCheckout:
         self._checkouts: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        # Told of a task's first checkout, before the lock is let go (so before any action
+        # runs): the runtime's checkpoint of the workspace the task was created with.
+        self.checked_out: Callable[[str, str | None, Sandbox], None] | None = None
 
     async def forget(self, task_id: str) -> None:
         """A deleted task: what its checkout recorded goes (its commit, its instructions)."""
@@ -115,6 +119,8 @@ class RepositoryCheckout:
                 out.seek(0)
                 await self.record_instructions(task_id, out.read())
             await self.records.mark_checked_out(task_id, f"{sandbox.container_id}:{fetched.commit}")
+            if done is None and self.checked_out is not None:
+                self.checked_out(task_id, tenant_id, sandbox)
             log.info(
                 "task %s: checked out %s at %s in %.1fs",
                 task_id,

@@ -103,6 +103,8 @@ class RuntimeService:
         def publish_now(event: EventBase) -> Awaitable[None]:
             return self.publish(event)
 
+        self.publish_now = publish_now
+
         self.orders = OrderCheck(states, publish_now)
         self.kept = KeptSandboxes(Retention(self.redis, settings.pool_name), self.tasks, settings)
         self.checkouts = RepositoryCheckout(
@@ -117,6 +119,7 @@ class RuntimeService:
         )
         if self.checkpoints is not None:
             self.seating.before_release = self.checkpoints.let_go
+            self.checkouts.checked_out = self.checkpoints.after_checkout
         self.tasks.on_settled = self.seating.start_settled
         self.tasks.start_terms = self.seating.start_terms
         self.execution = self._execution(publish_now, blobs)
@@ -176,6 +179,7 @@ class RuntimeService:
             self.kept,
             self.checkouts,
             transfers,
+            self.publish_now,
         )
 
     def _upkeep(self) -> Upkeep:

@@ -19,7 +19,7 @@ from pathlib import Path
 import docker
 
 from shared.admission import SandboxSeats
-from shared.events import TaskPriority
+from shared.events import EventSource, TaskPriority, WorkspaceUploadedObservation
 from shared.workspace import (
     WorkspaceOp,
     WorkspaceReply,
@@ -35,6 +35,7 @@ from .errors import ArchiveRefused, ArchiveTooLarge, CheckoutFailed, HelperTimeo
 from .repository_checkout import RepositoryCheckout
 from .retention import KeptSandboxes
 from .sandbox_shape import POOL_SHAPE, shape_for
+from .seating import Publish
 from .settings import RuntimeSettings
 from .task_sandboxes import TaskSandboxes
 from .task_status import TaskStatus
@@ -73,6 +74,7 @@ class RuntimeWorkspace:
         kept: KeptSandboxes,
         checkouts: RepositoryCheckout,
         transfers: WorkspaceTransfers | None = None,
+        publish: Publish | None = None,
     ) -> None:
         self.settings = settings
         self.docker = docker
@@ -83,6 +85,7 @@ class RuntimeWorkspace:
         self.kept = kept
         self.checkouts = checkouts
         self.transfers = transfers
+        self.publish = publish  # an upload's entry, to the task's log (its checkpoint follows)
         self._transfers_swept = time.monotonic()
 
     # -- requests from the gateway
@@ -282,6 +285,20 @@ class RuntimeWorkspace:
                 )
             out_file.seek(0)
             await self.checkouts.record_instructions(request.task_id, out_file.read())
+        if self.publish is not None:
+            # Logged, so that a fork or a rewind from here on has these files: the controller
+            # asks for their checkpoint at this entry's seq.
+            await self.publish(
+                WorkspaceUploadedObservation(
+                    task_id=request.task_id,
+                    source=EventSource.USER,
+                    path=path or "",
+                    files=files,
+                    format="file"
+                    if request.op is WorkspaceOp.PUT_FILE
+                    else (request.archive or "tar"),
+                )
+            )
         return WorkspaceReply(status=WorkspaceStatus.OK, files=files)
 
     # -- what a crash left behind

@@ -8,7 +8,12 @@ from pydantic import Field
 
 from .base import EventBase
 
-__all__ = ["CHECKPOINT_SKIPPED_REASONS", "RewindAction", "WorkspaceCheckpointObservation"]
+__all__ = [
+    "CHECKPOINT_SKIPPED_REASONS",
+    "RewindAction",
+    "WorkspaceCheckpointObservation",
+    "WorkspaceUploadedObservation",
+]
 
 # Why a checkpoint was not taken; the action itself never fails for it.
 CHECKPOINT_SKIPPED_REASONS = (
@@ -16,6 +21,7 @@ CHECKPOINT_SKIPPED_REASONS = (
     "quota",  # the task's or its tenant's checkpoint bytes are used up
     "store_full",  # the checkpoint store is full
     "failed",  # the sandbox or the store did not answer
+    "not_running",  # an upload's: the task's sandbox was not running (kept after the task ended)
 )
 
 
@@ -27,9 +33,16 @@ class WorkspaceCheckpointObservation(EventBase):
     to the model."""
 
     kind: Literal["workspace_checkpoint"] = "workspace_checkpoint"
-    action_seq: int = Field(ge=1, description="The seq of the action whose files these are.")
+    action_seq: int = Field(
+        ge=1,
+        description="The seq of the entry whose files these are: an action's, an upload's "
+        "(workspace_uploaded), or 1 (the task's creation) for its repository's checkout.",
+    )
     checkpoint: str = Field(
-        default="", max_length=200, description="Its id in the checkpoint store; '' if skipped."
+        default="",
+        max_length=200,
+        description="Its id in the checkpoint store ('<task>/<seq>'; an upload that changed "
+        "nothing names the one before); '' if skipped.",
     )
     base_seq: int | None = Field(
         default=None, description="The checkpoint it adds to (None: a whole one)."
@@ -44,10 +57,23 @@ class WorkspaceCheckpointObservation(EventBase):
         default=0, ge=0, description="Unreadable paths, names not UTF-8, fifos, sockets."
     )
     took_ms: float = Field(default=0.0, ge=0)
-    skipped: Literal["", "too_large", "quota", "store_full", "failed"] = Field(
+    skipped: Literal["", "too_large", "quota", "store_full", "failed", "not_running"] = Field(
         default="", description="Why no checkpoint was taken ('' when one was)."
     )
     detail: str = Field(default="", max_length=500, description="What the skip means.")
+
+
+class WorkspaceUploadedObservation(EventBase):
+    """Files a person uploaded into the task's /workspace (PUT .../workspace), as the runtime
+    wrote them: the log's mark of the change, so that a fork or a rewind at this seq or later
+    starts with them (the runtime takes a checkpoint here). Never shown to the model."""
+
+    kind: Literal["workspace_uploaded"] = "workspace_uploaded"
+    path: str = Field(
+        default="", max_length=4096, description="Where under /workspace ('' for its root)."
+    )
+    files: int = Field(ge=0, description="Paths the upload wrote.")
+    format: Literal["tar", "zip", "file"] = Field(description="What was uploaded.")
 
 
 class RewindAction(EventBase):

@@ -20,7 +20,11 @@ from .actions import (
     MessageAction,
     RunPythonAction,
 )
-from .checkpoints import RewindAction, WorkspaceCheckpointObservation
+from .checkpoints import (
+    RewindAction,
+    WorkspaceCheckpointObservation,
+    WorkspaceUploadedObservation,
+)
 from .egress import EgressActivityObservation
 from .observations import (
     AgentDelegateObservation,
@@ -78,6 +82,7 @@ Event = Annotated[
     | MCPCallObservation
     | EgressActivityObservation
     | WorkspaceCheckpointObservation
+    | WorkspaceUploadedObservation
     | RewindAction
     | ReviewedAction,
     Field(discriminator="kind"),
@@ -120,6 +125,7 @@ OBSERVATION_TYPES = (
     MCPCallObservation,
     EgressActivityObservation,
     WorkspaceCheckpointObservation,
+    WorkspaceUploadedObservation,
 )
 # Messages that carry events to the controller but are never logged themselves.
 ENVELOPE_TYPES = (ReviewedAction,)

@@ -228,3 +228,43 @@ def test_a_rewind_takes_the_files_and_the_course_back_and_keeps_the_log(
     assert stranger.status_code == 404
     past = http.post(f"/v1/tasks/{task_id}/rewind", json={"to": 10_000})
     assert past.status_code == 422 and "ends at seq" in past.text
+
+
+def test_a_fork_at_an_upload_starts_with_the_uploaded_files(http: httpx.Client) -> None:
+    created = http.post("/v1/tasks", json={"task": "upload-me: look at my files"})
+    assert created.status_code == 202, created.text
+    task_id = str(created.json()["id"])
+    assert wait_for_state(http, task_id, "AWAITING_USER_INPUT")["state"] == "AWAITING_USER_INPUT"
+    put = http.put(
+        f"/v1/tasks/{task_id}/workspace", params={"path": "docs/up.txt"}, content=b"uploaded\n"
+    )
+    assert put.status_code == 200 and put.json() == {"files": 1}, put.text
+
+    # The log marks the upload, and the runtime's checkpoint of it comes at its seq.
+    deadline = time.monotonic() + 30
+    while True:
+        events = log_of(http, task_id)
+        up = next((e for e in events if e["kind"] == "workspace_uploaded"), None)
+        kept = [
+            e
+            for e in events
+            if up is not None
+            and e["kind"] == "workspace_checkpoint"
+            and e["action_seq"] == up["seq"]
+        ]
+        if kept:
+            break
+        assert time.monotonic() < deadline, [e["kind"] for e in events]
+        time.sleep(0.3)
+    assert up is not None and (up["path"], up["files"], up["format"]) == ("docs/up.txt", 1, "file")
+    assert kept[0]["checkpoint"] == f"{task_id}/{up['seq']}", kept
+
+    # A fork at the upload has its files; one at the seq before it does not.
+    [with_files] = [f["id"] for f in _fork(http, task_id, at=up["seq"], message="go on")["forks"]]
+    [without] = [f["id"] for f in _fork(http, task_id, at=up["seq"] - 1, message="go on")["forks"]]
+    done = wait_for_state(http, with_files, "FINISHED")
+    assert "docs" in done["result"]["final_message"], done
+    assert "uploaded" in done["result"]["final_message"], done
+    other = wait_for_state(http, without, "FINISHED")
+    assert "docs" not in other["result"]["final_message"].split("cat:")[0], other
+    assert "No such file" in other["result"]["final_message"], other

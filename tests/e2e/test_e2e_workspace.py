@@ -477,3 +477,30 @@ def test_a_token_secret_reaches_the_git_server_and_no_event(http: httpx.Client) 
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
     assert f"Basic {basic}" in _Recorder.seen, _Recorder.seen
     assert token not in json.dumps(view) and token not in json.dumps(_events(http, task_id))
+
+
+def test_a_fork_before_the_first_action_starts_with_the_checked_out_repository(
+    http: httpx.Client, served: tuple[str, str]
+) -> None:
+    url, commit = served
+    parent = _create(http, task="repo-fix: make the tests pass", repository={"url": url})
+    assert _wait(http, parent, "FINISHED", "ERROR")["state"] == "FINISHED"
+    # The checkout is the workspace the task was created with: its checkpoint is at seq 1.
+    deadline = time.monotonic() + 30
+    while not any(e.get("action_seq") == 1 for e in _events(http, parent)):
+        assert time.monotonic() < deadline, _events(http, parent)
+        time.sleep(0.3)
+    [at_one] = [e for e in _events(http, parent) if e.get("action_seq") == 1]
+    assert at_one["kind"] == "workspace_checkpoint" and at_one["checkpoint"] == f"{parent}/1"
+
+    made = http.post(f"/v1/tasks/{parent}/fork", json={"at": 1})
+    assert made.status_code == 202, made.text
+    assert made.json()["checkpoint"] == f"{parent}/1", made.json()
+    [fork] = [f["id"] for f in made.json()["forks"]]
+    view = _wait(http, fork, "FINISHED", "ERROR")
+    assert view["state"] == "FINISHED" and "1 passed" in view["result"]["final_message"], view
+    # Its first command found the repository as checked out: the commit, the failing test.
+    first_run = next(
+        e for e in _events(http, fork) if e["kind"] == "run_output" and not e.get("inherited_from")
+    )
+    assert commit[:7] in first_run["content"] and "1 failed" in first_run["content"], first_run

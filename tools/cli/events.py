@@ -265,6 +265,14 @@ def _workspace_checkpoint(event: dict[str, Any]) -> _Shown:
     )
 
 
+def _workspace_uploaded(event: dict[str, Any]) -> _Shown:
+    where = "/workspace" + (f"/{event['path']}" if event.get("path") else "")
+    return (
+        f"uploaded {event.get('files')} file(s) into {escape(where)} ({event.get('format')})",
+        [],
+    )
+
+
 def _bytes(size: int) -> str:
     if size < 1024:
         return f"{size} B"
@@ -330,6 +338,7 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], _Shown]] = {
     "sandbox_queued": _sandbox_queued,
     "egress_activity": _egress_activity,
     "workspace_checkpoint": _workspace_checkpoint,
+    "workspace_uploaded": _workspace_uploaded,
     "condensation": _condensation,
 }
 # Kinds that are one line (with what follows it) of their own, heading included.

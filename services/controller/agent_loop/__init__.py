@@ -19,8 +19,8 @@ from shared.events import (
     SandboxQueuedObservation,
     TaskCreatedObservation,
     WorkspaceCheckpointObservation,
+    WorkspaceUploadedObservation,
 )
-from shared.forks import parse_checkpoint
 from shared.state import Awaiting
 from shared.task_creation import created_entry
 
@@ -34,6 +34,7 @@ from .from_security import from_security
 from .from_user import from_user
 from .missing_answers import answer_missing, ask_for_lost_step
 from .rewind import rewind
+from .workspace_changes import checkpointed, uploaded
 
 __all__ = [
     "CONTROLLER_ERROR_CODES",
@@ -61,18 +62,9 @@ def apply(turn: Turn, event: EventBase) -> None:
         # changes nothing of the task's course (it comes between any two steps).
         turn.log(event)
     elif isinstance(event, WorkspaceCheckpointObservation):
-        # The runtime's checkpoint of the files after an action, taken while the agent thinks:
-        # a fact for the log (forks and restores start from it), whatever the task awaits.
-        turn.log(event)
-        # One of an action a rewind took out of the task's course is not its files any more.
-        newest = max(turn.state.checkpoint_seq or 0, turn.state.rewound_at or 0)
-        if event.checkpoint and event.action_seq > newest:
-            # A fork's log holds its parent's checkpoints: they are the parent's to read.
-            owner = parse_checkpoint(event.checkpoint)[0]
-            turn.update(
-                checkpoint_seq=event.action_seq,
-                checkpoint_task=None if owner == event.task_id else owner,
-            )
+        checkpointed(turn, event)
+    elif isinstance(event, WorkspaceUploadedObservation):
+        uploaded(turn, event)
     elif isinstance(event, ReviewedAction):
         reviewed(turn, event)
     elif isinstance(event, RewindAction):

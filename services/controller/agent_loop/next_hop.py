@@ -54,6 +54,7 @@ def execute_order(state: TaskState, action: RunnableAction) -> ExecuteAction:
         checkpoint_seq=state.checkpoint_seq,
         checkpoint_task=state.checkpoint_task,
         restore_first=state.restore_first,
+        checkpoint_due=state.checkpoint_due,
     )
 
 

@@ -59,6 +59,7 @@ def rewind(
         checkpoint_task=None if owner in (None, s.task_id) else owner,
         rewound_at=logged.seq,
         restore_first=True,
+        checkpoint_due=None,  # an upload after the point is out of its course too
         unseen_events=None,
         unseen_bytes=0,
     )

@@ -147,6 +147,11 @@ class TaskForks:
                 f"({u.skipped}: {u.detail or 'no checkpoint'}): fork at a seq before "
                 f"{u.action_seq}"
             )
+        if files.pending is not None:
+            raise ForkRefused(
+                f"the files uploaded into task {parent_id} at seq {files.pending} are not "
+                f"checkpointed yet: try again in a moment, or use a seq before {files.pending}"
+            )
         if files.checkpoint is not None:
             try:
                 kept = await checkpoint_kept(self._jetstream(), files.checkpoint)

@@ -166,6 +166,8 @@ const KINDS = {
     ? ["quiet", `no checkpoint of #${e.action_seq}: ${e.detail || e.skipped}`, null]
     : ["quiet", `checkpoint of #${e.action_seq}: ${e.files} paths, ${e.changed} changed, ` +
       `${e.stored_bytes} B stored`, null],
+  workspace_uploaded: (e) => ["user", `uploaded ${e.files} file(s) into /workspace` +
+    (e.path ? `/${e.path}` : "") + ` (${e.format})`, null],
   task_created: (e) => ["quiet", `task created: at most ${e.max_iterations} iterations` +
     (e.max_budget_usd ? `, budget ${money(e.max_budget_usd)}` : "") +
     (e.confirmation_mode ? `, confirmation from ${e.confirmation_threshold} risk` : "") +

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import uuid
 from typing import Any
 
@@ -20,17 +21,26 @@ from runtime_helpers import (  # type: ignore[import-not-found]
     remove_pool_containers,
 )
 
+from services.runtime.checkpoint_point import CheckpointPoint
 from services.runtime.checkpoint_store import CheckpointMissing, CheckpointStore
 from services.runtime.service import RuntimeService
-from shared.commands import ExecuteAction, ReleaseSandbox
+from shared.commands import CheckpointWorkspace, ExecuteAction, ReleaseSandbox
 from shared.events import (
     CmdOutputObservation,
     EventBase,
     EventSource,
     FileEditAction,
     WorkspaceCheckpointObservation,
+    WorkspaceUploadedObservation,
 )
 from shared.settings import CommonSettings
+from shared.workspace import (
+    WorkspaceOp,
+    WorkspaceRequest,
+    WorkspaceStatus,
+    WorkspaceTransfers,
+    transfer_name,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -288,6 +298,98 @@ async def test_checkpoints_past_their_retention_are_removed_and_recent_ones_kept
         with pytest.raises(CheckpointMissing):
             await CheckpointStore(lambda: js).manifest(old.task_id, before.action_seq)
         assert "a.txt" in (await store.manifest(recent.task_id, kept.action_seq)).entries
+    finally:
+        await service.stop()
+        remove_pool_containers(docker_client, pool)
+
+
+async def test_an_uploads_files_are_checkpointed_at_its_own_entry(
+    isolated_settings: CommonSettings,
+    sandbox_image: str,
+    docker_client: docker.DockerClient,
+    js: JetStreamContext,
+) -> None:
+    pool = f"test-ckpt-{uuid.uuid4().hex[:6]}"
+    service, store = await _service(isolated_settings, sandbox_image, pool, js)
+    service.workspace.transfers = transfers = WorkspaceTransfers(lambda: js)
+    runtime = _Runtime(service, uuid.uuid4().hex)
+    service.publish = runtime.publish
+    task_id = runtime.task_id
+    checkpoints = service.checkpoints
+    assert checkpoints is not None
+
+    async def upload(path: str, data: bytes) -> WorkspaceUploadedObservation:
+        name = transfer_name(task_id)
+        await transfers.put(name, io.BytesIO(data))
+        request = WorkspaceRequest(
+            op=WorkspaceOp.PUT_FILE, task_id=task_id, path=path, upload=name, max_bytes=4096
+        )
+        reply = await service.workspace.handle(request)
+        assert reply.status is WorkspaceStatus.OK, reply
+        logged = runtime.published[-1]  # the runtime's entry for the log
+        assert isinstance(logged, WorkspaceUploadedObservation), runtime.published
+        assert (logged.path, logged.files, logged.format) == (path, 1, "file")
+        runtime.seq += 1  # the controller logs it
+        return logged.model_copy(update={"seq": runtime.seq})
+
+    def taken(seq: int) -> WorkspaceCheckpointObservation:
+        made = [
+            e
+            for e in runtime.published
+            if isinstance(e, WorkspaceCheckpointObservation) and e.action_seq == seq
+        ]
+        assert len(made) == 1, runtime.published
+        return made[0]
+
+    try:
+        first = await runtime.run(cmd(task_id, "echo one > a.txt"))
+        assert first is not None and first.checkpoint, first
+        # The controller logged the upload and asks for its checkpoint there.
+        up = await upload("docs/up.txt", b"uploaded\n")
+        assert up.seq is not None
+        order = CheckpointWorkspace(
+            task_id=task_id, seq=up.seq, cause=up.id, checkpoint_seq=first.action_seq
+        )
+        sandbox = service.tasks.local(task_id)
+        assert sandbox is not None
+        checkpoints.take(CheckpointPoint.after_upload(order), sandbox)
+        await checkpoints.settle(task_id)
+        at_upload = taken(up.seq)
+        assert at_upload.checkpoint == f"{task_id}/{up.seq}" and at_upload.cause == up.id
+        assert at_upload.base_seq == first.action_seq and at_upload.changed >= 1, at_upload
+        manifest = await store.manifest(task_id, up.seq)
+        assert {"a.txt", "docs", "docs/up.txt"} <= set(manifest.entries)
+        stored = await store.get_content(task_id, manifest.entries["docs/up.txt"][3])
+        assert stored == b"uploaded\n"
+
+        # The same bytes again: nothing changed, the entry names the checkpoint before.
+        again = await upload("docs/up.txt", b"uploaded\n")
+        assert again.seq is not None
+        order = CheckpointWorkspace(task_id=task_id, seq=again.seq, cause=again.id)
+        checkpoints.take(CheckpointPoint.after_upload(order), sandbox)
+        await checkpoints.settle(task_id)
+        assert taken(again.seq).checkpoint == f"{task_id}/{up.seq}"
+
+        # Its order late: the next action carries the upload's seq and takes it first, so the
+        # checkpoint holds the upload and not what the action wrote.
+        late = await upload("late.txt", b"late\n")
+        assert late.seq is not None
+        runtime.seq += 2
+        action = cmd(task_id, "echo after > after.txt").model_copy(update={"seq": runtime.seq})
+        ran = await service.execution.run(
+            ExecuteAction(task_id=task_id, action=action, checkpoint_due=late.seq), last_try=True
+        )
+        assert isinstance(ran, CmdOutputObservation) and ran.exit_code == 0, ran
+        await checkpoints.settle(task_id)
+        at_late = await store.manifest(task_id, taken(late.seq).action_seq)
+        assert "late.txt" in at_late.entries and "after.txt" not in at_late.entries
+        after = taken(action.seq)
+        assert after.base_seq == late.seq, after
+        # The order that comes after it takes nothing again.
+        order = CheckpointWorkspace(task_id=task_id, seq=late.seq, cause=late.id)
+        checkpoints.take(CheckpointPoint.after_upload(order), sandbox)
+        await checkpoints.settle(task_id)
+        taken(late.seq)
     finally:
         await service.stop()
         remove_pool_containers(docker_client, pool)
