@@ -156,6 +156,11 @@ class TaskState(BaseModel):
     recent: list[str] = Field(
         default_factory=list, description="Signatures since the last user message (stuck check)."
     )
+    loop_hints: int = Field(
+        default=0,
+        ge=0,
+        description="Loop hints the agent was given since the last user message (issue 29).",
+    )
     delegation_depth: int = Field(
         default=0, ge=0, description="How deep a sub-task is: 0 for a task made through the API."
     )

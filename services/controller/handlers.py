@@ -36,6 +36,7 @@ from .metrics import CONFLICTS, OVERDUE, REBUILT, REPLAYED, TURN_SECONDS, count_
 from .rebuild import rebuild_at, rebuild_state, waits_for_a_seat
 from .secret_filter import SecretFilter
 from .state_cache import StateCache
+from .stuck import LoopPolicy
 from .task_log import TaskLog, has_ended
 from .turn import Turn
 
@@ -69,6 +70,7 @@ class ControllerHandlers:
         cache: StateCache | None = None,
         task_log: TaskLog | None = None,
         secrets: SecretFilter | None = None,
+        loop: LoopPolicy | None = None,
     ) -> None:
         self.broker = broker
         self.store = store
@@ -78,6 +80,7 @@ class ControllerHandlers:
         self.cache = cache if cache is not None else StateCache(0)
         self.task_log = task_log
         self.secrets = secrets or SecretFilter(None)
+        self.loop = loop or LoopPolicy()
 
     async def on_input(self, event: Event) -> None:
         event = await self.secrets.redact(event)
@@ -140,7 +143,7 @@ class ControllerHandlers:
             elif isinstance(event, RewindAction):
                 turn = await self._rewind(state, event)
             else:
-                turn = Turn(state, answer_retries=self.answer_retries)
+                turn = Turn(state, answer_retries=self.answer_retries, loop=self.loop)
                 # A new task's first turn takes its text as the first user message.
                 apply(turn, event if making is None else first_message(making))
             turn.update(**self.deadlines.rearm(state, turn.state, event, utc_now()))
@@ -172,14 +175,16 @@ class ControllerHandlers:
             return fork_turn(making, await self.task_log.read_shared(parent), self.answer_retries)
         except (RebuildError, NatsError, TimeoutError) as exc:
             log.warning("task %s: fork of %s failed: %s", making.task_id, parent, exc)
-            turn = Turn(state_from_created(making), answer_retries=self.answer_retries)
+            turn = Turn(
+                state_from_created(making), answer_retries=self.answer_retries, loop=self.loop
+            )
             turn.log(created_entry(turn.state))
             fail(turn, f"could not fork task {parent} at seq {making.forked_at}: {exc}"[:1000])
             return turn
 
     async def _rewind(self, state: TaskState, event: RewindAction) -> Turn:
         """A rewind's turn (agent_loop/rewind.py), its point rebuilt from the task's log."""
-        turn = Turn(state, answer_retries=self.answer_retries)
+        turn = Turn(state, answer_retries=self.answer_retries, loop=self.loop)
         try:
             if self.task_log is None:
                 raise RebuildError("this controller reads no task logs")
@@ -233,7 +238,7 @@ class ControllerHandlers:
         except RebuildError as exc:
             log.error("task %s: its State is lost and cannot be rebuilt: %s", task_id, exc)
             return None
-        turn = Turn(rebuilt, answer_retries=self.answer_retries)
+        turn = Turn(rebuilt, answer_retries=self.answer_retries, loop=self.loop)
         if rebuilt.awaiting is Awaiting.AGENT and rebuilt.awaiting_id is None:
             ask_for_lost_step(turn)
         elif waits_for_a_seat(entries, rebuilt):

@@ -47,6 +47,7 @@ from .handlers import ControllerHandlers
 from .secret_filter import SecretFilter
 from .settings import ControllerSettings
 from .state_cache import StateCache
+from .stuck import LoopPolicy
 from .task_log import TaskLog
 
 __all__ = ["build_app", "main"]
@@ -65,6 +66,7 @@ def build_app(settings: ControllerSettings | None = None) -> FastStream:
         StateCache(settings.state_cache_size),
         TaskLog(lambda: broker.config.connection_state.stream),
         SecretFilter(SecretsStore.from_settings(redis, settings)),
+        LoopPolicy(settings.loop_repeats, settings.loop_hints),
     )
     broker.subscriber(
         work_subject(Service.CONTROLLER),

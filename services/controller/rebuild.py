@@ -33,6 +33,7 @@ from shared.events import (
     ErrorObservation,
     EventBase,
     EventSource,
+    LoopHintObservation,
     MessageAction,
     RewindAction,
     SandboxQueuedObservation,
@@ -60,7 +61,11 @@ def is_logged_input(entry: EventBase) -> bool:
     """Whether the entry is an input the controller applied and logged as it came, rather than
     one the controller wrote in answer to an input."""
     if isinstance(
-        entry, TaskCreatedObservation | AgentStateChangedObservation | UserRejectObservation
+        entry,
+        TaskCreatedObservation
+        | AgentStateChangedObservation
+        | UserRejectObservation
+        | LoopHintObservation,
     ):
         return False
     return not (

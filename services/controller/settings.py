@@ -46,6 +46,20 @@ class ControllerSettings(CommonSettings):
     answer_retries: int = Field(
         default=2, ge=0, description="Times an overdue answer is asked for again before ERROR."
     )
+    loop_repeats: int = Field(
+        default=3,
+        ge=2,
+        le=8,
+        description="The same action giving the same result this many times, other actions "
+        "between, is a loop (issue 29; identical steps in a row are seed 002's patterns).",
+    )
+    loop_hints: int = Field(
+        default=1,
+        ge=0,
+        le=5,
+        description="Hints a looping agent gets (what repeats, a way out) before a loop that "
+        "forms again ends its task in ERROR; 0: the first loop ends it, as in OpenHands.",
+    )
     deadline_poll_s: float = Field(
         default=2.0, gt=0, description="How often a replica looks for overdue answers."
     )

@@ -1,4 +1,7 @@
-"""StuckDetector (seed 002): five patterns that mean the agent is looping.
+"""StuckDetector (seed 002): five patterns that mean the agent is looping, and a sixth (issue
+29): the same action giving the same result again and again with other actions between (an
+edit, then the same failing run, then another edit...), which no pattern of identical steps
+catches.
 
 The controller keeps no history in memory, so the State carries a short list of event
 signatures since the last user message; `detect` reads only that list.
@@ -8,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from dataclasses import dataclass
 
 from shared.events import (
     ACTION_TYPES,
@@ -21,7 +26,7 @@ from shared.events import (
     SecurityVerdictObservation,
 )
 
-__all__ = ["SIGNATURES_KEPT", "detect", "signature"]
+__all__ = ["SIGNATURES_KEPT", "LoopPolicy", "detect", "signature"]
 
 SIGNATURES_KEPT = 24
 # Fields that differ between two otherwise identical events.
@@ -33,10 +38,21 @@ def _digest(event: EventBase) -> str:
     return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class LoopPolicy:
+    """How soon a loop is one (DECKHANDS_LOOP_REPEATS) and how many hints the agent gets before
+    a loop ends its task (DECKHANDS_LOOP_HINTS; 0: at once, as OpenHands does)."""
+
+    repeats: int = 3
+    hints: int = 1
+
+
 def signature(event: EventBase) -> str | None:
     """'A:', 'M:' (agent message), 'O:' or 'E:' (error) plus a digest; None if it doesn't count."""
     if isinstance(event, ChangeAgentStateAction | AgentStateChangedObservation):
         return None
+    if getattr(event, "on_agents_behalf", False):
+        return None  # not the model's choice
     if isinstance(event, SecurityVerdictObservation):
         return None
     if event.source is EventSource.USER:
@@ -62,7 +78,7 @@ def _all_same(items: list[str]) -> bool:
     return len(set(items)) == 1
 
 
-def detect(signatures: list[str]) -> str | None:
+def detect(signatures: list[str], repeats: int = 3) -> str | None:
     """The name of the first pattern the recent history matches, or None."""
     if len(signatures) < 3:
         return None
@@ -85,4 +101,28 @@ def detect(signatures: list[str]) -> str | None:
                 return "alternating pattern: two action/observation pairs alternating over 6 steps"
     if len(signatures) >= 10 and all(s == "C:" for s in signatures[-10:]):
         return "context window: 10 condensations in a row"
-    return None
+    return _repeating_result(signatures, repeats)
+
+
+def _repeating_result(signatures: list[str], repeats: int) -> str | None:
+    """The same action and result `repeats` times among the last steps, different actions
+    between them (identical steps in a row are the patterns above)."""
+    pairs: list[tuple[str, str]] = []
+    action = None
+    for sig in signatures:
+        if sig[0] == "A":
+            action = sig
+        elif sig[0] in "OE" and action is not None:
+            pairs.append((action, sig))
+            action = None
+    window = pairs[-3 * repeats :]
+    if len(window) < repeats or len({a for a, _ in window}) < 2:
+        return None
+    (_, result), times = Counter(window).most_common(1)[0]
+    if times < repeats:
+        return None
+    what = "error" if result.startswith("E:") else "result"
+    return (
+        f"repeating {what}: the same action gave the same {what} {times} times, "
+        "with other actions between"
+    )

@@ -40,6 +40,7 @@ from shared.subjects import (
 )
 
 from .errors import IllegalTransition
+from .stuck import LoopPolicy
 
 __all__ = ["UNSEEN_MAX_BYTES", "Turn"]
 
@@ -60,9 +61,16 @@ Message = Command | EventBase
 
 
 class Turn:
-    def __init__(self, state: TaskState, answer_retries: int = 2, replaying: bool = False) -> None:
+    def __init__(
+        self,
+        state: TaskState,
+        answer_retries: int = 2,
+        replaying: bool = False,
+        loop: LoopPolicy | None = None,
+    ) -> None:
         self.state = state
         self.answer_retries = answer_retries
+        self.loop = loop or LoopPolicy()
         self.replaying = replaying  # a rebuild replaying the log: decided, sent, counted before
         self.logged: list[EventBase] = []
         self._payloads: dict[str, str] = {}  # each logged entry's JSON, encoded once

@@ -33,6 +33,7 @@ from shared.events import (
     FileReadObservation,
     FileWriteAction,
     FileWriteObservation,
+    LoopHintObservation,
     MCPCallObservation,
     MessageAction,
     PythonOutputObservation,
@@ -237,6 +238,19 @@ def _render(
     event: Any, answers: dict[str, Any], known_ids: set[str], native: bool, limit: int
 ) -> tuple[list[dict[str, Any]], int]:
     """The messages one event adds, and how many model replies they stand for."""
+    if getattr(event, "on_agents_behalf", False):
+        # Run by the system before the model's first step: context, not an example call.
+        obs = answers.get(event.id)
+        if obs is None:
+            return [], 0
+        text = observation_text(obs, limit)
+        return [
+            {
+                "role": "user",
+                "content": f"[deckhands ran `{event.command}` in the working directory before "
+                f"your first step, to show you what it holds]\n{text}",
+            }
+        ], 0
     if _is_agent_tool_action(event):
         name, args = call_for_action(event) or ("", {})
         obs = answers.get(event.id)
@@ -266,6 +280,8 @@ def _render(
         if event.source == EventSource.AGENT and text:
             return [{"role": "assistant", "content": text}], 1
         return [], 0
+    if isinstance(event, LoopHintObservation):
+        return [{"role": "user", "content": event.hint}], 0
     if isinstance(event, WorkspaceUploadedObservation):
         # A person put files into the workspace between two steps: the agent should know.
         where = f"/workspace/{event.path}" if event.path else "/workspace"

@@ -323,7 +323,10 @@ def first_look_event(step: StepRequest, events: list[Any], command: str) -> Reas
         return None
     call_id = f"call_{step_event_id(step)[:24]}"
     fields = _fields(step, None, FIRST_LOOK_THOUGHT, call_id)
-    return action_for_call(ToolCall("execute_bash", {"command": command}), fields)
+    action = action_for_call(ToolCall("execute_bash", {"command": command}), fields)
+    # Marked as the system's: the model's prompt shows its output as context, not as a call
+    # of its own (the 1.5B model, shown one, repeated the listing until it was stopped).
+    return action.model_copy(update={"on_agents_behalf": True})
 
 
 def llm_error_event(step: StepRequest, problem: str) -> ErrorObservation:

@@ -77,6 +77,12 @@ class MessageAction(_AgentActionFields):
 class CmdRunAction(_AgentActionFields):
     kind: Literal["run"] = "run"
     command: str
+    on_agents_behalf: bool = Field(
+        default=False,
+        description="Run by deckhands before the model's first step (the first look at the "
+        "working directory), not chosen by the model: its prompt shows the output as context, "
+        "not as a call of its own to imitate, and the stuck detector does not count it.",
+    )
     timeout_s: float | None = Field(default=None, gt=0, le=3600)
     is_input: bool = Field(
         default=False,

@@ -22,6 +22,7 @@ __all__ = [
     "FileEditObservation",
     "FileReadObservation",
     "FileWriteObservation",
+    "LoopHintObservation",
     "MCPCallObservation",
     "PythonOutputObservation",
     "RiskLevel",
@@ -216,6 +217,17 @@ class SandboxQueuedObservation(EventBase):
     kind: Literal["sandbox_queued"] = "sandbox_queued"
     position: int = Field(ge=1, description="Place in the queue when queued (1 = next).")
     max_sandboxes: int = Field(ge=1, description="Seats of the pool (tasks holding a sandbox).")
+
+
+class LoopHintObservation(EventBase):
+    """The controller's word to the agent when its recent steps repeat (issue 29): what
+    repeats and a way out. The agent goes on; a loop that persists past the hints ends the
+    task in ERROR with the pattern as its reason."""
+
+    kind: Literal["loop_hint"] = "loop_hint"
+    pattern: str = Field(max_length=500, description="What repeats, as the detector named it.")
+    hint: str = Field(max_length=4000, description="The text the agent reads in its prompt.")
+    hints_given: int = Field(ge=1, description="Hints given since the last user message.")
 
 
 class TaskCreatedObservation(EventBase):

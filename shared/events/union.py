@@ -35,6 +35,7 @@ from .observations import (
     FileEditObservation,
     FileReadObservation,
     FileWriteObservation,
+    LoopHintObservation,
     MCPCallObservation,
     PythonOutputObservation,
     SandboxQueuedObservation,
@@ -83,6 +84,7 @@ Event = Annotated[
     | EgressActivityObservation
     | WorkspaceCheckpointObservation
     | WorkspaceUploadedObservation
+    | LoopHintObservation
     | RewindAction
     | ReviewedAction,
     Field(discriminator="kind"),
@@ -126,6 +128,7 @@ OBSERVATION_TYPES = (
     EgressActivityObservation,
     WorkspaceCheckpointObservation,
     WorkspaceUploadedObservation,
+    LoopHintObservation,
 )
 # Messages that carry events to the controller but are never logged themselves.
 ENVELOPE_TYPES = (ReviewedAction,)

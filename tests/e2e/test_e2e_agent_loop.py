@@ -71,13 +71,18 @@ def _events(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
     return list(http.get(f"/v1/tasks/{task_id}/trajectory").json()["events"])
 
 
-def test_repeating_the_same_command_ends_in_error_naming_the_pattern(http: httpx.Client) -> None:
+def test_repeating_the_same_command_gets_a_hint_then_ends_in_error_naming_the_pattern(
+    http: httpx.Client,
+) -> None:
     task_id = _create(http, task="repeat: look at the workspace")
     view = _wait(http, task_id, "ERROR", "FINISHED")
     assert view["state"] == "ERROR"
     assert "stuck in a loop: repeating action/observation" in view["reason"]
-    runs = [e for e in _events(http, task_id) if e["kind"] == "run"]
-    assert len(runs) == 4
+    assert "after the agent was told" in view["reason"]
+    events = _events(http, task_id)
+    kinds = [e["kind"] for e in events if e["kind"] in ("run", "loop_hint")]
+    # Four identical runs, the hint, four more (the loop formed again).
+    assert kinds == ["run"] * 4 + ["loop_hint"] + ["run"] * 4, kinds
 
 
 def test_only_a_task_that_opted_in_gets_a_network(http: httpx.Client) -> None:

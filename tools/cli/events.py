@@ -265,6 +265,13 @@ def _workspace_checkpoint(event: dict[str, Any]) -> _Shown:
     )
 
 
+def _loop_hint(event: dict[str, Any]) -> _Shown:
+    return (
+        f"[yellow]loop hint {event.get('hints_given')}:[/yellow] {escape(str(event.get('hint')))}",
+        [],
+    )
+
+
 def _workspace_uploaded(event: dict[str, Any]) -> _Shown:
     where = "/workspace" + (f"/{event['path']}" if event.get("path") else "")
     return (
@@ -339,6 +346,7 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], _Shown]] = {
     "egress_activity": _egress_activity,
     "workspace_checkpoint": _workspace_checkpoint,
     "workspace_uploaded": _workspace_uploaded,
+    "loop_hint": _loop_hint,
     "condensation": _condensation,
 }
 # Kinds that are one line (with what follows it) of their own, heading included.

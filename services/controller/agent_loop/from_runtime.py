@@ -38,7 +38,9 @@ def observed(turn: Turn, event: EventBase) -> None:
         turn.update(runtime_replica=getattr(event, "runtime_replica", None))
         if not is_order_refusal(event):
             turn.update(restore_first=False)  # a rewound task's files are back
-    remember(turn, turn.log(event))
+    logged = turn.log(event)
+    if not getattr(turn.state.pending_action, "on_agents_behalf", False):
+        remember(turn, logged)  # what the system ran for the agent is no step of its own
     if isinstance(event, AgentDelegateObservation):
         count_sub_task_spend(turn, event)
         log.info(

@@ -41,7 +41,7 @@ def _user_message(turn: Turn, event: MessageAction) -> None:
         refuse(turn, event, "the task is stopped; start a new task")
         return
     # Interactive mode: the stuck detector only looks at history after the last user message.
-    turn.update(recent=[])
+    turn.update(recent=[], loop_hints=0)
     if event.network is not None and turn.state.network is not None:
         # Wider egress, asked for with the message (within the task's bound: the gateway's
         # check); the orders from now on carry it, and the runtime passes it to the proxy.

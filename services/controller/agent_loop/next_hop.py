@@ -6,10 +6,11 @@ the security monitor (`StepRequest.review_runnable`)."""
 from __future__ import annotations
 
 from shared.commands import ExecuteAction, PrepareSandbox, StepRequest
-from shared.events import AgentState, RunnableAction
+from shared.events import AgentState, EventSource, LoopHintObservation, RunnableAction
 from shared.state import Awaiting, TaskState
 from shared.subjects import Service
 
+from ..loop_hints import loop_hint
 from ..metrics import STEPS, STUCK
 from ..stuck import detect
 from ..turn import Turn
@@ -18,6 +19,7 @@ from .common import count
 __all__ = [
     "execute_order",
     "fail",
+    "hint_loop",
     "next_step",
     "prepare_order",
     "request_step",
@@ -78,11 +80,14 @@ def next_step(turn: Turn) -> None:
 
 def request_step(turn: Turn) -> None:
     state = turn.state
-    pattern = detect(state.recent)
+    pattern = detect(state.recent, turn.loop.repeats)
     if pattern is not None:
         count(turn, STUCK)
-        fail(turn, f"stuck in a loop: {pattern}")
-        return
+        if state.loop_hints >= turn.loop.hints:
+            after = " (it went on after the agent was told)" if state.loop_hints else ""
+            fail(turn, f"stuck in a loop: {pattern}{after}")
+            return
+        hint_loop(turn, pattern)
     if state.iterations_used() >= state.max_iterations:
         fail(turn, f"reached the maximum number of iterations ({state.max_iterations})")
         return
@@ -100,6 +105,22 @@ def request_step(turn: Turn) -> None:
         turn.send(Service.RUNTIME, prepare_order(state))
     turn.send(Service.REASONER, step)
     count(turn, STEPS)
+
+
+def hint_loop(turn: Turn, pattern: str) -> None:
+    """The agent is told what repeats and how it might get out; the loop must form again,
+    from now on, to count (past the hints it ends the task)."""
+    given = turn.state.loop_hints + 1
+    turn.log(
+        LoopHintObservation(
+            task_id=turn.state.task_id,
+            source=EventSource.ENVIRONMENT,
+            pattern=pattern,
+            hint=loop_hint(pattern, turn.logged),
+            hints_given=given,
+        )
+    )
+    turn.update(loop_hints=given, recent=[])
 
 
 def fail(turn: Turn, reason: str) -> None:

@@ -166,6 +166,7 @@ const KINDS = {
     ? ["quiet", `no checkpoint of #${e.action_seq}: ${e.detail || e.skipped}`, null]
     : ["quiet", `checkpoint of #${e.action_seq}: ${e.files} paths, ${e.changed} changed, ` +
       `${e.stored_bytes} B stored`, null],
+  loop_hint: (e) => ["err", `loop hint ${e.hints_given}: ${e.hint}`, null],
   workspace_uploaded: (e) => ["user", `uploaded ${e.files} file(s) into /workspace` +
     (e.path ? `/${e.path}` : "") + ` (${e.format})`, null],
   task_created: (e) => ["quiet", `task created: at most ${e.max_iterations} iterations` +

@@ -16,6 +16,7 @@ from shared.events import (
     CmdRunAction,
     ErrorObservation,
     LLMUsage,
+    LoopHintObservation,
     MessageAction,
     RiskLevel,
     SecurityVerdictObservation,
@@ -37,15 +38,20 @@ def _started(**fields: object) -> tuple[TaskState, StepRequest]:
     return turn.state, step
 
 
-def test_four_identical_steps_end_in_error_naming_the_pattern() -> None:
+def test_four_identical_steps_get_a_hint_then_four_more_end_in_error() -> None:
     state, step = _started()
-    for i in range(4):
+    hints = []
+    for i in range(8):
         turn = _run_once(state, step, "ls", "same output")
         state = turn.state
-        if i < 3:
+        hints += [e for e in turn.logged if isinstance(e, LoopHintObservation)]
+        if i < 7:
+            assert state.agent_state is AgentState.RUNNING, (i, state.reason)
             step = turn.sent[-1][1]  # type: ignore[assignment]
             assert isinstance(step, StepRequest)
-    assert state.agent_state is AgentState.ERROR
+        if i == 3:  # the fourth: the agent is told, and goes on
+            assert len(hints) == 1 and "same result each time" in hints[0].hint
+    assert state.agent_state is AgentState.ERROR and len(hints) == 1
     assert "stuck in a loop: repeating action/observation" in state.reason
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from services.reasoner.prompt import build_messages
 from services.reasoner.replies import (
     FIRST_LOOK_THOUGHT,
     NO_TOOL_CALL,
@@ -22,6 +23,7 @@ from shared.events import (
     AgentDelegateAction,
     AgentFinishAction,
     AgentThinkAction,
+    CmdOutputObservation,
     CmdRunAction,
     ErrorObservation,
     EventAdapter,
@@ -167,6 +169,28 @@ def test_the_first_look_is_the_first_action_and_only_the_first() -> None:
     assert event.id == step_event_id(STEP)  # a redelivered step answers with the same id
     assert first_look_event(STEP, [task, event], "ls -A") is None  # the agent has acted
     assert first_look_event(STEP, [task], "") is None  # off by default
+
+
+def test_the_first_look_is_shown_as_context_not_as_a_call_to_imitate() -> None:
+    task = MessageAction(task_id="t1", source=EventSource.USER, content="Fix calc.py", seq=1)
+    look = first_look_event(STEP, [task], "ls -A")
+    assert isinstance(look, CmdRunAction) and look.on_agents_behalf
+    listed = CmdOutputObservation(
+        task_id="t1",
+        source=EventSource.ENVIRONMENT,
+        cause=look.id,
+        command="ls -A",
+        content="calc.py",
+        exit_code=0,
+        cwd="/workspace",
+        seq=3,
+    )
+    for native in (True, False):
+        messages = build_messages([task, look.model_copy(update={"seq": 2}), listed], native=native)
+        assert [m["role"] for m in messages] == ["system", "user", "user"], messages
+        assert "calc.py" in messages[2]["content"] and "ls -A" in messages[2]["content"]
+        assert "before your first step" in messages[2]["content"]
+        assert not any(m.get("tool_calls") for m in messages)
 
 
 def test_an_empty_reply_is_an_error() -> None:
