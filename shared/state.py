@@ -9,7 +9,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .egress_policy import EgressPolicy
-from .events import AgentState, RiskLevel, RunnableAction, SubTaskSpend, TaskPriority, utc_now
+from .events import (
+    AgentState,
+    PlanItem,
+    RiskLevel,
+    RunnableAction,
+    SubTaskSpend,
+    TaskPriority,
+    utc_now,
+)
 
 __all__ = [
     "PROCESSED_KEPT",
@@ -155,6 +163,9 @@ class TaskState(BaseModel):
     )
     recent: list[str] = Field(
         default_factory=list, description="Signatures since the last user message (stuck check)."
+    )
+    plan: list[PlanItem] = Field(
+        default_factory=list, description="The agent's plan, as its last task_tracker set it."
     )
     loop_hints: int = Field(
         default=0,

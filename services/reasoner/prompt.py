@@ -36,8 +36,10 @@ from shared.events import (
     LoopHintObservation,
     MCPCallObservation,
     MessageAction,
+    PlanItem,
     PythonOutputObservation,
     SecurityVerdictObservation,
+    TaskTrackerAction,
     UserRejectObservation,
     WorkspaceUploadedObservation,
 )
@@ -141,6 +143,29 @@ def answers_by_action(events: Sequence[Any]) -> dict[str, Any]:
     return answers
 
 
+def plan_results(events: Sequence[Any]) -> dict[str, str]:
+    """What each task_tracker call answers: the plan as it set it, or (view) as last set."""
+    results: dict[str, str] = {}
+    plan: list[PlanItem] = []
+    for event in events:
+        if isinstance(event, TaskTrackerAction):
+            if event.command == "plan":
+                plan = list(event.tasks)
+            results[event.id] = plan_text(plan, updated=event.command == "plan")
+    return results
+
+
+def plan_text(plan: Sequence[PlanItem], updated: bool = False) -> str:
+    if not plan:
+        return "The plan is empty."
+    marks = {"todo": "[ ]", "in_progress": "[~]", "done": "[x]"}
+    lines = [
+        f"{n}. {marks[item.status]} {item.title}" + (f" ({item.notes})" if item.notes else "")
+        for n, item in enumerate(plan, 1)
+    ]
+    return ("Plan updated:\n" if updated else "The plan:\n") + "\n".join(lines)
+
+
 def _verdicts(events: Sequence[Any]) -> dict[str, str | None]:
     return {e.id: e.cause for e in events if isinstance(e, SecurityVerdictObservation)}
 
@@ -194,7 +219,7 @@ def prompt_view(
         {"role": "system", "content": with_instructions(system_prompt(native), instructions)},
         {"role": "user", "content": task.content},
     )
-    answers = answers_by_action(events)
+    answers: dict[str, Any] = {**answers_by_action(events), **plan_results(events)}
     answered = {id(obs) for obs in answers.values()}
     known_ids = {e.id for e in events}
     chunks: list[Chunk] = []
@@ -254,7 +279,9 @@ def _render(
     if _is_agent_tool_action(event):
         name, args = call_for_action(event) or ("", {})
         obs = answers.get(event.id)
-        if obs is not None:
+        if isinstance(obs, str):  # the plan a task_tracker call set or viewed
+            text = obs
+        elif obs is not None:
             text = observation_text(obs, limit)
             if (
                 isinstance(event, FileWriteAction)

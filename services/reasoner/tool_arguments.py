@@ -52,6 +52,32 @@ class _EditFile(_Args):
     view_range: list[int] | None = Field(default=None, min_length=2, max_length=2)
 
 
+class _Glob(_Args):
+    pattern: str = Field(min_length=1, max_length=1000)
+    path: str = Field(default="", max_length=4096)
+
+
+class _Grep(_Args):
+    pattern: str = Field(min_length=1, max_length=1000)
+    path: str = Field(default="", max_length=4096)
+    include: str = Field(default="", max_length=1000)
+
+
+class _ApplyPatch(_Args):
+    patch: str = Field(min_length=1, max_length=1_000_000)
+
+
+class _PlanItem(_Args):
+    title: str = Field(min_length=1, max_length=500)
+    status: Literal["todo", "in_progress", "done"] = "todo"
+    notes: str = Field(default="", max_length=2000)
+
+
+class _TaskTracker(_Args):
+    command: Literal["plan", "view"]
+    tasks: list[_PlanItem] = Field(default_factory=list, max_length=100)
+
+
 class _Think(_Args):
     thought: str
 
@@ -72,6 +98,10 @@ TOOL_ARGUMENTS: dict[str, type[_Args]] = {
     "read_file": _ReadFile,
     "write_file": _WriteFile,
     "edit_file": _EditFile,
+    "glob": _Glob,
+    "grep": _Grep,
+    "apply_patch": _ApplyPatch,
+    "task_tracker": _TaskTracker,
     "think": _Think,
     "delegate": _Delegate,
     "finish": _Finish,

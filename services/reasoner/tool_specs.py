@@ -88,6 +88,52 @@ TOOL_SPECS: list[dict[str, Any]] = [
         ["command", "path"],
     ),
     _fn(
+        "glob",
+        "Find files by name: paths matching a glob such as **/*.py under path (default the "
+        "working directory), newest first; what .gitignore names is left out.",
+        {"pattern": {"type": "string"}, "path": {"type": "string"}},
+        ["pattern"],
+    ),
+    _fn(
+        "grep",
+        "Search file contents: the lines matching a regular expression, with file and line "
+        "number; include limits it to files matching a glob (e.g. *.py).",
+        {
+            "pattern": {"type": "string"},
+            "path": {"type": "string"},
+            "include": {"type": "string"},
+        },
+        ["pattern"],
+    ),
+    _fn(
+        "apply_patch",
+        "Apply a unified diff (as `git diff` prints it) to the files: every hunk or none; an "
+        "error names the hunk that does not apply.",
+        {"patch": {"type": "string"}},
+        ["patch"],
+    ),
+    _fn(
+        "task_tracker",
+        "Keep your plan: command plan sets the whole list of tasks (title, status todo, "
+        "in_progress or done, notes); view shows it. Nothing runs.",
+        {
+            "command": {"type": "string", "enum": ["plan", "view"]},
+            "tasks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "title": {"type": "string"},
+                        "status": {"type": "string", "enum": ["todo", "in_progress", "done"]},
+                        "notes": {"type": "string"},
+                    },
+                    "required": ["title"],
+                },
+            },
+        },
+        ["command"],
+    ),
+    _fn(
         "execute_python",
         "Run a Python snippet in an interpreter (state persists between calls), e.g. for a quick "
         "calculation. It makes no file: write a script with write_file and run it, or tests, "

@@ -20,12 +20,17 @@ from shared.events import (
     AgentDelegateAction,
     AgentFinishAction,
     AgentThinkAction,
+    ApplyPatchAction,
     CmdRunAction,
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    GlobAction,
+    GrepAction,
     MCPCallAction,
+    PlanItem,
     RunPythonAction,
+    TaskTrackerAction,
 )
 from shared.mcp_config import function_name
 
@@ -65,6 +70,10 @@ AgentToolAction = (
     | AgentThinkAction
     | AgentFinishAction
     | MCPCallAction
+    | GlobAction
+    | GrepAction
+    | ApplyPatchAction
+    | TaskTrackerAction
 )
 
 
@@ -133,6 +142,15 @@ def _build(name: str, args: Any, fields: dict[str, Any]) -> AgentToolAction:
         return FileWriteAction(path=args.path, content=args.content, **fields)
     if name == "edit_file":
         return FileEditAction(**args.model_dump(), **fields)
+    if name == "glob":
+        return GlobAction(pattern=args.pattern, path=args.path, **fields)
+    if name == "grep":
+        return GrepAction(pattern=args.pattern, path=args.path, include=args.include, **fields)
+    if name == "apply_patch":
+        return ApplyPatchAction(patch=args.patch, **fields)
+    if name == "task_tracker":
+        tasks = [PlanItem(**item.model_dump()) for item in args.tasks]
+        return TaskTrackerAction(command=args.command, tasks=tasks, **fields)
     if name == "think":
         text = fields.get("thought") or ""
         thought = f"{text}\n\n{args.thought}" if text and text != args.thought else args.thought
@@ -179,6 +197,16 @@ def call_for_action(action: object) -> tuple[str, dict[str, Any]] | None:
             exclude_none=True,
         )
         return "edit_file", edit
+    if isinstance(action, GlobAction):
+        return "glob", action.model_dump(include={"pattern", "path"}, exclude_defaults=True)
+    if isinstance(action, GrepAction):
+        found = action.model_dump(include={"pattern", "path", "include"}, exclude_defaults=True)
+        return "grep", found
+    if isinstance(action, ApplyPatchAction):
+        return "apply_patch", {"patch": action.patch}
+    if isinstance(action, TaskTrackerAction):
+        plan = [item.model_dump(exclude_defaults=True) for item in action.tasks]
+        return "task_tracker", {"command": action.command, "tasks": plan}
     if isinstance(action, AgentThinkAction):
         return "think", {"thought": action.thought}
     if isinstance(action, AgentDelegateAction):

@@ -9,6 +9,7 @@ from typing import Any
 
 from shared.blobs import BlobMissing, BlobStore
 from shared.events import (
+    ApplyPatchAction,
     BlobRef,
     CmdOutputObservation,
     CmdRunAction,
@@ -21,6 +22,8 @@ from shared.events import (
     FileReadObservation,
     FileWriteAction,
     FileWriteObservation,
+    GlobAction,
+    GrepAction,
     MCPCallObservation,
     PythonOutputObservation,
     RunnableAction,
@@ -33,6 +36,7 @@ from shared.secret_redaction import Redactor
 from .errors import ExecutorError, SandboxLost
 from .settings import RuntimeSettings
 from .task_secrets import exported
+from .tool_commands import glob_command, grep_command, patch_command
 
 __all__ = [
     "RuntimeObservation",
@@ -61,6 +65,7 @@ _OBSERVATION_NS = uuid.UUID("6f3b0a52-39a4-4c1e-9a52-5d3f3c8a7e10")
 _GRACE_S = 15.0
 # How long a file operation may take (they have no timeout of their own).
 _FILE_WAIT_S = 60.0
+_TOOL_TIMEOUT_S = 120.0  # a glob, a grep or a patch
 
 
 def observation_id(action_id: str) -> str:
@@ -260,6 +265,18 @@ class _ActionRun:
         )
 
 
+def _as_command(action: GlobAction | GrepAction | ApplyPatchAction) -> CmdRunAction:
+    """The V1 tool as the command it runs in the task's shell (tool_commands.py)."""
+    if isinstance(action, GlobAction):
+        command = glob_command(action)
+    elif isinstance(action, GrepAction):
+        command = grep_command(action)
+    else:
+        command = patch_command(action)
+    fields = action.model_dump(include={"id", "task_id", "source", "cause", "seq", "timestamp"})
+    return CmdRunAction(command=command, timeout_s=_TOOL_TIMEOUT_S, **fields)
+
+
 async def run_action(
     session: SandboxSession,
     action: RunnableAction,
@@ -288,6 +305,8 @@ async def run_action(
             return await run.write(action)
         if isinstance(action, FileEditAction):
             return await run.edit(action)
+        if isinstance(action, GlobAction | GrepAction | ApplyPatchAction):
+            return await run.command(_as_command(action))
     except ExecutorError as exc:
         return error_observation(action, str(exc), exc.code)
     return error_observation(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from shared.commands import CheckpointWorkspace, ExecuteAction
 from shared.events import (
+    ApplyPatchAction,
     CmdRunAction,
     EventSource,
     FileEditAction,
@@ -37,7 +38,7 @@ def changes_files(command: ExecuteAction) -> bool:
     action = command.action
     if isinstance(action, FileEditAction):
         return action.command != "view"
-    return isinstance(action, CmdRunAction | RunPythonAction | FileWriteAction)
+    return isinstance(action, CmdRunAction | RunPythonAction | FileWriteAction | ApplyPatchAction)
 
 
 @dataclass(frozen=True)

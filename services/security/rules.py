@@ -12,10 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shared.events import (
+    ApplyPatchAction,
     CmdRunAction,
     FileEditAction,
     FileReadAction,
     FileWriteAction,
+    GlobAction,
+    GrepAction,
     MCPCallAction,
     RiskLevel,
     RunPythonAction,
@@ -31,6 +34,9 @@ Reviewable = (
     | FileWriteAction
     | FileEditAction
     | MCPCallAction
+    | GlobAction
+    | GrepAction
+    | ApplyPatchAction
 )
 
 
@@ -122,6 +128,25 @@ def _review_read(action: FileReadAction, workspace: str) -> Finding:
     return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
 
 
+def _review_search(action: GlobAction | GrepAction, workspace: str) -> Finding:
+    return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
+
+
+_PATCHED_PATH = re.compile(r"^(?:\+\+\+|---) (?:[ab]/)?(\S+)", re.MULTILINE)
+
+
+def _review_patch(action: ApplyPatchAction, workspace: str) -> Finding:
+    """A patch writes the files its headers name: each must be in the workspace."""
+    for path in _PATCHED_PATH.findall(action.patch):
+        if path == "/dev/null":
+            continue
+        if _outside_workspace(path, workspace):
+            return _deny(
+                "write_outside_workspace", f"{path!r} is outside the workspace {workspace}"
+            )
+    return Finding(Verdict.ALLOW, RiskLevel.LOW, None, "")
+
+
 def _review_mcp(action: MCPCallAction, workspace: str) -> Finding:
     """A tool of a server the operator configured: what it does is the server's, so it is rated
     MEDIUM (confirmation mode set to MEDIUM asks a person first), and arguments holding a
@@ -141,6 +166,9 @@ _REVIEWERS: dict[type, Callable[..., Finding]] = {
     FileReadAction: _review_read,
     FileEditAction: _review_edit,
     MCPCallAction: _review_mcp,
+    GlobAction: _review_search,
+    GrepAction: _review_search,
+    ApplyPatchAction: _review_patch,
 }
 
 

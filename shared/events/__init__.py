@@ -2,6 +2,8 @@
 
 from .actions import *  # noqa: F403
 from .actions import __all__ as _actions
+from .agent_tools import *  # noqa: F403
+from .agent_tools import __all__ as _agent_tools
 from .base import *  # noqa: F403
 from .base import __all__ as _base
 from .checkpoints import *  # noqa: F403
@@ -17,4 +19,14 @@ from .state import __all__ as _state
 from .union import *  # noqa: F403
 from .union import __all__ as _union
 
-__all__ = [*_actions, *_base, *_checkpoints, *_egress, *_observations, *_reviewed, *_state, *_union]
+__all__ = [
+    *_actions,
+    *_agent_tools,
+    *_base,
+    *_checkpoints,
+    *_egress,
+    *_observations,
+    *_reviewed,
+    *_state,
+    *_union,
+]

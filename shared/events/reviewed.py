@@ -20,6 +20,7 @@ from .actions import (
     MCPCallAction,
     RunPythonAction,
 )
+from .agent_tools import ApplyPatchAction, GlobAction, GrepAction
 from .base import EventBase
 from .observations import SecurityVerdictObservation
 
@@ -31,7 +32,10 @@ RunnableAction = Annotated[
     | FileReadAction
     | FileWriteAction
     | FileEditAction
-    | MCPCallAction,
+    | MCPCallAction
+    | GlobAction
+    | GrepAction
+    | ApplyPatchAction,
     Field(discriminator="kind"),
 ]
 

@@ -20,6 +20,7 @@ from .actions import (
     MessageAction,
     RunPythonAction,
 )
+from .agent_tools import ApplyPatchAction, GlobAction, GrepAction, TaskTrackerAction
 from .checkpoints import (
     RewindAction,
     WorkspaceCheckpointObservation,
@@ -67,6 +68,10 @@ Event = Annotated[
     | AgentDelegateAction
     | CondensationAction
     | MCPCallAction
+    | GlobAction
+    | GrepAction
+    | ApplyPatchAction
+    | TaskTrackerAction
     | CmdOutputObservation
     | PythonOutputObservation
     | FileReadObservation
@@ -99,6 +104,9 @@ RUNNABLE_ACTION_TYPES = (
     FileWriteAction,
     FileEditAction,
     MCPCallAction,
+    GlobAction,
+    GrepAction,
+    ApplyPatchAction,
 )
 ACTION_TYPES = (
     MessageAction,
@@ -109,6 +117,7 @@ ACTION_TYPES = (
     AgentDelegateAction,
     CondensationAction,
     RewindAction,
+    TaskTrackerAction,
 )
 OBSERVATION_TYPES = (
     CmdOutputObservation,

@@ -218,3 +218,33 @@ def test_a_large_write_travels_as_a_claim_check_and_a_large_cell_is_refused(
     refused = next(e for e in events if e["kind"] == "error")
     assert "bytes once encoded, over the limit" in refused["content"]
     assert not any(e["kind"] == "run_python" for e in events)
+
+
+def test_the_v1_tools_find_search_patch_and_plan_in_the_sandbox(http: httpx.Client) -> None:
+    """glob and grep leave out what .gitignore names; a patch with a hunk that does not apply
+    changes nothing and names it; the right one applies; the plan is the task's."""
+    task_id = _create(http, task="v1-tools: fix add")
+    view = _wait(http, task_id, "FINISHED", "ERROR")
+    assert view["state"] == "FINISHED", view
+    assert "return a + b" in view["result"]["final_message"], view
+    assert view["plan"] == [
+        {"title": "find the bug", "status": "done", "notes": ""},
+        {"title": "fix it", "status": "done", "notes": "a patch"},
+    ], view["plan"]
+    events = _events(http, task_id)
+    outputs = {e["cause"]: e for e in events if e["kind"] == "run_output"}
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        by_kind.setdefault(e["kind"], []).append(e)
+    [glob] = by_kind["glob"]
+    [grep] = by_kind["grep"]
+    bad, good = by_kind["apply_patch"]
+    found = outputs[glob["id"]]["content"]
+    assert "src/calc.py" in found and "build/gen.py" not in found, found
+    matched = outputs[grep["id"]]["content"]
+    assert "src/calc.py:2:    return a - b" in matched and "build" not in matched, matched
+    refused = outputs[bad["id"]]
+    assert refused["exit_code"] != 0, refused
+    assert "patch failed: src/calc.py:1" in refused["content"], refused["content"]
+    assert outputs[good["id"]]["exit_code"] == 0, outputs[good["id"]]
+    assert len(by_kind["task_tracker"]) == 2

@@ -272,6 +272,40 @@ def _loop_hint(event: dict[str, Any]) -> _Shown:
     )
 
 
+def _glob(event: dict[str, Any]) -> _Shown:
+    where = f" in {escape(event['path'])}" if event.get("path") else ""
+    return f"[bold]finds files[/bold] {escape(event.get('pattern', ''))}{where}", []
+
+
+def _grep(event: dict[str, Any]) -> _Shown:
+    where = f" in {escape(event['include'])}" if event.get("include") else ""
+    where += f" under {escape(event['path'])}" if event.get("path") else ""
+    return f"[bold]searches[/bold] {escape(event.get('pattern', ''))}{where}", []
+
+
+def _apply_patch(event: dict[str, Any]) -> _Shown:
+    return "[bold]applies a patch[/bold]", [_diff(event.get("patch", ""))]
+
+
+_PLAN_MARKS = {"todo": "[ ]", "in_progress": "[~]", "done": "[x]"}
+
+
+def plan_lines(tasks: list[dict[str, Any]]) -> list[str]:
+    """The agent's plan, one line per task (also `deckhands show`)."""
+    return [
+        f"{n}. {_PLAN_MARKS.get(t.get('status', 'todo'), '[ ]')} {t.get('title', '')}"
+        + (f" ({t['notes']})" if t.get("notes") else "")
+        for n, t in enumerate(tasks, 1)
+    ]
+
+
+def _task_tracker(event: dict[str, Any]) -> _Shown:
+    if event.get("command") == "view":
+        return "[dim]looks at its plan[/dim]", []
+    lines = plan_lines(event.get("tasks") or []) or ["(empty)"]
+    return "[bold]plans[/bold]", [_para("\n".join(lines))]
+
+
 def _workspace_uploaded(event: dict[str, Any]) -> _Shown:
     where = "/workspace" + (f"/{event['path']}" if event.get("path") else "")
     return (
@@ -346,6 +380,10 @@ _BY_KIND: dict[str, Callable[[dict[str, Any]], _Shown]] = {
     "egress_activity": _egress_activity,
     "workspace_checkpoint": _workspace_checkpoint,
     "workspace_uploaded": _workspace_uploaded,
+    "glob": _glob,
+    "grep": _grep,
+    "apply_patch": _apply_patch,
+    "task_tracker": _task_tracker,
     "loop_hint": _loop_hint,
     "condensation": _condensation,
 }

@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .events import event_renderable
+from .events import event_renderable, plan_lines
 from .formats import OUTPUT_LINES, age, bounded, diff_renderable, money, state_text
 
 __all__ = [
@@ -113,6 +113,8 @@ def task_view(task: dict[str, Any]) -> Group:
         line.append_text(state_text(sub["state"]))
         line.append(f"  {sub['task']}", style="dim")
         parts.append(line)
+    if task.get("plan"):
+        parts += [Text("\nplan:", style="bold"), Text("\n".join(plan_lines(task["plan"])))]
     if task.get("result"):
         parts += [Text("\nresult:", style="bold green"), Text(task["result"]["final_message"])]
     return Group(*parts)

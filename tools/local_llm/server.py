@@ -38,7 +38,11 @@ REASONER_SETTINGS: dict[str, str] = {
     # Asked for "a Python script", the 1.5B model ran a snippet in execute_python and wrote no
     # file; given a small task, it delegated it and reported the helper's failure (the eval's
     # squares and fix-calc tasks). Without those two it writes files and runs them itself.
-    "DECKHANDS_AGENT_WITHHELD_TOOLS": '["execute_python", "delegate"]',
+    # The V1 tools (glob, grep, apply_patch, task_tracker; issue 29) cost it ~300 prompt
+    # tokens and are held back until the evaluation shows they help it.
+    "DECKHANDS_AGENT_WITHHELD_TOOLS": (
+        '["execute_python", "delegate", "glob", "grep", "apply_patch", "task_tracker"]'
+    ),
     # Its first action lists the working directory (no LLM call): not shown it, the model ran
     # the script it was asked to write, wrote over files it had not read, and wrote a result
     # from a JSON file it never opened.

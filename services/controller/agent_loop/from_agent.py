@@ -15,6 +15,7 @@ from shared.events import (
     MessageAction,
     ReviewedAction,
     SecurityVerdictObservation,
+    TaskTrackerAction,
 )
 from shared.state import Awaiting, TaskResult, TaskUsage
 from shared.subjects import Service
@@ -109,5 +110,7 @@ def from_agent(
             from_security(turn, verdict)
     elif isinstance(action, AgentDelegateAction):
         delegate(turn, action)
-    else:  # think, a plain message, a condensation, or an error about a bad LLM reply
+    else:  # think, a plan, a plain message, a condensation, or an error about a bad reply
+        if isinstance(action, TaskTrackerAction) and action.command == "plan":
+            turn.update(plan=action.tasks)  # shown with the task (console, `deckhands show`)
         next_step(turn)

@@ -16,7 +16,7 @@ from pydantic import (
 
 from shared.admission import QueuePlace
 from shared.egress_policy import EgressPolicy
-from shared.events import AgentState, EventAdapter, RiskLevel, TaskPriority
+from shared.events import AgentState, EventAdapter, PlanItem, RiskLevel, TaskPriority
 from shared.secrets_store import MAX_SECRETS_PER_TASK, SECRET_NAME_PATTERN
 from shared.state import Awaiting, TaskState
 from shared.workspace import RepositorySpec
@@ -309,6 +309,7 @@ class TaskView(BaseModel):
     labels: list[str] = Field(default_factory=list, description="Set at creation.")
     forked_from: str | None = Field(default=None, description="The task this is a fork of.")
     forked_at: int | None = Field(default=None, description="The seq of its parent it forked at.")
+    plan: list[PlanItem] = Field(default_factory=list, description="The agent's plan, if any.")
 
     @classmethod
     def from_state(
@@ -339,6 +340,7 @@ class TaskView(BaseModel):
             parent_task_id=state.parent_task_id,
             forked_from=state.forked_from,
             forked_at=state.forked_at,
+            plan=list(state.plan),
             sub_tasks=[SubTaskView.from_state(sub) for sub in sub_tasks or []],
         )
 

@@ -3,7 +3,7 @@
 "use strict";
 
 import { EventFollower } from "./stream.js";
-import { age, diff, h, money, renderEvent, stateBadge } from "./render.js";
+import { age, diff, h, money, planList, renderEvent, stateBadge } from "./render.js";
 
 const KEY_STORAGE = "deckhands.apiKey";
 const ENDED = new Set(["FINISHED", "ERROR", "STOPPED", "REJECTED"]);
@@ -395,8 +395,11 @@ function taskPage(taskId) {
         h("button", { type: "submit", class: "primary", id: "fork-submit", text: "Fork" }),
         h("button", { type: "button", id: "fork-cancel", text: "Cancel" }))));
   const forksPanel = h("section", { class: "card", id: "forks-panel", hidden: true });
+  // The agent's plan (its last task_tracker call), kept current with the task.
+  const planPanel = h("section", { class: "card", id: "plan-panel", hidden: true },
+    h("h2", { text: "Plan" }), h("div", { id: "plan-body" }));
   const eventsSection = h("section", {}, h("h2", { text: "Events" }), events);
-  $("view").replaceChildren(head, confirmPanel, askPanel, resultPanel, forkPanel, changesPanel, subTasks, forksPanel, eventsSection);
+  $("view").replaceChildren(head, confirmPanel, askPanel, resultPanel, planPanel, forkPanel, changesPanel, subTasks, forksPanel, eventsSection);
 
   let view = null;
   let lastQuestion = "";
@@ -411,6 +414,8 @@ function taskPage(taskId) {
   const paint = (task) => {
     view = task;
     $("task-text").textContent = task.task;
+    $("plan-panel").hidden = !(task.plan || []).length;
+    $("plan-body").replaceChildren(planList(task.plan || []));
     $("task-lineage").hidden = !task.forked_from;
     if (task.forked_from && !$("task-lineage").dataset.parent) {
       $("task-lineage").dataset.parent = task.forked_from;

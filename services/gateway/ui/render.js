@@ -117,6 +117,14 @@ function usageNote(event) {
 
 // What each kind looks like: [css class, title, body builder]. `ctx` has the task id and a
 // function to fetch a blob with the key (`openBlob`).
+// The agent's plan (task_tracker): one line per task, its status as a box.
+export function planList(tasks) {
+  const marks = { todo: "☐", in_progress: "◐", done: "☑" };
+  return h("ol", { class: "plan" }, ...tasks.map((t) =>
+    h("li", { class: "plan-" + (t.status || "todo"),
+      text: `${marks[t.status || "todo"]} ${t.title}${t.notes ? ` — ${t.notes}` : ""}` })));
+}
+
 const KINDS = {
   message: (e) => e.source === "USER"
     ? ["user", "you", textBlock(e.content)]
@@ -140,6 +148,12 @@ const KINDS = {
     codeBlock(JSON.stringify(e.arguments || {}, null, 2))],
   mcp_output: (e) => [e.is_error ? "output err" : "output", `${e.tool} answered${e.is_error ? " an error" : ""}`,
     terminal(e.content)],
+  glob: (e) => ["action quiet-ish", "finds files", h("code", { text: e.pattern + (e.path ? ` in ${e.path}` : "") })],
+  grep: (e) => ["action quiet-ish", "searches files", h("code", {
+    text: e.pattern + (e.include ? ` in ${e.include}` : "") + (e.path ? ` under ${e.path}` : "") })],
+  apply_patch: (e) => ["action", "applies a patch", diff(e.patch)],
+  task_tracker: (e) => ["action quiet-ish", e.command === "view" ? "looks at its plan" : "plans",
+    e.command === "view" ? null : planList(e.tasks || [])],
   think: (e) => ["quiet", "thinks", null],
   finish: (e) => ["finish", "finished", textBlock(e.final_message)],
   error: (e) => ["err", "error: " + e.error_code, textBlock(e.content)],
