@@ -59,7 +59,7 @@ def run_attempts(
 
     def failed(why: str) -> list[TaskOutcome]:
         return [
-            TaskOutcome(id=task.id, kind=task.kind, attempt=i + 1, error=why)
+            TaskOutcome(id=task.id, kind=task.kind, split=task.split, attempt=i + 1, error=why)
             for i in range(attempts)
         ]
 
@@ -90,7 +90,7 @@ def run_attempts(
     forks = [f["id"] for f in forked.json()["forks"]]
 
     def attempt(i: int) -> TaskOutcome:
-        outcome = TaskOutcome(id=task.id, kind=task.kind, attempt=i + 1)
+        outcome = TaskOutcome(id=task.id, kind=task.kind, split=task.split, attempt=i + 1)
         try:
             return follow_and_score(
                 gateway, scorer, task, forks[i], outcome, timeout_s, on_state, cancel, started

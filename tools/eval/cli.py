@@ -1,7 +1,11 @@
 """The command line of the evaluation: progress as tasks run, then a table and a JSON report.
 
-    python -m tools.eval [--subset headline|all] [--tasks a,b] [--concurrency N] [--report PATH]
-                         [--url URL --api-key-file FILE] [--timeout S] [--attempts K]
+    python -m tools.eval [--subset headline|dev|heldout|all] [--tasks a,b] [--concurrency N]
+                         [--report PATH] [--url URL --api-key-file FILE] [--timeout S]
+                         [--attempts K] [--scripted solutions|cheats]
+
+The set has a development half (the prompts and tools are tuned on it) and a held-out half
+(they are not); `--subset all` runs both, and the summary gives each half's pass rate.
 
 With --attempts K each task's set-up (its files checked out, a first look) runs once and K
 forks of it attempt the task (tools/eval/attempts.py): the report gives pass@1 and pass@K.
@@ -27,17 +31,29 @@ from rich.table import Table
 
 from ..stack import ROOT, Stack, StackConfig, running
 from .runner import EvalReport, run_eval
-from .scripted import conversation, setup_conversation, solving_turns, write_script
-from .tasks import TASKS, select
+from .scripted import (
+    cheating_turns,
+    conversation,
+    setup_conversation,
+    solving_turns,
+    write_script,
+)
+from .tasks import SUBSETS, TASKS, select
 
 __all__ = ["main", "print_report"]
 
 DEFAULT_REPORT = ROOT / ".run" / "eval-report.json"
+_HALVES = {"dev": "development half", "heldout": "held-out half"}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tools.eval", description=__doc__)
-    parser.add_argument("--subset", choices=["headline", "all"], default="headline")
+    parser.add_argument(
+        "--subset",
+        choices=SUBSETS,
+        default="headline",
+        help="headline (10 tasks), dev or heldout (a half of the set) or all (both halves)",
+    )
     parser.add_argument("--tasks", default="", help="task ids, comma-separated")
     parser.add_argument("--concurrency", type=int, default=2, help="tasks at once (default 2)")
     parser.add_argument("--report", type=Path, default=DEFAULT_REPORT, help="JSON report path")
@@ -49,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="attempts per task: forks of one set-up, scored each (pass@1 and pass@k)",
+    )
+    parser.add_argument(
+        "--scripted",
+        choices=["solutions", "cheats"],
+        default="solutions",
+        help="on the scripted LLM server this command starts: answer each task with its "
+        "reference solution (all pass) or with its cheat (all fail)",
     )
     parser.add_argument(
         "--show",
@@ -85,18 +108,28 @@ def print_report(report: EvalReport, console: Console) -> None:
             why[:200],
         )
     console.print(table)
-    if report.attempts > 1:
+    console.print(f"{_summary(report)} in {report.seconds:.0f}s")
+    splits = report.splits
+    if len(splits) > 1:  # each half's own rate, so that the held-out one is read apart
+        for name, part in splits.items():
+            console.print(f"  {_HALVES.get(name, name)}: {_summary(part)}")
+    failed = len(report.outcomes) - report.passed
+    if failed:
+        what = "attempts" if report.attempts > 1 else "tasks"
         console.print(
+            f"iterations spent on the {failed} failed {what}: {report.failed_iterations} "
+            f"({report.failed_iterations_mean:.1f} each)"
+        )
+
+
+def _summary(report: EvalReport) -> str:
+    if report.attempts > 1:
+        return (
             f"{report.tasks} tasks x {report.attempts} attempts: pass@1 "
             f"{100 * report.pass_rate:.0f}% ({report.passed} of {len(report.outcomes)} "
-            f"attempts), pass@{report.attempts} {100 * report.pass_at_k:.0f}% "
-            f"in {report.seconds:.0f}s"
+            f"attempts), pass@{report.attempts} {100 * report.pass_at_k:.0f}%"
         )
-        return
-    console.print(
-        f"passed {report.passed} of {len(report.outcomes)} "
-        f"({100 * report.pass_rate:.0f}%) in {report.seconds:.0f}s"
-    )
+    return f"passed {report.passed} of {len(report.outcomes)} ({100 * report.pass_rate:.0f}%)"
 
 
 @contextmanager
@@ -111,12 +144,14 @@ def _gateway(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
         # refuses unless the operator allows it: this stack is the evaluation's own.
         config.extra_env["DECKHANDS_REPOSITORY_ALLOWED_HOSTS"] = '["127.0.0.1"]'
     if config.llm == "scripted" and "DECKHANDS_STACK_LLM_SCRIPT" not in os.environ:
-        # The scripted server answers each task with its reference solution (scripted.py).
+        # The scripted server answers each task with its reference solution, or its cheat
+        # (scripted.py).
+        turns = cheating_turns if args.scripted == "cheats" else solving_turns
         config.llm_script = write_script(
             config.run_dir / "eval-scripted.json",
             [
-                *(setup_conversation(t) for t in TASKS),
-                *(conversation(t, solving_turns(t)) for t in TASKS),
+                *(setup_conversation(t, turns) for t in TASKS),
+                *(conversation(t, turns(t)) for t in TASKS),
             ],
         )
     stack = Stack(config)

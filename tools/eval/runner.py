@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ _WAITING = {"AWAITING_USER_INPUT", "AWAITING_USER_CONFIRMATION", "PAUSED"}
 class TaskOutcome:
     id: str
     kind: str
+    split: str = ""  # the task's half of the set: "dev" or "heldout"
     attempt: int = 1  # with --attempts k: which of the task's k attempts (1..k)
     passed: bool = False
     state: str = ""
@@ -93,6 +94,25 @@ class EvalReport:
         solved = {o.id for o in self.outcomes if o.passed}
         return len(solved) / self.tasks if self.outcomes else 0.0
 
+    @property
+    def splits(self) -> dict[str, EvalReport]:
+        """A report of each half of the set present in the run (dev, then heldout)."""
+        names = sorted({o.split for o in self.outcomes if o.split}, key=lambda s: (s != "dev", s))
+        return {
+            name: replace(self, outcomes=[o for o in self.outcomes if o.split == name])
+            for name in names
+        }
+
+    @property
+    def failed_iterations(self) -> int:
+        """The iterations (steps) spent on the attempts that failed, all together."""
+        return sum(o.steps for o in self.outcomes if not o.passed)
+
+    @property
+    def failed_iterations_mean(self) -> float:
+        failed = len(self.outcomes) - self.passed
+        return self.failed_iterations / failed if failed else 0.0
+
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -106,6 +126,19 @@ class EvalReport:
             "attempts": self.attempts,
             "pass_at_1": round(self.pass_rate, 3),
             "pass_at_k": round(self.pass_at_k, 3),
+            # Each half present: {passed, total, pass_rate, pass_at_k}.
+            "splits": {
+                name: {
+                    "passed": part.passed,
+                    "total": len(part.outcomes),
+                    "pass_rate": round(part.pass_rate, 3),
+                    "pass_at_k": round(part.pass_at_k, 3),
+                }
+                for name, part in self.splits.items()
+            },
+            "failed": len(self.outcomes) - self.passed,
+            "failed_iterations": self.failed_iterations,
+            "failed_iterations_mean": round(self.failed_iterations_mean, 1),
             "tasks": [asdict(o) for o in self.outcomes],
         }
 
@@ -159,7 +192,7 @@ def _run_one(
     on_state: Callable[[str], None],
     cancel: threading.Event,
 ) -> TaskOutcome:
-    outcome = TaskOutcome(id=task.id, kind=task.kind)
+    outcome = TaskOutcome(id=task.id, kind=task.kind, split=task.split)
     started = time.monotonic()
     body: dict[str, Any] = {
         "task": task.prompt,
@@ -331,7 +364,7 @@ def run_eval(
             raise
         except Exception as exc:  # one task's failure is its own, not the run's
             why = f"{type(exc).__name__}: {exc}"
-            outcomes = [TaskOutcome(id=task.id, kind=task.kind, error=why)]
+            outcomes = [TaskOutcome(id=task.id, kind=task.kind, split=task.split, error=why)]
         with lock:
             notify(task.id, "passed" if any(o.passed for o in outcomes) else "failed")
         return outcomes
