@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.controller.agent_loop import apply
+from services.controller.stuck import LoopPolicy
 from services.controller.turn import Turn
 from shared.events import (
     CmdOutputObservation,
@@ -34,9 +35,10 @@ class Live:
         self.state = state
         self.log: list[EventBase] = []
         self.turns: list[Turn] = []
+        self.loop: LoopPolicy | None = None  # the controller's loop settings (default: its own)
 
     def feed(self, event: EventBase) -> Turn:
-        turn = Turn(self.state)
+        turn = Turn(self.state, loop=self.loop)
         apply(turn, event)
         turn.update(**turn.state.record_input(event.id, turn.outbox()))
         self.state = turn.state

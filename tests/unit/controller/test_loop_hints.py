@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from live_log import TASK, Live, new_task  # type: ignore[import-not-found]
 
-from services.controller.agent_loop import apply
 from services.controller.rebuild import rebuild_state
 from services.controller.stuck import LoopPolicy, detect
 from services.controller.turn import Turn
@@ -124,35 +123,10 @@ def test_edits_between_the_same_failing_run_get_a_hint_then_end_the_task() -> No
 
 def test_without_hints_the_first_loop_ends_the_task() -> None:
     live = new_task(max_iterations=30)
-    policy = LoopPolicy(repeats=3, hints=0)
+    live.loop = LoopPolicy(repeats=3, hints=0)
     for n in range(3):
         _edit(live, n)
-        action = CmdRunAction(
-            task_id=TASK, source=EventSource.AGENT, cause=live.step_id, command="./fib.py"
-        )
-        for event in (
-            action,
-            SecurityVerdictObservation(
-                task_id=TASK,
-                source=EventSource.ENVIRONMENT,
-                cause=action.id,
-                verdict=Verdict.ALLOW,
-                risk=RiskLevel.LOW,
-            ),
-            CmdOutputObservation(
-                task_id=TASK,
-                source=EventSource.ENVIRONMENT,
-                cause=action.id,
-                command="./fib.py",
-                content=DENIED,
-                exit_code=126,
-                cwd="/workspace",
-            ),
-        ):
-            turn = Turn(live.state, loop=policy)
-            apply(turn, event)
-            live.state = turn.state
-            live.log += turn.logged
+        _run_fib(live)
     assert live.state.agent_state is AgentState.ERROR and not _hints(live)
     assert "after the agent was told" not in live.state.reason
 
