@@ -104,5 +104,12 @@ def test_the_local_model_gets_no_python_snippet_tool_no_delegation_and_a_first_l
     for key, value in llm_env(1, environ={}).items():
         monkeypatch.setenv(key, value)
     settings = ReasonerSettings()
-    assert settings.agent_withheld_tools == ["execute_python", "delegate"]
+    assert settings.agent_withheld_tools == [
+        "execute_python",
+        "delegate",
+        "glob",
+        "grep",
+        "apply_patch",
+        "task_tracker",
+    ]
     assert settings.agent_first_look.startswith("find . ")  # it starts knowing its files

@@ -16,7 +16,12 @@ SCRIPT_CONVERSATIONS = [{"match": "long history", "turns": READ_EVERY_PART}]
 # Each output is about 1,000 tokens and the head (system prompt, task, tools) about 630: the
 # fourth step's prompt (three outputs) is over budget, and condensing it to 60% of the budget
 # forgets the first two steps.
-REASONER_SETTINGS = {"llm_max_input_tokens": 3000, "condenser_keep_recent": 1}
+# (The head's size is that of the tools before the V1 ones of issue 29: they are withheld.)
+REASONER_SETTINGS = {
+    "llm_max_input_tokens": 3000,
+    "condenser_keep_recent": 1,
+    "agent_withheld_tools": ["glob", "grep", "apply_patch", "task_tracker"],
+}
 
 
 async def test_a_long_history_is_condensed_and_the_task_goes_on(harness: Harness) -> None:
