@@ -88,6 +88,7 @@ def request_step(turn: Turn) -> None:
             fail(turn, f"stuck in a loop: {pattern}{after}")
             return
         hint_loop(turn, pattern)
+        state = turn.state  # the next step sees the hint
     if state.iterations_used() >= state.max_iterations:
         fail(turn, f"reached the maximum number of iterations ({state.max_iterations})")
         return

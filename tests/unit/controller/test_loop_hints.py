@@ -97,7 +97,9 @@ def test_edits_between_the_same_failing_run_get_a_hint_then_end_the_task() -> No
     assert DENIED in hint.hint
     # The agent goes on, told: the next step is asked for after the hint.
     assert live.state.agent_state is AgentState.RUNNING and live.state.awaiting is Awaiting.AGENT
-    assert any(isinstance(m, StepRequest) for _, m in turn.sent)
+    [step] = [m for _, m in turn.sent if isinstance(m, StepRequest)]
+    assert step.after_seq == hint.seq  # the agent's next prompt holds the hint
+    assert hint.model_dump(mode="json") in step.events
     assert live.state.loop_hints == 1 and live.state.recent == []
 
     # It does not listen: the loop forms again, and ends the task.
