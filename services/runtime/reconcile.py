@@ -89,8 +89,11 @@ class _Pass:
         docker, bindings, report = self.docker, self.bindings, self.report
         creator = info.labels.get(LABEL_REPLICA, "")
         if await self.task_is_over(task_id):
-            await self.remove(info.id, "task_over")
+            # Unbound first, as a release does: a workspace read meanwhile answers that the
+            # sandbox is gone (410), not that its files are missing. Should the removal fail,
+            # the unbound container is an orphan the next pass removes.
             await bindings.unbind(task_id, info.id)
+            await self.remove(info.id, "task_over")
             report.unbound += 1
         elif not info.running:
             if await bindings.stopped_at(info.id) is None and await _still_down(docker, info.id):
