@@ -53,6 +53,13 @@ def wait_until_ended(client: httpx.Client, task_ids: list[str], timeout_s: float
     return views
 
 
+def create_task(http: httpx.Client, **body: Any) -> str:
+    """POST /v1/tasks with `body`; the new task's id (the error names the answer)."""
+    response = http.post("/v1/tasks", json=body)
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
 def wait_for_state(
     http: httpx.Client, task_id: str, *states: str, timeout_s: float = 120
 ) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2e_helpers import create_task, wait_for_state  # type: ignore[import-not-found]
 
 from tools.run_task import run_task
 from tools.stack import Stack, StackConfig, running
@@ -51,22 +52,6 @@ def http(stack: Stack) -> Iterator[httpx.Client]:
         yield client
 
 
-def _create(http: httpx.Client, **body: Any) -> str:
-    response = http.post("/v1/tasks", json=body)
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
-
-
-def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        view = http.get(f"/v1/tasks/{task_id}").json()
-        if view["state"] in states:
-            return dict(view)
-        time.sleep(0.2)
-    raise AssertionError(f"task {task_id} never reached {states}: {view}")
-
-
 def _events(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
     return list(http.get(f"/v1/tasks/{task_id}/trajectory").json()["events"])
 
@@ -74,8 +59,8 @@ def _events(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
 def test_repeating_the_same_command_gets_a_hint_then_ends_in_error_naming_the_pattern(
     http: httpx.Client,
 ) -> None:
-    task_id = _create(http, task="repeat: look at the workspace")
-    view = _wait(http, task_id, "ERROR", "FINISHED")
+    task_id = create_task(http, task="repeat: look at the workspace")
+    view = wait_for_state(http, task_id, "ERROR", "FINISHED")
     assert view["state"] == "ERROR"
     assert "stuck in a loop: repeating action/observation" in view["reason"]
     assert "after the agent was told" in view["reason"]
@@ -86,11 +71,11 @@ def test_repeating_the_same_command_gets_a_hint_then_ends_in_error_naming_the_pa
 
 
 def test_only_a_task_that_opted_in_gets_a_network(http: httpx.Client) -> None:
-    online = _create(http, task="network: list the interfaces", network_egress=True)
-    offline = _create(http, task="network: list the interfaces")
+    online = create_task(http, task="network: list the interfaces", network_egress=True)
+    offline = create_task(http, task="network: list the interfaces")
     seen = {}
     for task_id in (online, offline):
-        view = _wait(http, task_id, "FINISHED", "ERROR")
+        view = wait_for_state(http, task_id, "FINISHED", "ERROR")
         assert view["state"] == "FINISHED", view
         [output] = [e for e in _events(http, task_id) if e["kind"] == "run_output"]
         seen[task_id] = output["content"].split()
@@ -99,8 +84,8 @@ def test_only_a_task_that_opted_in_gets_a_network(http: httpx.Client) -> None:
 
 
 def test_over_budget_stops_and_a_user_message_raises_the_limit(http: httpx.Client) -> None:
-    task_id = _create(http, task="budget: think it over", max_budget_usd=0.0001)
-    view = _wait(http, task_id, "ERROR")
+    task_id = create_task(http, task="budget: think it over", max_budget_usd=0.0001)
+    view = wait_for_state(http, task_id, "ERROR")
     assert "maximum budget" in view["reason"]
     spent = view["usage"]["cost_usd"]
     assert spent >= 0.0001
@@ -117,20 +102,20 @@ def test_over_budget_stops_and_a_user_message_raises_the_limit(http: httpx.Clien
 
 
 def test_rejected_action_gives_a_user_reject_observation(http: httpx.Client) -> None:
-    task_id = _create(
+    task_id = create_task(
         http,
         task="risky: install requests",
         confirmation_mode=True,
         confirmation_threshold="MEDIUM",
     )
-    view = _wait(http, task_id, "AWAITING_USER_CONFIRMATION")
+    view = wait_for_state(http, task_id, "AWAITING_USER_CONFIRMATION")
     action_id = view["pending_action"]["id"]
     assert view["pending_action"]["command"] == "pip install requests"
     answer = http.post(
         f"/v1/tasks/{task_id}/confirmation", json={"action_id": action_id, "approve": False}
     )
     assert answer.status_code == 202, answer.text
-    view = _wait(http, task_id, "FINISHED")
+    view = wait_for_state(http, task_id, "FINISHED")
     events = _events(http, task_id)
     rejected = [e for e in events if e["kind"] == "user_rejected"]
     assert len(rejected) == 1 and rejected[0]["cause"] == action_id
@@ -138,8 +123,8 @@ def test_rejected_action_gives_a_user_reject_observation(http: httpx.Client) -> 
 
 
 def test_delegated_sub_task_outputs_reach_the_parent(http: httpx.Client) -> None:
-    task_id = _create(http, task="parent: delegate the arithmetic")
-    view = _wait(http, task_id, "FINISHED", "ERROR")
+    task_id = create_task(http, task="parent: delegate the arithmetic")
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED", view
     assert len(view["sub_tasks"]) == 1
     child = view["sub_tasks"][0]
@@ -172,8 +157,8 @@ def test_replayed_trajectory_reproduces_the_original_without_the_llm(
     llm = f"http://127.0.0.1:{stack.config.llm_port}/stats"
     before = httpx.get(llm).json()["requests"]
 
-    replay_id = _create(http, task="an unscripted task, replayed", trajectory=trajectory)
-    view = _wait(http, replay_id, "FINISHED", "ERROR")
+    replay_id = create_task(http, task="an unscripted task, replayed", trajectory=trajectory)
+    view = wait_for_state(http, replay_id, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED"
     assert "10 squared is 100" in view["result"]["final_message"]
     assert httpx.get(llm).json()["requests"] == before  # no LLM call at all
@@ -183,7 +168,7 @@ def test_replayed_trajectory_reproduces_the_original_without_the_llm(
 def test_killing_controller_and_reasoner_mid_task_does_not_change_the_outcome(
     http: httpx.Client, stack: Stack
 ) -> None:
-    task_id = _create(http, task="slow squares: print them")
+    task_id = create_task(http, task="slow squares: print them")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # the reasoner is now waiting on the slow LLM turn
         if any(e["kind"] == "write_output" for e in _events(http, task_id)):
@@ -194,7 +179,7 @@ def test_killing_controller_and_reasoner_mid_task_does_not_change_the_outcome(
     time.sleep(1)
     stack.start_service("controller")
     stack.start_service("reasoner")
-    view = _wait(http, task_id, "FINISHED", "ERROR", timeout_s=120)
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR", timeout_s=120)
     assert view["state"] == "FINISHED"
     assert "10 squared is 100" in view["result"]["final_message"]
     kinds = [e["kind"] for e in _events(http, task_id)]
@@ -206,8 +191,8 @@ def test_a_large_write_travels_as_a_claim_check_and_a_large_cell_is_refused(
 ) -> None:
     """1.5 MB of file content (more than a NATS message carries) is written through the blob
     store; 2.1 MB of Python code is refused with an error the agent sees, and the task goes on."""
-    task_id = _create(http, task="big: write a large file")
-    view = _wait(http, task_id, "FINISHED", "ERROR", timeout_s=120)
+    task_id = create_task(http, task="big: write a large file")
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR", timeout_s=120)
     assert view["state"] == "FINISHED", view
     assert view["result"]["final_message"].startswith("size: 1500000\n0123456789abcde\n")
     events = _events(http, task_id)
@@ -223,8 +208,8 @@ def test_a_large_write_travels_as_a_claim_check_and_a_large_cell_is_refused(
 def test_the_v1_tools_find_search_patch_and_plan_in_the_sandbox(http: httpx.Client) -> None:
     """glob and grep leave out what .gitignore names; a patch with a hunk that does not apply
     changes nothing and names it; the right one applies; the plan is the task's."""
-    task_id = _create(http, task="v1-tools: fix add")
-    view = _wait(http, task_id, "FINISHED", "ERROR")
+    task_id = create_task(http, task="v1-tools: fix add")
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED", view
     assert "return a + b" in view["result"]["final_message"], view
     assert view["plan"] == [

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from e2e_helpers import wait_for_state  # type: ignore[import-not-found]
 
 from tools.stack import Stack, StackConfig, running
 
@@ -66,17 +67,6 @@ def _say(http: httpx.Client, task_id: str, text: str) -> None:
     assert response.status_code == 202, response.text
 
 
-def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    view: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        view = http.get(f"/v1/tasks/{task_id}").json()
-        if view["state"] in states:
-            return view
-        time.sleep(0.2)
-    raise AssertionError(f"task {task_id} never reached {states}: {view}")
-
-
 def _stored(http: httpx.Client, task_id: str, timeout_s: float = 30) -> None:
     """Until storage holds the task's whole log (the events page is read from storage). A
     storage killed before it acknowledged a batch gets it back only after the consumer's
@@ -100,7 +90,9 @@ def _task_while_down(
     try:
         started = time.monotonic()
         task_id = _create(http, f"{service} is down")
-        view = _wait(http, task_id, "ERROR", "FINISHED", timeout_s=AGENT_DEADLINE_S * 4 + 30)
+        view = wait_for_state(
+            http, task_id, "ERROR", "FINISHED", timeout_s=AGENT_DEADLINE_S * 4 + 30
+        )
         return task_id, view, time.monotonic() - started
     finally:
         stack.start_service(service)
@@ -116,7 +108,9 @@ def test_a_step_nobody_answers_ends_in_error_naming_the_reasoner(
     assert "after 2 requests" in view["reason"]
     assert waited >= 2 * AGENT_DEADLINE_S  # asked, asked again, then gave up
     _say(http, task_id, "the reasoner is back: go on")
-    assert _wait(http, task_id, "FINISHED", timeout_s=60)["result"]["final_message"] == "done"
+    assert (
+        wait_for_state(http, task_id, "FINISHED", timeout_s=60)["result"]["final_message"] == "done"
+    )
 
 
 def test_a_step_dead_lettered_while_storage_is_down_ends_in_error_at_once(
@@ -126,7 +120,7 @@ def test_a_step_dead_lettered_while_storage_is_down_ends_in_error_at_once(
     needs no storage. A new reasoner replica (here: restarted) needs the task's history from
     storage: with storage down its step is dead-lettered and the task ends in ERROR at once."""
     task_id = _create(http, "storage goes down")
-    _wait(http, task_id, "FINISHED")
+    wait_for_state(http, task_id, "FINISHED")
     _stored(http, task_id)  # what storage must give the new reasoner once it is back
     stack.kill_service("storage")
     try:
@@ -135,7 +129,7 @@ def test_a_step_dead_lettered_while_storage_is_down_ends_in_error_at_once(
         stack.wait_ready(("reasoner",))
         started = time.monotonic()
         _say(http, task_id, "go on without storage")
-        view = _wait(http, task_id, "ERROR", timeout_s=AGENT_DEADLINE_S * 4 + 30)
+        view = wait_for_state(http, task_id, "ERROR", timeout_s=AGENT_DEADLINE_S * 4 + 30)
         waited = time.monotonic() - started
     finally:
         stack.start_service("storage")
@@ -143,12 +137,14 @@ def test_a_step_dead_lettered_while_storage_is_down_ends_in_error_at_once(
     assert view["reason"].startswith("the reasoner (the agent's next step) gave up"), view
     assert waited < 2 * AGENT_DEADLINE_S  # the dead letter, not the deadline, ended it
     _say(http, task_id, "storage is back: go on")
-    assert _wait(http, task_id, "FINISHED", timeout_s=60)["result"]["final_message"] == "done"
+    assert (
+        wait_for_state(http, task_id, "FINISHED", timeout_s=60)["result"]["final_message"] == "done"
+    )
 
 
 def test_a_log_past_2_mb_keeps_stepping_and_pages_through_events(http: httpx.Client) -> None:
     task_id = _create(http, "a long conversation")
-    steps = _wait(http, task_id, "FINISHED")["iterations"]
+    steps = wait_for_state(http, task_id, "FINISHED")["iterations"]
     message = "x" * 190_000
     for i in range(12):  # about 2.3 MB of user messages, each answered (the history read whole)
         _say(http, task_id, f"{i} {message}")
@@ -156,7 +152,7 @@ def test_a_log_past_2_mb_keeps_stepping_and_pages_through_events(http: httpx.Cli
         while (view := http.get(f"/v1/tasks/{task_id}").json())["iterations"] == steps:
             assert time.monotonic() < deadline, view
             time.sleep(0.2)
-        steps = _wait(http, task_id, "FINISHED")["iterations"]
+        steps = wait_for_state(http, task_id, "FINISHED")["iterations"]
         assert view["state"] != "ERROR", view
 
     events: list[dict[str, Any]] = []

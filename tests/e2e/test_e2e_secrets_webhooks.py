@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from e2e_helpers import Receiver, verify_signature  # type: ignore[import-not-found]
+from e2e_helpers import Receiver, create_task, verify_signature, wait_for_state  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
 from tools.stack import Stack, StackConfig, running
@@ -73,23 +73,6 @@ def receiver() -> Iterator[Receiver]:
     yield make  # type: ignore[misc]
     for r in made:
         r.close()
-
-
-def _create(http: httpx.Client, **body: Any) -> str:
-    response = http.post("/v1/tasks", json=body)
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
-
-
-def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 90) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    view: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        view = http.get(f"/v1/tasks/{task_id}").json()
-        if view["state"] in states:
-            return view
-        time.sleep(0.2)
-    raise AssertionError(f"task {task_id} never reached {states}: {view}")
 
 
 def _attempts(http: httpx.Client, task_id: str, count: int, timeout_s: float = 60) -> list[Any]:
@@ -150,8 +133,8 @@ def test_secrets_are_set_listed_and_deleted_and_never_shown(
 def test_a_secret_reaches_the_command_and_never_the_log(stack: Stack, http: httpx.Client) -> None:
     value = "s3cr3t-" + uuid.uuid4().hex
     assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).status_code in (200, 201)
-    task_id = _create(http, task="use the token", secrets=["API_TOKEN"])
-    view = _wait(http, task_id, "FINISHED", "ERROR")
+    task_id = create_task(http, task="use the token", secrets=["API_TOKEN"])
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED", view
 
     events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
@@ -178,8 +161,8 @@ def test_a_secret_reaches_the_command_and_never_the_log(stack: Stack, http: http
 def test_a_whole_output_kept_as_a_blob_is_redacted_too(http: httpx.Client) -> None:
     value = "blob-" + uuid.uuid4().hex
     assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).is_success
-    task_id = _create(http, task="long output", secrets=["API_TOKEN"])
-    assert _wait(http, task_id, "FINISHED", "ERROR")["state"] == "FINISHED"
+    task_id = create_task(http, task="long output", secrets=["API_TOKEN"])
+    assert wait_for_state(http, task_id, "FINISHED", "ERROR")["state"] == "FINISHED"
     events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
     run = next(e for e in events if e["kind"] == "run_output")
     ref = run["content_ref"]
@@ -193,10 +176,10 @@ def test_a_whole_output_kept_as_a_blob_is_redacted_too(http: httpx.Client) -> No
 def test_a_finished_task_posts_a_signed_body(http: httpx.Client, receiver: Any) -> None:
     _signing_key(http)
     hook = receiver()
-    task_id = _create(
+    task_id = create_task(
         http, task="finish now", webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY"}
     )
-    _wait(http, task_id, "FINISHED")
+    wait_for_state(http, task_id, "FINISHED")
     hook.wait_for(1)
     headers, body, _, _ = hook.requests[0]
     assert verify_signature(SIGNING_KEY, headers["Deckhands-Signature"], body)
@@ -215,7 +198,7 @@ def test_a_finished_task_posts_a_signed_body(http: httpx.Client, receiver: Any) 
 
 
 def test_another_tenant_sees_no_delivery_log(stack: Stack, http: httpx.Client) -> None:
-    task_id = _create(http, task="finish now")
+    task_id = create_task(http, task="finish now")
     other = issue_key(stack.config.gateway_url, stack.admin_api_key, "other-tenant")
     theirs = http.get(f"/v1/tasks/{task_id}/webhooks", headers=auth_headers(other))
     assert theirs.status_code == 404
@@ -226,10 +209,10 @@ def test_another_tenant_sees_no_delivery_log(stack: Stack, http: httpx.Client) -
 def test_a_failing_receiver_gets_it_after_retries(http: httpx.Client, receiver: Any) -> None:
     _signing_key(http)
     hook = receiver(failures=2)
-    task_id = _create(
+    task_id = create_task(
         http, task="finish now", webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY"}
     )
-    _wait(http, task_id, "FINISHED")
+    wait_for_state(http, task_id, "FINISHED")
     hook.wait_for(3)
     attempts = _attempts(http, task_id, 3)
     assert [(a["attempt"], a["status_code"], a["outcome"]) for a in attempts] == [
@@ -258,8 +241,8 @@ def test_a_tenant_default_webhook_and_refused_urls(http: httpx.Client, receiver:
     put = http.put("/v1/webhook", json={"url": hook.url, "signing_secret": "WEBHOOK_KEY"})
     assert put.status_code == 200, put.text
     try:
-        task_id = _create(http, task="finish now")
-        _wait(http, task_id, "FINISHED")
+        task_id = create_task(http, task="finish now")
+        wait_for_state(http, task_id, "FINISHED")
         hook.wait_for(1)
         assert json.loads(hook.requests[0][1])["task"]["id"] == task_id
     finally:
@@ -272,10 +255,10 @@ def test_a_notification_survives_a_gateway_restart(
 ) -> None:
     _signing_key(http)
     hook = receiver(failures=1)
-    task_id = _create(
+    task_id = create_task(
         http, task="finish now", webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY"}
     )
-    _wait(http, task_id, "FINISHED")
+    wait_for_state(http, task_id, "FINISHED")
     hook.wait_for(1)  # the first attempt failed: the retry (in 2 s) waits in JetStream
     stack.kill_service("gateway")
     killed_at = time.monotonic()
@@ -299,7 +282,7 @@ def test_waiting_and_stopped_are_notified_when_asked_for(http: httpx.Client, rec
     _signing_key(http)
     assert http.put("/v1/secrets/API_TOKEN", json={"value": "t-" + uuid.uuid4().hex}).is_success
     hook = receiver()
-    task_id = _create(
+    task_id = create_task(
         http,
         task="use the token",
         secrets=["API_TOKEN"],
@@ -307,10 +290,10 @@ def test_waiting_and_stopped_are_notified_when_asked_for(http: httpx.Client, rec
         confirmation_threshold="LOW",
         webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY", "on_waiting": True},
     )
-    _wait(http, task_id, "AWAITING_USER_CONFIRMATION")
+    wait_for_state(http, task_id, "AWAITING_USER_CONFIRMATION")
     hook.wait_for(1)
     assert http.post(f"/v1/tasks/{task_id}/stop").status_code == 202
-    _wait(http, task_id, "STOPPED")
+    wait_for_state(http, task_id, "STOPPED")
     hook.wait_for(2)
     types = [json.loads(body)["type"] for _, body, _, _ in hook.requests]
     assert types == ["task.awaiting_user_confirmation", "task.stopped"]
@@ -321,8 +304,8 @@ def test_waiting_and_stopped_are_notified_when_asked_for(http: httpx.Client, rec
 def test_a_secret_typed_in_a_message_is_redacted_in_the_log(http: httpx.Client) -> None:
     value = "typed-" + uuid.uuid4().hex
     assert http.put("/v1/secrets/API_TOKEN", json={"value": value}).is_success
-    task_id = _create(http, task="finish now", secrets=["API_TOKEN"])
-    _wait(http, task_id, "FINISHED")
+    task_id = create_task(http, task="finish now", secrets=["API_TOKEN"])
+    wait_for_state(http, task_id, "FINISHED")
     sent = http.post(f"/v1/tasks/{task_id}/messages", json={"content": f"also use {value}"})
     assert sent.status_code == 202, sent.text
     deadline = time.monotonic() + 60
@@ -365,8 +348,8 @@ def test_secrets_and_webhooks_outlive_a_redis_that_lost_its_data(
         assert "API_TOKEN" in names and "WEBHOOK_KEY" in names, names
         assert http.get("/v1/webhook").json() == {"webhook": webhook | {"on_waiting": False}}
 
-        task_id = _create(http, task="use the token", secrets=["API_TOKEN"])
-        view = _wait(http, task_id, "FINISHED", "ERROR")
+        task_id = create_task(http, task="use the token", secrets=["API_TOKEN"])
+        view = wait_for_state(http, task_id, "FINISHED", "ERROR")
         assert view["state"] == "FINISHED", view
         events = http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"]
         run = next(e for e in events if e["kind"] == "run_output")

@@ -22,11 +22,10 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import Receiver, verify_signature  # type: ignore[import-not-found]
+from e2e_helpers import Receiver, create_task, log_of, verify_signature, wait_for_state  # type: ignore[import-not-found]
 
 from tools.api_access import auth_headers, issue_key
 from tools.procs import free_port
@@ -139,26 +138,6 @@ def http(stack: Stack) -> Iterator[httpx.Client]:
         yield client
 
 
-def _create(http: httpx.Client, **body: Any) -> str:
-    response = http.post("/v1/tasks", json=body)
-    assert response.status_code == 202, response.text
-    return str(response.json()["id"])
-
-
-def _wait(http: httpx.Client, task_id: str, *states: str, timeout_s: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        view = http.get(f"/v1/tasks/{task_id}").json()
-        if view["state"] in states:
-            return dict(view)
-        assert time.monotonic() < deadline, f"task never reached {states}: {view}"
-        time.sleep(0.3)
-
-
-def _events(http: httpx.Client, task_id: str) -> list[dict[str, Any]]:
-    return list(http.get(f"/v1/tasks/{task_id}/events", params={"after": 0}).json()["events"])
-
-
 def _tar(files: dict[str, bytes], *, gz: bool = False, extra: list[tarfile.TarInfo] = ()) -> bytes:  # type: ignore[assignment]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz" if gz else "w") as tar:
@@ -175,11 +154,11 @@ def test_a_task_fixes_a_repository_and_its_diff_shows_the_fix(
     http: httpx.Client, served: tuple[str, str]
 ) -> None:
     url, commit = served
-    task_id = _create(http, task="repo-fix: make the tests pass", repository={"url": url})
-    view = _wait(http, task_id, "FINISHED", "ERROR")
+    task_id = create_task(http, task="repo-fix: make the tests pass", repository={"url": url})
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED", view
     assert "1 passed" in view["result"]["final_message"], view
-    log = _events(http, task_id)
+    log = log_of(http, task_id)
     first_run = next(e for e in log if e["kind"] == "run_output")
     # The first action found the checkout: the commit, and the failing test.
     assert commit[:7] in first_run["content"] and "1 failed" in first_run["content"], first_run
@@ -219,14 +198,14 @@ def test_a_task_with_a_secret_fixes_a_repository_and_a_signed_webhook_says_so(
         assert stored.status_code in (200, 201), stored.text
     hook = Receiver()
     try:
-        task_id = _create(
+        task_id = create_task(
             http,
             task="repo-secret-fix: make the tests pass, then deploy",
             repository={"url": url},
             secrets=["DEPLOY_TOKEN"],
             webhook={"url": hook.url, "signing_secret": "WEBHOOK_KEY"},
         )
-        view = _wait(http, task_id, "FINISHED", "ERROR")
+        view = wait_for_state(http, task_id, "FINISHED", "ERROR")
         assert view["state"] == "FINISHED", view
         # The last command ran the test only if the secret was in its environment.
         assert "1 passed" in view["result"]["final_message"], view
@@ -257,7 +236,7 @@ def test_a_task_with_a_secret_fixes_a_repository_and_a_signed_webhook_says_so(
         (1, 200, "delivered")
     ], attempts
 
-    log = _events(http, task_id)
+    log = log_of(http, task_id)
     first_run = next(e for e in log if e["kind"] == "run_output")
     # The checkout was there (its commit, the failing test), and the printed secret redacted.
     assert "deploying with <secret:DEPLOY_TOKEN>" in first_run["content"], first_run
@@ -280,25 +259,25 @@ def test_a_ref_is_checked_out_and_a_bad_repository_ends_the_task_with_the_reason
     http: httpx.Client, served: tuple[str, str]
 ) -> None:
     url, _ = served
-    branch = _create(
+    branch = create_task(
         http, task="checkout-only: the feature branch", repository={"url": url, "ref": "feature"}
     )
-    tag = _create(http, task="checkout-only: the tag", repository={"url": url, "ref": "v1"})
-    missing_ref = _create(
+    tag = create_task(http, task="checkout-only: the tag", repository={"url": url, "ref": "v1"})
+    missing_ref = create_task(
         http, task="checkout-only: no such ref", repository={"url": url, "ref": "nope"}
     )
-    missing_repo = _create(
+    missing_repo = create_task(
         http, task="checkout-only: no such repo", repository={"url": url + "-missing"}
     )
-    view = _wait(http, branch, "FINISHED", "ERROR")
+    view = wait_for_state(http, branch, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED" and "feature.txt" in view["result"]["final_message"]
-    view = _wait(http, tag, "FINISHED", "ERROR")
+    view = wait_for_state(http, tag, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED" and "feature.txt" not in view["result"]["final_message"]
     for task_id, why in (
         (missing_ref, "no branch, tag or commit 'nope'"),
         (missing_repo, "could not be fetched: not a git repository or not found"),
     ):
-        view = _wait(http, task_id, "FINISHED", "ERROR")
+        view = wait_for_state(http, task_id, "FINISHED", "ERROR")
         assert view["state"] == "ERROR", view
         assert "could not be checked out" in view["reason"] and why in view["reason"], view
 
@@ -313,8 +292,8 @@ def test_a_ref_is_checked_out_and_a_bad_repository_ends_the_task_with_the_reason
 
 
 def test_upload_download_and_their_refusals(http: httpx.Client, stack: Stack) -> None:
-    task_id = _create(http, task="wait-here: a task that waits for an upload")
-    _wait(http, task_id, "AWAITING_USER_INPUT")
+    task_id = create_task(http, task="wait-here: a task that waits for an upload")
+    wait_for_state(http, task_id, "AWAITING_USER_INPUT")
     base = f"/v1/tasks/{task_id}/workspace"
 
     # A tar into the workspace, a zip under a directory, one file.
@@ -411,7 +390,7 @@ def test_upload_download_and_their_refusals(http: httpx.Client, stack: Stack) ->
 
     # The agent sees the upload and changes it; the diff shows its change, not the upload.
     assert http.post(f"/v1/tasks/{task_id}/messages", json={"content": "done"}).status_code == 202
-    view = _wait(http, task_id, "FINISHED", "ERROR")
+    view = wait_for_state(http, task_id, "FINISHED", "ERROR")
     message = view["result"]["final_message"]
     assert view["state"] == "FINISHED" and "hello from the upload" in message, view
     assert "changed by the agent" in message, view
@@ -422,8 +401,8 @@ def test_upload_download_and_their_refusals(http: httpx.Client, stack: Stack) ->
 
 
 def test_an_ended_tasks_workspace_is_kept_then_gone(http: httpx.Client) -> None:
-    task_id = _create(http, task="done-at-once: write a file and finish")
-    _wait(http, task_id, "FINISHED")
+    task_id = create_task(http, task="done-at-once: write a file and finish")
+    wait_for_state(http, task_id, "FINISHED")
     base = f"/v1/tasks/{task_id}/workspace"
     kept = http.get(base, params={"path": "kept.txt"})
     assert kept.status_code == 200 and kept.content == b"kept\n", kept.text
@@ -465,42 +444,42 @@ def test_a_token_secret_reaches_the_git_server_and_no_event(http: httpx.Client) 
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/private.git"
-        task_id = _create(
+        task_id = create_task(
             http,
             task="checkout-only: a private repository",
             repository={"url": url, "token_secret": "REPO_TOKEN"},
         )
-        view = _wait(http, task_id, "FINISHED", "ERROR")
+        view = wait_for_state(http, task_id, "FINISHED", "ERROR")
     finally:
         server.shutdown()
     assert view["state"] == "ERROR" and "could not be checked out" in view["reason"], view
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
     assert f"Basic {basic}" in _Recorder.seen, _Recorder.seen
-    assert token not in json.dumps(view) and token not in json.dumps(_events(http, task_id))
+    assert token not in json.dumps(view) and token not in json.dumps(log_of(http, task_id))
 
 
 def test_a_fork_before_the_first_action_starts_with_the_checked_out_repository(
     http: httpx.Client, served: tuple[str, str]
 ) -> None:
     url, commit = served
-    parent = _create(http, task="repo-fix: make the tests pass", repository={"url": url})
-    assert _wait(http, parent, "FINISHED", "ERROR")["state"] == "FINISHED"
+    parent = create_task(http, task="repo-fix: make the tests pass", repository={"url": url})
+    assert wait_for_state(http, parent, "FINISHED", "ERROR")["state"] == "FINISHED"
     # The checkout is the workspace the task was created with: its checkpoint is at seq 1.
     deadline = time.monotonic() + 30
-    while not any(e.get("action_seq") == 1 for e in _events(http, parent)):
-        assert time.monotonic() < deadline, _events(http, parent)
+    while not any(e.get("action_seq") == 1 for e in log_of(http, parent)):
+        assert time.monotonic() < deadline, log_of(http, parent)
         time.sleep(0.3)
-    [at_one] = [e for e in _events(http, parent) if e.get("action_seq") == 1]
+    [at_one] = [e for e in log_of(http, parent) if e.get("action_seq") == 1]
     assert at_one["kind"] == "workspace_checkpoint" and at_one["checkpoint"] == f"{parent}/1"
 
     made = http.post(f"/v1/tasks/{parent}/fork", json={"at": 1})
     assert made.status_code == 202, made.text
     assert made.json()["checkpoint"] == f"{parent}/1", made.json()
     [fork] = [f["id"] for f in made.json()["forks"]]
-    view = _wait(http, fork, "FINISHED", "ERROR")
+    view = wait_for_state(http, fork, "FINISHED", "ERROR")
     assert view["state"] == "FINISHED" and "1 passed" in view["result"]["final_message"], view
     # Its first command found the repository as checked out: the commit, the failing test.
     first_run = next(
-        e for e in _events(http, fork) if e["kind"] == "run_output" and not e.get("inherited_from")
+        e for e in log_of(http, fork) if e["kind"] == "run_output" and not e.get("inherited_from")
     )
     assert commit[:7] in first_run["content"] and "1 failed" in first_run["content"], first_run
