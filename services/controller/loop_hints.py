@@ -60,7 +60,26 @@ def _about(result: CmdOutputObservation | ErrorObservation) -> str:
             f"{said} That command is not there: check its name and where it is (`ls`), or "
             "run a script with its interpreter (`python3 file.py`, `bash file.sh`)."
         )
+    at = _raised_at(output)
+    if at is not None:
+        path, line, code = at
+        return (
+            f"{said} The error is raised in {path}, line {line} (`{code}`): look at that "
+            "file too, not only the one you were changing."
+        )
     return said
+
+
+# The last frame of a Python traceback that is in the workspace: where to look.
+_FRAME = re.compile(r'File "(/workspace/[^"]+)", line (\d+)[^\n]*\n[ \t]*(\S[^\n]*)')
+
+
+def _raised_at(output: str) -> tuple[str, int, str] | None:
+    frames = _FRAME.findall(output)
+    if not frames:
+        return None
+    path, line, code = frames[-1]
+    return path.removeprefix("/workspace/"), int(line), _short(code, 120)
 
 
 def _direct_script(command: str) -> str | None:

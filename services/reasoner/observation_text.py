@@ -76,6 +76,8 @@ def observation_text(obs: object, limit: int) -> str:
         return _clip(f"{obs.content}\n{obs.diff}".strip(), limit)
     if isinstance(obs, ErrorObservation):
         hint = _ERROR_HINTS.get(obs.error_code or "")
+        if "Copy old_str exactly" in obs.content:
+            hint = None  # the sandbox already showed the lines old_str most likely meant
         return f"ERROR: {_clip(obs.content, limit)}" + (f"\n{hint}" if hint else "")
     if isinstance(obs, MCPCallObservation):
         text = _clip(obs.content, limit)

@@ -215,11 +215,11 @@ def prompt_view(
     )
     if task is None:
         raise NoTaskError("the task's history has no user message")
+    answers: dict[str, Any] = {**answers_by_action(events), **plan_results(events)}
     head = (
         {"role": "system", "content": with_instructions(system_prompt(native), instructions)},
-        {"role": "user", "content": task.content},
+        {"role": "user", "content": task.content + _first_look(events, answers)},
     )
-    answers: dict[str, Any] = {**answers_by_action(events), **plan_results(events)}
     answered = {id(obs) for obs in answers.values()}
     known_ids = {e.id for e in events}
     chunks: list[Chunk] = []
@@ -243,6 +243,29 @@ def prompt_view(
     )
 
 
+def _first_look(events: Sequence[Any], answers: dict[str, Any]) -> str:
+    """The working directory's listing that the system took before the agent's first step,
+    as the end of the task's message; "" when none was taken. No command is shown: the 1.5B
+    model, shown the listing as a call of its own, repeated it until it was stopped, and shown
+    it as a message naming the command, wrote that message into the file it was to edit."""
+    look = next((e for e in events if getattr(e, "on_agents_behalf", False)), None)
+    obs = answers.get(look.id) if look is not None else None
+    if not isinstance(obs, CmdOutputObservation):
+        return ""
+    listing = obs.content.strip()
+    if not listing:
+        return f"\n\nThe working directory, {obs.cwd}, is empty."
+    return f"\n\nThe working directory, {obs.cwd}, holds:\n{_clip_listing(listing)}"
+
+
+def _clip_listing(listing: str, limit: int = 4000) -> str:
+    return listing if len(listing) <= limit else listing[:limit].rsplit("\n", 1)[0] + "\n..."
+
+
+def _lines(text: str) -> str:
+    return f"\n{text}" if text else ""
+
+
 def _note_repeated_failure(
     event: Any, answers: dict[str, Any], messages: list[dict[str, Any]], failed: set[str]
 ) -> list[dict[str, Any]]:
@@ -264,18 +287,7 @@ def _render(
 ) -> tuple[list[dict[str, Any]], int]:
     """The messages one event adds, and how many model replies they stand for."""
     if getattr(event, "on_agents_behalf", False):
-        # Run by the system before the model's first step: context, not an example call.
-        obs = answers.get(event.id)
-        if obs is None:
-            return [], 0
-        text = observation_text(obs, limit)
-        return [
-            {
-                "role": "user",
-                "content": f"[deckhands ran `{event.command}` in the working directory before "
-                f"your first step, to show you what it holds]\n{text}",
-            }
-        ], 0
+        return [], 0  # the first look: its listing is part of the task's message
     if _is_agent_tool_action(event):
         name, args = call_for_action(event) or ("", {})
         obs = answers.get(event.id)
@@ -288,7 +300,8 @@ def _render(
                 and isinstance(obs, FileWriteObservation)
                 and event.content_ref is None
             ):
-                text = text.rstrip(".") + lines_written(event.content)
+                first, _, notes = text.partition("\n")  # "Wrote N bytes to P", notes
+                text = first.rstrip(".") + lines_written(event.content) + _lines(notes)
         else:
             text = _PLACEHOLDERS.get(name, _NO_RESULT)
         return [

@@ -29,7 +29,13 @@ from shared.events import (
     RunnableAction,
     RunPythonAction,
 )
-from shared.sandbox_protocol.messages import BashRequest, EditRequest, PythonRequest, ReadRequest
+from shared.sandbox_protocol.messages import (
+    BashRequest,
+    EditRequest,
+    PythonRequest,
+    ReadRequest,
+    WriteReply,
+)
 from shared.sandbox_protocol.session import SandboxSession
 from shared.secret_redaction import Redactor
 
@@ -240,9 +246,7 @@ class _ActionRun:
                 return error_observation(action, str(exc), "not_found")
         answer = await self.session.write({"path": action.path, "content": content}, _FILE_WAIT_S)
         return FileWriteObservation(
-            **_answer_fields(action),
-            path=answer["path"],
-            content=f"Wrote {answer['size']} bytes to {answer['path']}",
+            **_answer_fields(action), path=answer["path"], content=_wrote(answer)
         )
 
     async def edit(self, action: FileEditAction) -> FileEditObservation:
@@ -312,3 +316,15 @@ async def run_action(
     return error_observation(
         action, f"the runtime cannot run {type(action).__name__}", "unsupported_action"
     )
+
+
+def _wrote(answer: WriteReply) -> str:
+    """What a write did, saying so when it replaced a file or changed nothing."""
+    text = f"Wrote {answer['size']} bytes to {answer['path']}"
+    if answer.get("unchanged"):
+        return f"{text}\nThe file already held exactly this, so nothing changed."
+    if "previous_size" in answer:
+        return (
+            f"{text}\nThis replaced the file's previous content ({answer['previous_size']} bytes)."
+        )
+    return text

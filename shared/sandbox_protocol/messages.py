@@ -212,6 +212,10 @@ class WriteReply(TypedDict):
     ok: Literal[True]
     path: str
     size: int  # bytes written
+    # The file it replaced: its size, and whether it held exactly these bytes already. Absent
+    # for a new file (and from executors older than the field).
+    previous_size: NotRequired[int]
+    unchanged: NotRequired[bool]
 
 
 class EditReply(TypedDict):

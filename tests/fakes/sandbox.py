@@ -140,8 +140,13 @@ class FakeSandbox:
     async def write(self, request: WriteRequest, wait_s: float) -> WriteReply:
         await self._arrive("write", request, wait_s)
         path = self._path(request["path"])
+        previous = self.files.get(path)
         self.files[path] = request["content"]
-        return {"ok": True, "path": path, "size": len(request["content"].encode())}
+        reply: WriteReply = {"ok": True, "path": path, "size": len(request["content"].encode())}
+        if previous is not None:  # as the executor answers (deploy/sandbox/executor/files.py)
+            reply["previous_size"] = len(previous.encode())
+            reply["unchanged"] = previous == request["content"]
+        return reply
 
     async def edit(self, request: EditRequest, wait_s: float) -> EditReply:
         await self._arrive("edit", request, wait_s)

@@ -26,6 +26,14 @@ __all__ = [
 # litellm's name for it: "openai/" = any OpenAI-compatible server at DECKHANDS_LLM_API_BASE.
 LITELLM_MODEL = f"openai/{MODEL_ALIAS}"
 
+FIRST_LOOK = (
+    "find . -maxdepth 3 -not -path './.git*' -not -name . | sort | head -100; n=0; "
+    "find . -maxdepth 3 -type f -size -3k -not -path './.git/*' -print0 | sort -z | "
+    "while IFS= read -r -d '' f; do s=$(stat -c %s \"$f\"); "
+    '[ $((n + s)) -le 4000 ] && grep -Iq . "$f" || continue; n=$((n + s)); '
+    'printf \'\\n==> %s <==\\n\' "${f#./}"; cat "$f"; done; true'
+)
+
 # Reasoner settings that suit this 1.5B model on 2 CPU cores (measured on the seed task).
 REASONER_SETTINGS: dict[str, str] = {
     # Prompt-based tool calling: the tools are described in a short system prompt (~330
@@ -43,12 +51,11 @@ REASONER_SETTINGS: dict[str, str] = {
     "DECKHANDS_AGENT_WITHHELD_TOOLS": (
         '["execute_python", "delegate", "glob", "grep", "apply_patch", "task_tracker"]'
     ),
-    # Its first action lists the working directory (no LLM call): not shown it, the model ran
-    # the script it was asked to write, wrote over files it had not read, and wrote a result
-    # from a JSON file it never opened.
-    "DECKHANDS_AGENT_FIRST_LOOK": (
-        "find . -maxdepth 3 -not -path './.git*' -not -name . | sort | head -100"
-    ),
+    # Its first action lists the working directory and prints its small text files, 4,000
+    # bytes in all at most (no LLM call; the task's message ends with what it printed): not
+    # shown them, the model ran the script it was asked to write, wrote over files it had not
+    # read, and wrote a result from a JSON file it never opened.
+    "DECKHANDS_AGENT_FIRST_LOOK": FIRST_LOOK,
     # ~8 tokens/s: a reply is a short tool call; cap runaway generations.
     "DECKHANDS_LLM_MAX_OUTPUT_TOKENS": "512",
     # A first turn evaluates the whole prompt at ~20-35 tokens/s on 2 busy cores.

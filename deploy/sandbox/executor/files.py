@@ -16,6 +16,7 @@ from .config import (
     WORKSPACE,
     Fail,
 )
+from .near_miss import near_miss
 from .output import cut_middle, keep_whole, space_note, unlink_kept, whole_characters
 
 TYPE_CHECKING = False
@@ -92,8 +93,16 @@ class Files:
         path = _resolve(str(req.get("path", "")))
         content = str(req.get("content", ""))
         self._remember(path)
+        data = content.encode()
+        reply: WriteReply = {"ok": True, "path": path, "size": len(data)}
+        previous = _previous_bytes(path)
         _write_text(path, content)
-        return {"ok": True, "path": path, "size": len(content.encode())}
+        if previous is not None:
+            # The agent learns it wrote over a file (one it may never have read), or that the
+            # write changed nothing: a small model rewrote the same file again and again.
+            reply["previous_size"] = len(previous)
+            reply["unchanged"] = previous == data
+        return reply
 
     # -- the OpenHands editor's commands
 
@@ -158,7 +167,9 @@ class Files:
         old = _read_text(path)
         count = old.count(old_str)
         if count == 0:
-            raise Fail("no_match", f"old_str was not found in {path}; nothing was changed")
+            hint = near_miss(old, old_str)
+            message = f"old_str was not found in {path}; nothing was changed"
+            raise Fail("no_match", f"{message}. {hint}" if hint else message)
         if count > 1:
             at = [old.count("\n", 0, m.start()) + 1 for m in re.finditer(re.escape(old_str), old)]
             raise Fail(
@@ -290,6 +301,17 @@ def _read_text(path: str) -> str:
     if b"\x00" in data[:8192]:
         raise Fail("binary_file", f"{path} looks like a binary file ({len(data)} bytes)")
     return data.decode("utf-8", "replace")
+
+
+def _previous_bytes(path: str) -> bytes | None:
+    """What the regular file at `path` holds before a write (bounded); None when there is no
+    such file or it cannot be read (the write then says what is wrong)."""
+    try:
+        fd = _open_regular(path, os.O_RDONLY)
+    except Fail:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(READ_MAX_BYTES + 1)
 
 
 def _write_text(path: str, content: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from live_log import TASK, Live, new_task  # type: ignore[import-not-found]
 
+from services.controller.loop_hints import loop_hint
 from services.controller.rebuild import rebuild_state
 from services.controller.stuck import LoopPolicy, detect
 from services.controller.turn import Turn
@@ -174,3 +175,28 @@ def test_the_repeating_result_pattern() -> None:
     assert detect([*loop, "A:run", "E:x"], repeats=4) is None
     # Different results are progress.
     assert detect(["A:e1", "O:e1", "A:run", "O:1", "A:e2", "O:e2", "A:run", "O:2"] * 2) is None
+
+
+def test_a_hint_on_a_repeating_traceback_names_where_it_is_raised() -> None:
+    """The 1.5B model renamed a function in shapes.py and edited shapes.py again and again
+    while the traceback named main.py's import: the hint names that file and line."""
+    output = CmdOutputObservation(
+        task_id=TASK,
+        source=EventSource.ENVIRONMENT,
+        command="python main.py",
+        content='Traceback (most recent call last):\n  File "/workspace/main.py", line 1, in '
+        "<module>\n    from shapes import sq_area\nImportError: cannot import name 'sq_area'",
+        exit_code=1,
+        cwd="/workspace",
+    )
+    hint = loop_hint("repeating result", [output])
+    assert "`python main.py` exited with 1: Traceback" in hint
+    assert "raised in main.py, line 1 (`from shapes import sq_area`)" in hint
+    assert "raised in" not in loop_hint(
+        "repeating result",
+        [
+            output.model_copy(
+                update={"content": 'File "/usr/lib/python3/x.py", line 3, in f\n    boom()'}
+            )
+        ],
+    )  # only the workspace's own files are named

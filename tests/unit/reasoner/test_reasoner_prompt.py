@@ -139,7 +139,7 @@ def test_a_tool_call_is_followed_by_its_observation() -> None:
     assert messages[5]["content"] == "1\n[exit code 0, cwd /workspace]"
 
 
-def _write(content: str) -> list[Any]:
+def _write(content: str, note: str = "") -> list[Any]:
     write = FileWriteAction(
         task_id=T, source=AGENT, path="notes.txt", content=content, tool_call_id="call_w"
     )
@@ -148,7 +148,7 @@ def _write(content: str) -> list[Any]:
         source=ENV,
         cause=write.id,
         path="/workspace/notes.txt",
-        content=f"Wrote {len(content)} bytes to /workspace/notes.txt",
+        content=f"Wrote {len(content)} bytes to /workspace/notes.txt{note}",
     )
     return build_messages(_seq(_task(), write, answer), native=False)
 
@@ -160,6 +160,12 @@ def test_a_write_says_how_many_lines_it_made_and_a_missing_last_newline() -> Non
     cut = _write("alpha\nbeta\ngamma")[-1]["content"]
     assert cut.endswith("(3 lines; the last has no newline at its end, so wc -l counts 2)")
     assert _write("")[-1]["content"].endswith("(empty)")
+    # The runtime's note on what the write replaced follows the count, on its own line.
+    same = _write("alpha\n", "\nThe file already held exactly this, so nothing changed.")
+    assert same[-1]["content"].endswith(
+        "Wrote 6 bytes to /workspace/notes.txt (1 line)\n"
+        "The file already held exactly this, so nothing changed."
+    )
 
 
 def test_a_command_that_printed_nothing_says_so() -> None:

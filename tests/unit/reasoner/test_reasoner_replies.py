@@ -187,10 +187,14 @@ def test_the_first_look_is_shown_as_context_not_as_a_call_to_imitate() -> None:
     )
     for native in (True, False):
         messages = build_messages([task, look.model_copy(update={"seq": 2}), listed], native=native)
-        assert [m["role"] for m in messages] == ["system", "user", "user"], messages
-        assert "calc.py" in messages[2]["content"] and "ls -A" in messages[2]["content"]
-        assert "before your first step" in messages[2]["content"]
+        assert [m["role"] for m in messages] == ["system", "user"], messages
+        assert messages[1]["content"] == (
+            "Fix calc.py\n\nThe working directory, /workspace, holds:\ncalc.py"
+        )
         assert not any(m.get("tool_calls") for m in messages)
+    empty = listed.model_copy(update={"content": ""})
+    messages = build_messages([task, look.model_copy(update={"seq": 2}), empty], native=False)
+    assert messages[1]["content"].endswith("The working directory, /workspace, is empty.")
 
 
 def test_an_empty_reply_is_an_error() -> None:

@@ -123,6 +123,17 @@ async def test_files_are_written_read_and_edited_through_the_contract() -> None:
     )
     assert isinstance(wrote, FileWriteObservation)
     assert wrote.content == "Wrote 6 bytes to /workspace/a.py"
+    again = FileWriteAction(task_id="t", source=AGENT, path="b.py", content="x = 1\n")
+    await run_action(sandbox, again, settings)
+    same = await run_action(sandbox, again, settings)
+    assert isinstance(same, FileWriteObservation) and same.content == (
+        "Wrote 6 bytes to /workspace/b.py\nThe file already held exactly this, so nothing changed."
+    )
+    other = again.model_copy(update={"content": "x = 22\n"})
+    replaced = await run_action(sandbox, other, settings)
+    assert isinstance(replaced, FileWriteObservation) and replaced.content == (
+        "Wrote 7 bytes to /workspace/b.py\nThis replaced the file's previous content (6 bytes)."
+    )
     edited = await run_action(
         sandbox,
         FileEditAction(

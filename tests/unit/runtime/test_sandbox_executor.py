@@ -256,6 +256,19 @@ def test_file_operations_refuse_what_is_not_a_regular_file(
     assert executor.call("write", path=str(tmp_path), content="x")["code"] == "is_a_directory"
 
 
+def test_a_write_says_what_it_replaced_and_when_it_changed_nothing(
+    executor: Executor, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "shapes.py")
+    new = executor.call("write", path=path, content="def area(s):\n")
+    assert new["ok"] and "previous_size" not in new and "unchanged" not in new, new
+    same = executor.call("write", path=path, content="def area(s):\n")
+    assert same["previous_size"] == 13 and same["unchanged"] is True, same
+    other = executor.call("write", path=path, content="x = 1\n")
+    assert other["previous_size"] == 13 and other["unchanged"] is False, other
+    assert Path(path).read_text() == "x = 1\n"
+
+
 def test_every_operation_of_the_contract_is_served(executor: Executor) -> None:
     for op in OPERATIONS:
         answer = executor.call(op)  # no fields: answered or refused, never an unknown op
@@ -307,3 +320,29 @@ def test_the_boot_path_imports_only_built_in_modules() -> None:
         "shared",
         "shared.sandbox_protocol",
     }
+
+
+def test_an_edit_that_finds_nothing_shows_the_lines_it_most_likely_meant(
+    executor: Executor, tmp_path: Path
+) -> None:
+    """A small model sent `-b` for `return a - b` five times; the error now shows it the line."""
+    path = tmp_path / "calc.py"
+    path.write_text("def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n")
+
+    def error(old_str: str) -> str:
+        answer = executor.call("edit", command="str_replace", path=str(path), old_str=old_str)
+        assert answer["ok"] is False and answer["code"] == "no_match", answer
+        return str(answer["error"])
+
+    assert error("-b").endswith(
+        "nothing was changed. The file has it with other spacing at line 2:\n"
+        "    return a - b\n"
+        "Copy old_str exactly from the file, with its spaces and indentation."
+    )
+    both = error("def add(a,b):\n return a-b")
+    assert "at lines 1-2:\ndef add(a, b):\n    return a - b\n" in both
+    assert "most similar text in the file is at line 2:\n    return a - b\n" in error(
+        "    return a + b"
+    )
+    assert error("import sys").endswith("nothing was changed")  # nothing close: no guess
+    assert path.read_text().count("\n") == 6  # untouched
