@@ -47,6 +47,7 @@ from .replies import (
     first_look_event,
     keep_large_write,
     llm_error_event,
+    planned_event,
     rate_limited_event,
     reply_event,
 )
@@ -235,6 +236,9 @@ class StepHandler:
         first_look = first_look_event(step, events, s.agent_first_look)
         if first_look is not None:
             return first_look
+        planned = planned_event(step, events) if s.agent_planned_calls else None
+        if planned is not None:
+            return planned
         native = self.llm.native
         instructions = await self._instructions(step.task_id)
         try:
@@ -270,7 +274,7 @@ class StepHandler:
                 return llm_error_event(step, str(exc))
             raise
         STEP_PHASE.labels("llm").observe(time.perf_counter() - asked)
-        event = reply_event(step, reply, native=native)
+        event = reply_event(step, reply, native=native, planned_limit=s.agent_planned_calls)
         if self.blobs is not None:
             event = await keep_large_write(
                 event, self.blobs.put, s.max_action_bytes, s.max_write_bytes

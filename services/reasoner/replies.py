@@ -1,10 +1,9 @@
 """From an LLM reply to the one event the reasoner answers a step with.
 
-Native tool calls are used when present (the first, if several). Otherwise the text is searched
-for a tool call written out, as models without function calling (and small local models even
-with it) do: a JSON object {"tool": ..., "arguments": ...} (or {"name": ..., "arguments": ...}),
-bare or in a ```json block; and, in prompt-based mode, a ```bash or ```python block. Text with
-no tool call is a question for the user. Anything malformed becomes an ErrorObservation.
+Native tool calls are used when present; otherwise the text is searched for calls written out
+(text_calls.py). The first call is the step's action; the calls after it ride on it as its plan
+(planned_calls.py). Text with no tool call is a question for the user. Anything malformed
+becomes an ErrorObservation.
 
 Also the reasoner's other messages to the controller: a CondensationAction (the condenser's
 answer to a step), and the RATE_LIMITED notice sent while an LLM call waits out a rate limit.
@@ -12,8 +11,6 @@ answer to a step), and the RATE_LIMITED notice sent while an LLM call waits out 
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,13 +30,13 @@ from shared.events import (
 )
 
 from .errors import BadReply
+from .planned_calls import next_planned_action, with_planned_calls
 from .prompt import BAD_REPLY_ERROR, LLM_ERROR
+from .text_calls import parse_text_tool_call, parse_text_tool_calls
 from .tools import (
-    TOOL_SPECS,
     AgentToolAction,
     ToolCall,
     action_for_call,
-    tool_offered,
 )
 
 __all__ = [
@@ -56,6 +53,8 @@ __all__ = [
     "keep_large_write",
     "llm_error_event",
     "parse_text_tool_call",
+    "parse_text_tool_calls",
+    "planned_event",
     "rate_limited_event",
     "rate_limited_event_id",
     "reply_event",
@@ -78,14 +77,6 @@ NO_TOOL_CALL = (
 # JetStream's Nats-Msg-Id dedup keeps a single answer.
 _STEP_NS = uuid.UUID("5b0f3c2e-8d4a-4f63-9e57-2c1d7a6b9e10")
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-# Tags that Qwen-style models wrap a call in (<tool_call>, <tools>): not part of a thought.
-_WRAPPER_TAGS = re.compile(r"</?(?:tool_call|tools|function_call)>")
-# Small models put code in a Python triple-quoted string inside the JSON.
-_TRIPLE_QUOTED = re.compile(r'"""(.*?)"""', re.DOTALL)
-_SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
-_PYTHON_LANGS = {"python", "py", "python3"}
-
 
 @dataclass(frozen=True)
 class LLMReply:
@@ -103,99 +94,6 @@ def step_event_id(step: StepRequest) -> str:
 def rate_limited_event_id(step: StepRequest, attempt: int) -> str:
     """The same for every delivery of the step: a redelivered step's notices are deduplicated."""
     return uuid.uuid5(_STEP_NS, f"{step.id}:rate-limited:{attempt}").hex
-
-
-def _tool_call_from_object(obj: Any) -> ToolCall | None:
-    if not isinstance(obj, dict):
-        return None
-    args = obj.get("arguments", obj.get("parameters", obj.get("args")))
-    # {"name": ...} alone is too common in ordinary JSON to be read as a call.
-    name = obj.get("tool", obj.get("name") if args is not None else None)
-    if name is None and args is None:
-        # {"message": "...", "outputs": {...}}: a small model wrote only the arguments. Read
-        # them as the call of the one tool whose arguments they are, if exactly one fits.
-        name = _tool_for_arguments(obj)
-        if name is not None:
-            return ToolCall(name=name, arguments=obj)
-    if not isinstance(name, str):
-        return None
-    if args is None:
-        # {"tool": "execute_bash", "command": "ls"}: the arguments written inline.
-        args = {k: v for k, v in obj.items() if k not in ("tool", "name")}
-    if not isinstance(args, str | dict):
-        args = json.dumps(args)
-    return ToolCall(name=name, arguments=args)
-
-
-def _tool_for_arguments(obj: dict[str, Any]) -> str | None:
-    keys = set(obj)
-    fits = [
-        spec["function"]["name"]
-        for spec in TOOL_SPECS
-        if set(spec["function"]["parameters"].get("required", [])) <= keys
-        and keys <= set(spec["function"]["parameters"]["properties"])
-    ]
-    return fits[0] if len(fits) == 1 else None
-
-
-def _json_objects(text: str) -> list[tuple[Any, int, int]]:
-    """Every top-level JSON object in the text, with its span."""
-    found = []
-    decoder = json.JSONDecoder()
-    i = text.find("{")
-    while i != -1:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-        except json.JSONDecodeError:
-            i = text.find("{", i + 1)
-            continue
-        found.append((obj, i, end))
-        i = text.find("{", end)
-    return found
-
-
-def _python_strings_as_json(text: str) -> str:
-    return _TRIPLE_QUOTED.sub(lambda m: json.dumps(m.group(1)), text)
-
-
-def _looks_like_call(text: str) -> bool:
-    return bool(re.search(r'"tool"\s*:|"name"\s*:.*"arguments"\s*:', text, re.DOTALL))
-
-
-def parse_text_tool_call(text: str, *, code_blocks: bool) -> tuple[ToolCall, str] | None:
-    """A tool call written in the text, and the text around it; None if there is none.
-
-    Raises BadReply when the text clearly tries to call a tool but the JSON is broken.
-    """
-    for match in _FENCE.finditer(text):
-        lang, body = match.group(1).lower(), match.group(2)
-        # The thought is what came before the call: what follows (more calls, the output it
-        # expects) is the model running ahead, and would mislead it on its next turn.
-        rest = text[: match.start()].strip()
-        if lang in ("json", "") and body.strip().startswith("{"):
-            objects = _json_objects(body) or _json_objects(_python_strings_as_json(body))
-            call = _tool_call_from_object(objects[0][0]) if objects else None
-            if call is not None:
-                return call, rest
-            if _looks_like_call(body):
-                raise BadReply("the tool call in the ```json block is not valid JSON")
-        elif code_blocks and lang in _SHELL_LANGS and body.strip():
-            return ToolCall("execute_bash", {"command": body.strip()}), rest
-        elif code_blocks and lang in _PYTHON_LANGS and body.strip():
-            if not tool_offered("execute_python"):
-                raise BadReply(
-                    "a ```python block runs nothing here: write the script with write_file, "
-                    "then run it with execute_bash"
-                )
-            return ToolCall("execute_python", {"code": body}), rest
-    for obj, start, _end in _json_objects(text):
-        call = _tool_call_from_object(obj)
-        if call is not None:
-            return call, _WRAPPER_TAGS.sub("", text[:start]).strip()
-    stripped = text.strip()
-    if stripped.startswith("{") and _looks_like_call(stripped):
-        raise BadReply("the tool call is not valid JSON")
-    return None
 
 
 def _fields(
@@ -248,9 +146,13 @@ def event_for_reply(
     return bounded_event(step, event, reply.usage, max_action_bytes)
 
 
-def reply_event(step: StepRequest, reply: LLMReply, *, native: bool) -> ReasonerEvent:
-    """The event the model's reply asks for, whatever its size. Never raises."""
-    return _event_for_reply(step, reply, native=native)
+def reply_event(
+    step: StepRequest, reply: LLMReply, *, native: bool, planned_limit: int = 0
+) -> ReasonerEvent:
+    """The event the model's reply asks for, whatever its size, with up to `planned_limit`
+    of the calls that followed its first as the action's plan (planned_calls.py). Never
+    raises."""
+    return _event_for_reply(step, reply, native=native, planned_limit=planned_limit)
 
 
 async def keep_large_write(
@@ -284,19 +186,23 @@ def bounded_event(
     )
 
 
-def _event_for_reply(step: StepRequest, reply: LLMReply, *, native: bool) -> ReasonerEvent:
+def _event_for_reply(
+    step: StepRequest, reply: LLMReply, *, native: bool, planned_limit: int
+) -> ReasonerEvent:
     content = (reply.content or "").strip()
     event_id = step_event_id(step)
     try:
         if reply.tool_calls:
-            call = reply.tool_calls[0]
-            call_id = call.id or f"call_{event_id[:24]}"
-            return action_for_call(call, _fields(step, reply.usage, content, call_id))
-        found = parse_text_tool_call(content, code_blocks=not native)
+            call, *later = reply.tool_calls
+            fields = _fields(step, reply.usage, content, call.id or f"call_{event_id[:24]}")
+            action = action_for_call(call, fields)
+            return with_planned_calls(action, later, fields, planned_limit)
+        found = parse_text_tool_calls(content, code_blocks=not native)
         if found is not None:
-            call, rest = found
+            (call, *later), rest = found
             # Prompt-based calls get an id too, so the observation links back to them.
-            return action_for_call(call, _fields(step, reply.usage, rest, f"call_{event_id[:24]}"))
+            fields = _fields(step, reply.usage, rest, f"call_{event_id[:24]}")
+            return with_planned_calls(action_for_call(call, fields), later, fields, planned_limit)
     except BadReply as exc:
         return _bad_reply(step, str(exc), reply.usage)
     if not content:
@@ -327,6 +233,13 @@ def first_look_event(step: StepRequest, events: list[Any], command: str) -> Reas
     # Marked as the system's: the model's prompt shows its output as context, not as a call
     # of its own (the 1.5B model, shown one, repeated the listing until it was stopped).
     return action.model_copy(update={"on_agents_behalf": True})
+
+
+def planned_event(step: StepRequest, events: list[Any]) -> ReasonerEvent | None:
+    """The next call of the plan the model's last reply wrote out, when it is to run now
+    (planned_calls.py); None when the model is to be asked. No LLM call."""
+    fields = _fields(step, None, "", f"call_{step_event_id(step)[:24]}")
+    return next_planned_action(events, fields)
 
 
 def llm_error_event(step: StepRequest, problem: str) -> ErrorObservation:

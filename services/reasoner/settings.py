@@ -195,6 +195,14 @@ class ReasonerSettings(CommonSettings):
         "asked (e.g. a listing of /workspace), so the model starts knowing what is there. "
         "Empty: none.",
     )
+    agent_planned_calls: int = Field(
+        default=4,
+        ge=0,
+        le=8,
+        description="How many of the tool calls that follow the first in one reply run after "
+        "it, in turn and without asking the model, while each succeeds (a finish among them "
+        "is not run). 0: only a reply's first call runs.",
+    )
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
     )

@@ -24,6 +24,7 @@ __all__ = [
     "LLMUsage",
     "MCPCallAction",
     "MessageAction",
+    "PlannedCall",
     "RunPythonAction",
 ]
 
@@ -50,10 +51,26 @@ class InstructionsUsed(BaseModel):
     bytes: int = Field(ge=0, description="Bytes of it in the prompt (bounded).")
 
 
+class PlannedCall(BaseModel):
+    """A tool call the model wrote after the one its action runs, in the same reply."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str
+    arguments: str = Field(description="The call's arguments, a JSON object.")
+
+
 class _AgentActionFields(EventBase):
     thought: str = Field(default="", description="Text the model wrote alongside its tool call.")
     tool_call_id: str | None = Field(default=None, description="Links the result to the call.")
     llm_usage: LLMUsage | None = None
+    planned: tuple[PlannedCall, ...] = Field(
+        default=(),
+        max_length=8,
+        description="The calls the model wrote after this one in the same reply, in order. "
+        "Each runs next, without asking the model, while the one before succeeded; a failure, "
+        "a user's message or a loop hint drops the rest, and the model is asked again.",
+    )
     instructions: InstructionsUsed | None = Field(
         default=None,
         description="Set on the first action whose prompt held these repository instructions "
