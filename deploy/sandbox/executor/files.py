@@ -16,6 +16,7 @@ from .config import (
     WORKSPACE,
     Fail,
 )
+from .loose_edit import loose_replacement
 from .near_miss import near_miss
 from .output import cut_middle, keep_whole, space_note, unlink_kept, whole_characters
 
@@ -167,6 +168,15 @@ class Files:
         old = _read_text(path)
         count = old.count(old_str)
         if count == 0:
+            loose = loose_replacement(old, old_str, new_str)
+            if loose is not None:
+                # One place matches once spaces are ignored (loose_edit.py).
+                new, line = loose
+                self._remember(path)
+                _write_text(path, new)
+                said = f"Edited {path}: old_str was not in it as written; line {line} is, once "
+                said += "spaces are ignored, and that is what was replaced"
+                return self._edited(path, old, new, said, limit)
             hint = near_miss(old, old_str)
             message = f"old_str was not found in {path}; nothing was changed"
             raise Fail("no_match", f"{message}. {hint}" if hint else message)

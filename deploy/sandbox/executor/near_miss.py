@@ -13,6 +13,9 @@ _MAX_SCANNED = 5000  # lines compared one by one, for the similarity search
 _SIMILAR = 0.6
 
 
+__all__ = ["near_miss"]
+
+
 def near_miss(text: str, old_str: str) -> str:
     """A sentence naming the lines of `text` that `old_str` most likely meant, with them;
     "" when nothing is close."""
