@@ -45,7 +45,10 @@ def _about(result: CmdOutputObservation | ErrorObservation) -> str:
     if isinstance(result, ErrorObservation):
         return f"The last error: {_short(result.content)}"
     command, output = result.command.strip(), result.content
-    said = f"`{_short(command, 120)}` exited with {result.exit_code}: {_short(output)}"
+    printed = f": {_short(output)}" if output.strip() else " and printed nothing"
+    said = f"`{_short(command, 120)}` exited with {result.exit_code}{printed}"
+    if not output.strip() and _TO_FILE.search(command):
+        said += " (its output went to a file: read the file to see what it holds)"
     script = _direct_script(command)
     if script is not None and (result.exit_code == 126 or "Permission denied" in output):
         runner = _interpreter(script)
@@ -80,6 +83,10 @@ def _raised_at(output: str) -> tuple[str, int, str] | None:
         return None
     path, line, code = frames[-1]
     return path.removeprefix("/workspace/"), int(line), _short(code, 120)
+
+
+# `> out.txt`, `>> log`: not `2>&1` or `> /dev/null`.
+_TO_FILE = re.compile(r">>?\s*(?!&|/dev/null)[^\s;|&]+")
 
 
 def _direct_script(command: str) -> str | None:

@@ -48,6 +48,13 @@ CHECKS = [
         "+b",
     ),
     (
+        # A commit needs no identity set first: the image has a default author.
+        "git commit with the default author",
+        "git init -q c && cd c && echo a > f && git add f && git commit -qm one && "
+        "git log -1 --format='%an <%ae>'",
+        "deckhands agent <agent@deckhands.invalid>",
+    ),
+    (
         "pytest runs a failing test",
         "printf 'def test_x():\\n    assert 1 == 2\\n' > test_x.py; "
         "pytest -q test_x.py; echo rc=$?",

@@ -200,3 +200,7 @@ def test_a_hint_on_a_repeating_traceback_names_where_it_is_raised() -> None:
             )
         ],
     )  # only the workspace's own files are named
+    quiet = output.model_copy(update={"command": "grep age users.json > names.txt", "content": ""})
+    assert "`grep age users.json > names.txt` exited with 1 and printed nothing (its output " in (
+        loop_hint("repeating result", [quiet])
+    )
