@@ -34,6 +34,7 @@ from shared.workspace import RepositoryRecords
 
 from .condenser import Condensation, TokenCounter, plan_condensation, summary_lines
 from .errors import ContextWindowExceeded, HistoryNotReady, LLMCallError, NoTaskError
+from .finish_review import finish_review
 from .history import HistoryCache
 from .instructions import RepoInstructions, noting
 from .llm import LLMClient, RateLimitNotice
@@ -50,6 +51,7 @@ from .replies import (
     planned_event,
     rate_limited_event,
     reply_event,
+    step_event_id,
 )
 from .settings import ReasonerSettings
 from .tools import TOOL_SPECS
@@ -275,6 +277,8 @@ class StepHandler:
             raise
         STEP_PHASE.labels("llm").observe(time.perf_counter() - asked)
         event = reply_event(step, reply, native=native, planned_limit=s.agent_planned_calls)
+        if s.agent_review_finish:
+            event = finish_review(step, event, events, step_event_id(step)) or event
         if self.blobs is not None:
             event = await keep_large_write(
                 event, self.blobs.put, s.max_action_bytes, s.max_write_bytes

@@ -53,6 +53,7 @@ from .tools import call_for_action, describe_tools
 __all__ = [
     "BAD_REPLY_ERROR",
     "CONDENSED_PREFIX",
+    "FINISH_REVIEW",
     "INVALID_REPLY_PREFIX",
     "LLM_ERROR",
     "REPEATED_FAILURE",
@@ -71,6 +72,9 @@ log = logging.getLogger("deckhands.reasoner.prompt")
 # for an LLM that could not be reached at all.
 BAD_REPLY_ERROR = "bad_llm_reply"
 LLM_ERROR = "llm_error"
+# error_code of the reasoner's answer to a first finish: the request to check the work first
+# (finish_review.py); shown to the model as the user's words.
+FINISH_REVIEW = "finish_review"
 # How a bad reply is reported to the model; the scripted LLM server counts these as turns.
 INVALID_REPLY_PREFIX = "Your previous reply was invalid"
 
@@ -332,6 +336,8 @@ def _render(
             # A failure the model had no part in, a second answer to an action, or the
             # controller refusing a user's request: none is a reply to the model.
             return [], 0
+        if event.error_code == FINISH_REVIEW:
+            return [{"role": "user", "content": event.content}], 1
         if event.error_code == BAD_REPLY_ERROR:
             text = f"{INVALID_REPLY_PREFIX}: {event.content}. Reply with one valid tool call."
             return [{"role": "user", "content": text}], 1

@@ -203,6 +203,12 @@ class ReasonerSettings(CommonSettings):
         "it, in turn and without asking the model, while each succeeds (a finish among them "
         "is not run). 0: only a reply's first call runs.",
     )
+    agent_review_finish: bool = Field(
+        default=False,
+        description="Answer the model's first finish (since the user last spoke) with the "
+        "task's request and its final message, asking it to check its work; a second finish "
+        "ends the task.",
+    )
     max_observation_chars: int = Field(
         default=8000, ge=200, description="Longer outputs are cut in the middle in the prompt."
     )
