@@ -108,6 +108,10 @@ def make_settings(base: CommonSettings, image: str, pool: str, **overrides: Any)
         "pool_health_interval_s": 2.0,
         # Tests here check egress per task: the operator allowed it (it is off by default).
         "allow_network_egress": True,
+        # A stop stuck past the service's own bound would end the whole pytest process
+        # (status 75, as it ended a CI run): Runtime.stop's deadline fails the test first and
+        # names what every task awaits.
+        "shutdown_timeout_s": STOP_DEADLINE_S + 60,
     }
     values.update(overrides)
     return RuntimeSettings(**{**common, **values})
