@@ -16,6 +16,8 @@ OUTSIDE = "127.0.0.2"
 
 
 class _Files(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: several responses on one connection
+
     def log_message(self, *args: object) -> None:
         pass
 

@@ -27,6 +27,7 @@ from shared import event_loop
 
 from .activity import Activity
 from .body_pieces import pass_body_pieces
+from .body_relay import relay_streamed_bodies
 from .handlers import EgressHandlers
 from .health import serve_health
 from .links import Links
@@ -69,18 +70,25 @@ def _redis(settings: EgressSettings) -> Redis | None:
     )
 
 
+def _fast_paths() -> None:
+    """Bytes through with fewer copies and steps: each module says why and when."""
+    use_pieces_readers()
+    read_larger_pieces()
+    read_larger_pieces(PiecesReader)
+    write_ahead()
+    if not pass_body_pieces():
+        log.warning("mitmproxy is not the version body_pieces.py knows: bodies copied as usual")
+    if not relay_streamed_bodies():
+        log.warning("mitmproxy is not the version body_relay.py knows: bodies through its layers")
+
+
 async def serve(settings: EgressSettings) -> None:
     os.makedirs(settings.dir, mode=0o755, exist_ok=True)
     links = Links()
     redis = _redis(settings)
     secrets = SecretHeaders.from_settings(settings, redis)
     usage = EgressUsage(redis, settings.activity_interval_s)
-    use_pieces_readers()  # pieces_reader.py and read_size.py: why
-    read_larger_pieces()
-    read_larger_pieces(PiecesReader)
-    write_ahead()
-    if not pass_body_pieces():
-        log.warning("mitmproxy is not the version body_pieces.py knows: bodies copied as usual")
+    _fast_paths()
     master = Master(_options(settings))
     # Only the addons a proxy of ours needs: mitmproxy calls each addon on every event of every
     # connection, and its default set (playback, export, cookies, maps...) cost a third of a

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-__all__ = ["ACTIVITY_DROPPED", "BYTES", "CONNECTIONS", "OPEN", "SANDBOXES", "SECRETS_ADDED"]
+__all__ = [
+    "ACTIVITY_DROPPED",
+    "BODY_RELAYED",
+    "BYTES",
+    "CONNECTIONS",
+    "OPEN",
+    "SANDBOXES",
+    "SECRETS_ADDED",
+]
 
 CONNECTIONS = Counter(
     "deckhands_egress_connections_total",
@@ -26,4 +34,9 @@ SECRETS_ADDED = Counter(
     "deckhands_egress_secrets_added_total",
     "Requests the proxy added a tenant's bound secret to, by tenant.",
     ["tenant"],
+)
+BODY_RELAYED = Counter(
+    "deckhands_egress_body_relayed_bytes_total",
+    "Bytes of streamed plain-HTTP bodies written to sandboxes past mitmproxy's layers "
+    "(body_relay.py); none after a mitmproxy upgrade that fast path does not know.",
 )

@@ -28,11 +28,12 @@ class Proxies:
         self.folder, self.logs, self.nats_url = folder, logs, nats_url
         self.env = env or {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}  # health and metrics
 
     def start(self, name: str) -> None:
         python = egress_python()
         assert python is not None, "no .venv-egress: run `make deps`"
-        port = free_port()
+        port = self.ports[name] = free_port()
         env = {
             **os.environ,
             "DECKHANDS_EGRESS_DIR": str(self.folder),
@@ -59,6 +60,18 @@ class Proxies:
                 pass
             assert time.monotonic() < deadline, f"egress proxy {name} not ready"
             time.sleep(0.1)
+
+    def counted(self, metric: str) -> float:
+        """A counter's total over the replicas running (no labels)."""
+        total = 0.0
+        for name in self.procs:
+            text = httpx.get(f"http://127.0.0.1:{self.ports[name]}/metrics", timeout=5).text
+            total += sum(
+                float(line.split()[1])
+                for line in text.splitlines()
+                if line.startswith(metric + " ")
+            )
+        return total
 
     def kill(self, name: str) -> None:
         proc = self.procs.pop(name)

@@ -405,19 +405,33 @@ async def test_a_passed_connection_is_served_and_nothing_else_is_taken(
 
 
 async def test_a_large_body_arrives_whole_and_unchanged(
-    runtime: object, js: JetStreamContext, site: str
+    runtime: object, js: JetStreamContext, site: str, proxies: Proxies
 ) -> None:
-    """A body of many pieces through the proxy (passed on uncopied: pieces_reader.py,
-    body_pieces.py) arrives byte for byte."""
+    """Bodies of many pieces through the proxy (passed on uncopied: pieces_reader.py,
+    body_pieces.py; written past mitmproxy's layers: body_relay.py) arrive byte for byte, one
+    after another on a kept-alive connection, a small one between them."""
+    relayed = proxies.counted("deckhands_egress_body_relayed_bytes_total")
     ctl = await _task(runtime, js, [site])
     try:
         seen = await sh(
             ctl,
-            "python3 -c 'import hashlib, sys, urllib.request as u; "
-            "b = u.urlopen(sys.argv[1], timeout=30).read(); "
-            'print("GOT", len(b), hashlib.sha256(b).hexdigest())\' '
-            f"http://{site}/big.bin",
+            "python3 -c 'import hashlib, http.client, sys; "
+            'c = http.client.HTTPConnection("127.0.0.1", 3128, timeout=30)\n'
+            'for name in ("big.bin", "hello.txt", "big.bin"):\n'
+            '    c.request("GET", f"http://{sys.argv[1]}/{name}")\n'
+            "    b = c.getresponse().read()\n"
+            '    print("GOT", name, len(b), hashlib.sha256(b).hexdigest())\n'
+            'print("ONE CONNECTION", c.sock is not None)\' '
+            f"{site}",
         )
-        assert f"GOT {len(_BIG)} {hashlib.sha256(_BIG).hexdigest()}" in seen, seen
+        digest = hashlib.sha256(_BIG).hexdigest()
+        hello = hashlib.sha256(b"hello-from-the-allowed-host").hexdigest()
+        assert seen.count(f"GOT big.bin {len(_BIG)} {digest}") == 2, seen
+        assert f"GOT hello.txt 27 {hello}" in seen, seen
+        assert "ONE CONNECTION True" in seen, seen
+        # Most of each big body went past mitmproxy's layers (its headers, its first piece and
+        # its last byte through them).
+        relayed = proxies.counted("deckhands_egress_body_relayed_bytes_total") - relayed
+        assert len(_BIG) < relayed < 2 * len(_BIG), relayed
     finally:
         await ctl.release()
