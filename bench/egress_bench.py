@@ -68,12 +68,22 @@ DOWNLOAD_TLS = DOWNLOAD.replace(
     "urlopen(sys.argv[1], timeout=60)",
     "urlopen(sys.argv[1], timeout=60, context=ssl._create_unverified_context())",
 ).replace("import sys,", "import ssl, sys,")
+# The test server: `python3 -m http.server`, with the listen backlog a real package index has.
+# http.server's is 5: under the flood row, connections past it waited out SYN retransmits
+# (1, 3, 7, 15, 31 s) and some requests their client's 60 s, which measured the test server.
+SERVER = f"""
+import functools, http.server
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/srv")
+http.server.ThreadingHTTPServer.request_queue_size = 1024
+http.server.ThreadingHTTPServer(("", {PORT}), handler).serve_forever()
+"""
 TLS_PORT = 8443
 TLS_SERVER = f"""
 import functools, http.server, ssl
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain("/tls/cert.pem", "/tls/key.pem")
 handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="/srv")
+http.server.ThreadingHTTPServer.request_queue_size = 1024
 server = http.server.ThreadingHTTPServer(("", {TLS_PORT}), handler)
 server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
@@ -239,7 +249,7 @@ async def _run(rows: set[str], flood: tuple[int, int]) -> None:
         try:
             server = client.containers.run(
                 IMAGE,
-                ["python3", "-m", "http.server", str(PORT), "--directory", "/srv"],
+                ["python3", "-c", SERVER],
                 entrypoint=[],
                 detach=True,
                 network=network.name,
