@@ -25,7 +25,7 @@ from functools import cached_property
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from shared.address_policy import (
     address_refused,
@@ -217,6 +217,28 @@ class EgressPolicy(BaseModel):
         "(any public host), each with an optional `:port`.",
     )
 
+    between_actions: tuple[RuleText, ...] = Field(
+        default=(),
+        max_length=MAX_RULES,
+        description="What a process the agent left running (a dev server, a watcher) may still "
+        "reach once the action that started it ended, until the next action: rules within "
+        "`allow`. Empty (the default): nothing between actions.",
+    )
+
+    @model_validator(mode="after")
+    def _background_within_allow(self) -> EgressPolicy:
+        if self.between_actions:
+            outside = policy_outside(EgressPolicy(allow=self.between_actions), self)
+            if outside is not None:
+                raise ValueError(
+                    f"between_actions: the rule {outside!r} is not within the task's `allow`"
+                )
+        return self
+
+    def background(self) -> EgressPolicy:
+        """The policy between actions."""
+        return EgressPolicy(allow=self.between_actions)
+
     @cached_property
     def _parsed(self) -> tuple[EgressRule, ...]:
         # Parsed once per policy, not on each connection the proxy checks against it.
@@ -237,7 +259,8 @@ class EgressPolicy(BaseModel):
 
     def union(self, other: EgressPolicy) -> EgressPolicy:
         merged = dict.fromkeys(self.allow + other.allow)
-        return EgressPolicy(allow=tuple(merged))
+        background = dict.fromkeys(self.between_actions + other.between_actions)
+        return EgressPolicy(allow=tuple(merged), between_actions=tuple(background))
 
 
 def rules_within(policy: EgressPolicy, bound: EgressPolicy) -> EgressPolicy:

@@ -27,7 +27,6 @@ from shared.egress_policy import (
     SANDBOX_EGRESS_FILE,
     SANDBOX_EGRESS_MOUNT,
     SANDBOX_PROXY_PORT,
-    EgressPolicy,
     SandboxEgress,
 )
 
@@ -127,16 +126,18 @@ class EgressFolders:
         return True
 
     def between_actions(self, token: str | None, order: ExecuteAction) -> None:
-        """Once an action ended, a sandbox with a policy reaches nothing until the next one
-        writes its own (a process the agent left running in the background included): the
-        proxy refuses its new connections and cuts those the action left open (issue 27,
-        item 6). Before each action the runtime writes the action's scope, else the task's
-        policy (execution.py)."""
+        """Once an action ended, a sandbox with a policy reaches only what the task's
+        `between_actions` names (by default nothing) until the next action writes its own: a
+        process the agent left running in the background has its new connections elsewhere
+        refused and those the action left open cut by the proxy (issue 27, item 6). Before
+        each action the runtime writes the action's scope, else the task's policy
+        (execution.py)."""
         if order.network is None or not token:
             return
-        nowhere = EgressPolicy()
+        background = order.network.background()
         self.refresh(
-            token, SandboxEgress(task_id=order.task_id, tenant_id=order.tenant_id, network=nowhere)
+            token,
+            SandboxEgress(task_id=order.task_id, tenant_id=order.tenant_id, network=background),
         )
 
     @staticmethod

@@ -136,6 +136,16 @@ def test_a_policy_wider_than_the_bound_is_refused_naming_the_rule(
         "/v1/tasks", json={"task": f"finish {uuid.uuid4().hex}", "network": {"allow": ["*"]}}
     )
     assert outside.status_code == 422 and "*" in outside.text, outside.text
+    # Kept between actions (a background process's reach): only rules of the task's own.
+    background = alpha.http.post(
+        "/v1/tasks",
+        json={
+            "task": "finish",
+            "network": {"allow": [f"{OUTSIDE}/32"], "between_actions": ["169.254.169.254"]},
+        },
+    )
+    assert background.status_code == 422, background.text
+    assert "between_actions" in background.text and "169.254.169.254" in background.text
 
 
 # -- secrets added at the egress (issue 27, item 3)

@@ -123,6 +123,9 @@ async def create_task(
         network_egress=body.network_egress,
         network_allow=tuple(body.network.allow) if body.network is not None else (),
         network_presets=tuple(body.network.presets) if body.network is not None else (),
+        network_between_actions=(
+            tuple(body.network.between_actions) if body.network is not None else ()
+        ),
         workspace_mib=body.workspace_mib,
         trajectory=body.trajectory,
         labels=tuple(body.labels),

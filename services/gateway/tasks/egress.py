@@ -23,7 +23,14 @@ from ..http.models import ApiRequest
 from ..settings import PresetName
 from .values import NewTask, TaskDefaults
 
-__all__ = ["MAX_PRESETS", "TaskEgress", "TaskNetwork", "message_egress", "task_egress"]
+__all__ = [
+    "MAX_PRESETS",
+    "TaskEgress",
+    "TaskNetwork",
+    "message_egress",
+    "task_egress",
+    "with_background",
+]
 
 MAX_PRESETS = 16
 
@@ -44,6 +51,13 @@ class TaskNetwork(ApiRequest):
         description="Names of the operator's presets (DECKHANDS_EGRESS_PRESETS), each a list of "
         "rules, e.g. `python` for the package index.",
     )
+    between_actions: list[RuleText] = Field(
+        default_factory=list,
+        max_length=MAX_RULES,
+        description="What a process the agent left running (a dev server, a watcher) may still "
+        "reach between actions, within the rules above. Empty (the default): nothing; "
+        "during an action, what the security monitor scoped it to, else the whole policy.",
+    )
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,11 @@ def task_egress(
     server's). A policy wider than the bound, an unknown preset: EgressPolicyRefused (422,
     naming it); `network_egress` where no egress is allowed: EgressForbidden (403)."""
     if not (new.network_egress or new.network_allow or new.network_presets):
+        if new.network_between_actions:
+            raise EgressPolicyRefused(
+                "network: between_actions needs rules to lie within (allow, presets or "
+                "network_egress)"
+            )
         return TaskEgress()  # most tasks: no rule of the bound is parsed for them
     bound = EgressPolicy(allow=bound_rules)
     asked = _asked(new.network_allow, new.network_presets, defaults.egress_presets)
@@ -74,9 +93,12 @@ def task_egress(
         raise EgressPolicyRefused(f"network: the rule {outside!r} is outside what {whose}")
     if not new.network_egress:
         # No rule at all reaches nowhere: the same as no network.
-        return TaskEgress(network=asked if asked.allow else None)
+        policy = asked if asked.allow else None
+        if policy is not None or new.network_between_actions:
+            policy = with_background(policy or asked, new.network_between_actions)
+        return TaskEgress(network=policy)
     if bound.allow:
-        return TaskEgress(network=bound)
+        return TaskEgress(network=with_background(bound, new.network_between_actions))
     if tenant_bound:
         raise EgressForbidden(
             "network_egress: this tenant may use no egress (its egress_allow is empty); "
@@ -110,7 +132,27 @@ def message_egress(
     if outside is not None:
         whose = "its tenant's egress_allow" if tenant_bound else "DECKHANDS_EGRESS_ALLOW"
         raise EgressPolicyRefused(f"network: the rule {outside!r} is outside {whose}")
-    return asked
+    return with_background(asked, tuple(network.between_actions), within=current)
+
+
+def with_background(
+    policy: EgressPolicy, rules: tuple[str, ...], within: EgressPolicy | None = None
+) -> EgressPolicy:
+    """`policy` with `rules` as what holds between actions; a rule outside the policy (and
+    `within`, the task's policy a message widens): EgressPolicyRefused (422, naming it)."""
+    if not rules:
+        return policy
+    scope = policy if within is None else policy.union(within)
+    outside = policy_outside(EgressPolicy(allow=rules), scope)
+    if outside is not None:
+        raise EgressPolicyRefused(
+            f"network: between_actions: the rule {outside!r} is not within the task's "
+            "policy (allow, presets)"
+        )
+    # A message's rules between actions may name what the task had already: they join its
+    # addition too (within the task's policy, so nothing wider), which keeps it one policy.
+    extra = () if within is None else tuple(r for r in rules if r not in policy.allow)
+    return EgressPolicy(allow=policy.allow + extra, between_actions=rules)
 
 
 def _asked(

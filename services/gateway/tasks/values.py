@@ -37,6 +37,7 @@ class NewTask:
     network_egress: bool = False  # the task's policy is its tenant's whole bound (tasks/egress.py)
     network_allow: tuple[str, ...] = ()  # egress rules the task asks for, normalized
     network_presets: tuple[str, ...] = ()  # and the operator's presets it names
+    network_between_actions: tuple[str, ...] = ()  # and what of them holds between actions
     workspace_mib: int | None = None  # the /workspace quota; None: the runtime's default
     trajectory: list[dict[str, Any]] | None = None
     labels: tuple[str, ...] = ()

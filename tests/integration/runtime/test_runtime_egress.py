@@ -326,6 +326,48 @@ async def test_an_action_reaches_its_scope_and_nothing_runs_between_actions(
         await ctl.release()
 
 
+BACKGROUND_TWO = r"""
+import time, urllib.request, urllib.error
+for i in range(60):
+    for name, url in (("KEPT", KEPT_URL), ("OTHER", OTHER_URL)):
+        try:
+            print(name, "OK", urllib.request.urlopen(url, timeout=2).status, flush=True)
+        except urllib.error.HTTPError as e:
+            print(name, "REFUSED", e.code, flush=True)
+        except Exception as e:
+            print(name, "FAILED", type(e).__name__, flush=True)
+    time.sleep(0.2)
+"""
+
+
+async def test_between_actions_a_background_process_reaches_what_the_task_keeps(
+    runtime: object, js: JetStreamContext, site: str, other_site: str
+) -> None:
+    """A task whose policy keeps `other_site` between actions (`between_actions`): once the
+    action that started it ended, a background process still reaches that host, and only it."""
+    redis_url = runtime.settings.redis_url  # type: ignore[attr-defined]
+    policy = EgressPolicy(allow=(site, other_site), between_actions=(other_site,))
+    ctl = await Controller.for_task(js, uuid.uuid4().hex, redis_url, network=policy)
+    try:
+        script = BACKGROUND_TWO.replace("KEPT_URL", repr(f"http://{other_site}/hello.txt")).replace(
+            "OTHER_URL", repr(f"http://{site}/hello.txt")
+        )
+        started = await sh(
+            ctl,
+            f"cat > /tmp/bg.py <<'EOF'\n{script}\nEOF\n"
+            "nohup python3 /tmp/bg.py > /tmp/bg.log 2>&1 & sleep 1.5; cat /tmp/bg.log",
+        )
+        assert "KEPT OK 200" in started and "OTHER OK 200" in started, started
+        await asyncio.sleep(3)  # no action runs: the task's between_actions holds
+        later = await sh(ctl, "tail -n 6 /tmp/bg.log")
+        lines = later.strip().splitlines()[-6:]
+        assert [x for x in lines if x.startswith("KEPT")], later
+        assert all(x == "KEPT OK 200" for x in lines if x.startswith("KEPT")), later
+        assert all(x.startswith("OTHER REFUSED 403") for x in lines if x.startswith("OTHER")), later
+    finally:
+        await ctl.release()
+
+
 def _pass(path: Path, fds: list[int]) -> tuple[socket.socket, bytes]:
     """Connect to a replica's handoff socket, pass `fds` with one byte, read its answer."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -122,3 +122,46 @@ def test_a_message_adds_rules_within_the_bound_and_only_to_a_task_with_a_policy(
         )
     with pytest.raises(EgressPolicyRefused, match="created without network access"):
         message_egress(TaskNetwork(allow=["pypi.org"]), None, DEFAULTS, SERVER_RULES, False)
+
+
+def test_what_holds_between_actions_lies_within_the_tasks_policy() -> None:
+    """Issue 27, item 6: a task may keep some of its rules between actions (a dev server the
+    agent left running that fetches packages); none outside its policy, none without one."""
+    new = NewTask(
+        "x", network_allow=("pypi.org", "*.github.com:443"), network_between_actions=("pypi.org",)
+    )
+    policy = task_egress(new, DEFAULTS, SERVER_RULES, False).network
+    assert policy == EgressPolicy(
+        allow=("pypi.org", "*.github.com:443"), between_actions=("pypi.org",)
+    )
+    assert policy.background() == EgressPolicy(allow=("pypi.org",))
+    assert EgressPolicy(allow=("pypi.org",)).background() == EgressPolicy()  # nothing by default
+    whole = NewTask("x", network_egress=True, network_between_actions=("api.github.com:443",))
+    assert task_egress(whole, DEFAULTS, SERVER_RULES, False).network == EgressPolicy(
+        allow=SERVER_RULES, between_actions=("api.github.com:443",)
+    )
+    outside = NewTask("x", network_allow=("pypi.org",), network_between_actions=("github.com",))
+    with pytest.raises(EgressPolicyRefused, match=r"between_actions: the rule 'github\.com'"):
+        task_egress(outside, DEFAULTS, SERVER_RULES, False)
+    alone = NewTask("x", network_between_actions=("pypi.org",))
+    with pytest.raises(EgressPolicyRefused, match="between_actions needs rules"):
+        task_egress(alone, DEFAULTS, SERVER_RULES, False)
+    with pytest.raises(ValidationError, match="not within the task's `allow`"):
+        EgressPolicy(allow=("pypi.org",), between_actions=("*.github.com:443",))
+    # A message may keep a rule the task already had, or one it adds, never another.
+    current = EgressPolicy(allow=("pypi.org", "*.github.com:443"))
+    kept = message_egress(
+        TaskNetwork(between_actions=["api.github.com:443"]), current, DEFAULTS, SERVER_RULES, False
+    )
+    assert current.union(kept) == EgressPolicy(
+        allow=("pypi.org", "*.github.com:443", "api.github.com:443"),
+        between_actions=("api.github.com:443",),
+    )
+    with pytest.raises(EgressPolicyRefused, match=r"the rule 'files\.pythonhosted\.org'"):
+        message_egress(
+            TaskNetwork(between_actions=["files.pythonhosted.org"]),
+            current,
+            DEFAULTS,
+            SERVER_RULES,
+            False,
+        )
