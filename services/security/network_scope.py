@@ -13,10 +13,11 @@ nothing; a command made only of them gets an empty scope.
 from __future__ import annotations
 
 import shlex
-from urllib.parse import urlsplit
 
-from shared.egress_policy import normal_rule
-from shared.events import CmdRunAction, RunnableAction
+from shared.events import CmdRunAction, RunnableAction, RunPythonAction
+
+from .cell_scope import cell_scope
+from .url_rules import host_rule
 
 __all__ = ["network_scope"]
 
@@ -38,26 +39,8 @@ _GIT_NETWORK = frozenset({"clone", "fetch", "pull", "push", "ls-remote", "submod
 _PUNCTUATION = ";&|<>"
 
 
-def _host_rule(url: str) -> str | None:
-    """`host:port` of a URL (scheme's default port), or None if it names no host."""
-    url = url.removeprefix("git+")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    port = port or (443 if parts.scheme == "https" else 80)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    try:
-        return normal_rule(f"{host}:{port}")
-    except ValueError:
-        return None
-
-
 def _urls(words: list[str]) -> list[str]:
-    return [r for w in words if (r := _host_rule(w)) is not None]
+    return [r for w in words if (r := host_rule(w)) is not None]
 
 
 def _flag_values(words: list[str], flags: tuple[str, ...]) -> list[str]:
@@ -124,6 +107,8 @@ def _part_scope(words: list[str]) -> list[str] | None:
 def network_scope(action: RunnableAction) -> tuple[str, ...] | None:
     """The egress rules the action needs, or None when it cannot be told (the task's whole
     policy applies)."""
+    if isinstance(action, RunPythonAction):
+        return cell_scope(action.code)
     if not isinstance(action, CmdRunAction):
         return None
     try:

@@ -102,6 +102,16 @@ def test_run_follows_the_seed_task_and_exits_by_its_state(console_stack: Stack) 
     assert saved.returncode == 0 and json.loads(trajectory.read_text())["task_id"] == task_id
 
 
+def test_run_asks_for_a_network_policy_and_says_why_it_is_refused(console_stack: Stack) -> None:
+    """`--allow`, `--preset` and `--between-actions` make the task's `network`; this stack
+    allows no egress (DECKHANDS_EGRESS_ALLOW empty), so the gateway's 422 names the rule."""
+    refused = deckhands(console_stack, "run", "-d", "--allow", "203.0.113.7:443", "fetch the page")
+    assert refused.returncode == 6, refused.stdout + refused.stderr
+    assert "203.0.113.7:443" in refused.stderr and "outside" in refused.stderr, refused.stderr
+    alone = deckhands(console_stack, "run", "-d", "--between-actions", "pypi.org", "x")
+    assert alone.returncode == 6 and "between_actions needs rules" in alone.stderr, alone.stderr
+
+
 def test_approve_from_another_shell_while_run_waits(console_stack: Stack) -> None:
     run = subprocess.Popen(
         [str(DECKHANDS), "run", "risky: install requests", "--confirm", "--threshold", "MEDIUM"],

@@ -278,6 +278,23 @@ def test_a_process_left_in_the_background_reaches_nothing_after_its_action(
     assert None in scopes and [] in scopes, scopes
 
 
+def test_a_python_cell_reaches_only_the_urls_it_writes(alpha: Tenant, site: str) -> None:
+    """Issue 27, item 6, for a Python cell: the monitor scopes a cell that fetches a URL it
+    writes to that URL's host, so a second address the cell builds as it runs (to send data
+    out where the task's policy allows, unseen by a reviewer) is refused, and the verdict
+    shows the scope."""
+    url = f"http://{site}/hello.txt"
+    task_id = alpha.create(task=f"{url}#cell-egress", network={"allow": [f"{OUTSIDE}/32"]})
+    view = alpha.wait(task_id, "FINISHED", "ERROR", timeout_s=120)
+    assert view["state"] == "FINISHED", view
+    lines = view["result"]["final_message"].removeprefix("cell: ").strip().splitlines()
+    assert lines[0] == "OK 200", lines
+    assert lines[1].startswith("NO HTTP Error 403"), lines
+    log = alpha.log(task_id)
+    scopes = [e.get("network_scope") for e in log if e["kind"] == "security_verdict"]
+    assert [site] in scopes, scopes
+
+
 def test_what_a_sandbox_passes_to_the_proxy_other_than_its_connection_is_not_taken(
     alpha: Tenant, site: str
 ) -> None:

@@ -1,7 +1,7 @@
 """The network scope the security monitor gives a command (issue 27, item 6): the hosts of
 the index `pip install` uses, the registry of `npm install`, the URL `git clone` or `curl`
 fetches; nothing for a command that never connects; no scope (the task's whole policy) for a
-command it cannot place."""
+command it cannot place. The same for a Python cell (cell_scope.py)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,51 @@ def test_a_command_it_cannot_place_gets_no_scope(command: str) -> None:
     assert _scope(command) is None
 
 
-def test_only_commands_get_a_scope() -> None:
-    assert network_scope(RunPythonAction(task_id="t", source=EventSource.AGENT, code="1")) is None
+def _cell(code: str) -> tuple[str, ...] | None:
+    return network_scope(RunPythonAction(task_id="t", source=EventSource.AGENT, code=code))
+
+
+@pytest.mark.parametrize(
+    ("code", "scope"),
+    [
+        ("print(sum(i * i for i in range(10)))", ()),
+        ("import math, json\nx = math.sqrt(2)\nprint(json.dumps({'x': x}))", ()),
+        ("def f(a):\n    return a + 1\n\nprint([f(n) for n in range(3)])", ()),
+        ("with open('/workspace/a.txt') as f:\n    print(f.read())", ()),
+        (
+            "import urllib.request\nprint(urllib.request.urlopen('https://pypi.org/simple/').status)",
+            ("pypi.org:443",),
+        ),
+        ("import requests\nr = requests.get('http://127.0.0.2:8080/x')", ("127.0.0.2:8080",)),
+    ],
+)
+def test_a_cell_it_can_place_gets_the_hosts_it_needs(code: str, scope: tuple[str, ...]) -> None:
+    assert _cell(code) == scope
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "s.send(b'x')",  # a socket an earlier cell made
+        "print(df.head())",  # any name from an earlier cell
+        "import os\nos.system('curl https://example.com')",
+        "import subprocess\nsubprocess.run(['pip', 'install', 'x'])",
+        "import socket",
+        "import uuid\nuuid.os.system('x')",  # a module reached through another's attribute
+        "import random\nrandom._os.system('x')",
+        "import urllib.request\nurllib.request.socket.create_connection(('h', 1))",
+        "().__class__.__base__.__subclasses__()",
+        "exec('import socket')",
+        "getattr(__builtins__, '__import__')('socket')",
+        "import requests\nrequests.get(url)",  # a URL the cell does not write
+        "from . import x",
+        "!pip install x",  # not Python
+    ],
+)
+def test_a_cell_it_cannot_place_gets_no_scope(code: str) -> None:
+    assert _cell(code) is None
+
+
+def test_only_commands_and_cells_get_a_scope() -> None:
     read = FileReadAction(task_id="t", source=EventSource.AGENT, path="/workspace/x")
     assert network_scope(read) is None

@@ -41,8 +41,28 @@ def run(
         list[str] | None, typer.Option("--label", "-l", help="A label (repeat for more).")
     ] = None,
     network: Annotated[
-        bool, typer.Option("--network", help="Network access for the sandbox.")
+        bool,
+        typer.Option("--network", help="All the network access the operator allows the task."),
     ] = False,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow",
+            help="A host, *.domain, address or CIDR (optional :port) the sandbox may reach "
+            "through the egress proxy (repeat for more).",
+        ),
+    ] = None,
+    preset: Annotated[
+        list[str] | None,
+        typer.Option("--preset", help="An operator's egress preset, e.g. python (repeat)."),
+    ] = None,
+    between_actions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--between-actions",
+            help="A rule of --allow a process left running may still reach between actions.",
+        ),
+    ] = None,
     repo: Annotated[
         str | None, typer.Option("--repo", help="A git repository to check out into /workspace.")
     ] = None,
@@ -85,6 +105,12 @@ def run(
     repository = _repository(repo, ref, repo_token_secret)
     if repository is not None:
         body["repository"] = repository
+    if allow or preset or between_actions:
+        body["network"] = {
+            "allow": allow or [],
+            "presets": preset or [],
+            "between_actions": between_actions or [],
+        }
     with options(ctx).client() as client:
         task_id = call(client.create_task, body)["id"]
         if detach:
