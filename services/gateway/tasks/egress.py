@@ -23,14 +23,7 @@ from ..http.models import ApiRequest
 from ..settings import PresetName
 from .values import NewTask, TaskDefaults
 
-__all__ = [
-    "MAX_PRESETS",
-    "TaskEgress",
-    "TaskNetwork",
-    "message_egress",
-    "task_egress",
-    "with_background",
-]
+__all__ = ["MAX_PRESETS", "TaskEgress", "TaskNetwork", "message_egress", "task_egress"]
 
 MAX_PRESETS = 16
 
@@ -92,11 +85,9 @@ def task_egress(
         )
         raise EgressPolicyRefused(f"network: the rule {outside!r} is outside what {whose}")
     if not new.network_egress:
-        # No rule at all reaches nowhere: the same as no network.
-        policy = asked if asked.allow else None
-        if policy is not None or new.network_between_actions:
-            policy = with_background(policy or asked, new.network_between_actions)
-        return TaskEgress(network=policy)
+        if not asked.allow:
+            return TaskEgress()  # no rule at all reaches nowhere: the same as no network
+        return TaskEgress(network=with_background(asked, new.network_between_actions))
     if bound.allow:
         return TaskEgress(network=with_background(bound, new.network_between_actions))
     if tenant_bound:
