@@ -48,7 +48,7 @@ def _fetch(tenant: Tenant, allow: list[str], *urls: str) -> dict[str, str]:
     task_id = tenant.create(task=f"egress-fetch: {' '.join(urls)}", network={"allow": allow})
     view = tenant.wait(task_id, "FINISHED", "ERROR", timeout_s=120)
     assert view["state"] == "FINISHED", view
-    assert view["network"] == {"allow": allow}, view
+    assert view["network"] == {"allow": allow, "between_actions": []}, view
     output = view["result"]["final_message"].removeprefix("fetched: ")
     lines = {url: line for url in urls for line in output.splitlines() if line.startswith(url)}
     assert set(lines) == set(urls), output

@@ -39,12 +39,18 @@ async def test_a_task_gets_its_rules_and_presets_within_the_bound(
     policy = ["api.github.com:443", "203.0.113.7", "pypi.org", "files.pythonhosted.org"]
     # The creation request carries it: the task's first log entry records it.
     [queued] = await controller_inbox(nc, task_id, expect=1)
-    assert queued["network"] == {"allow": policy} and queued["network_egress"] is False
+    assert (
+        queued["network"] == {"allow": policy, "between_actions": []}
+        and queued["network_egress"] is False
+    )
     state = await make_as_controller(redis, task_id)
     assert state.network is not None and list(state.network.allow) == policy
     assert not state.network_egress  # through the egress proxy, never the plain network
     task = (await http.get(f"/v1/tasks/{task_id}")).json()
-    assert task["network"] == {"allow": policy} and task["network_egress"] is False
+    assert (
+        task["network"] == {"allow": policy, "between_actions": []}
+        and task["network_egress"] is False
+    )
     # No rule at all: no network.
     empty = await http.post("/v1/tasks", json={"task": "x", "network": {"allow": []}})
     assert (await http.get(f"/v1/tasks/{empty.json()['id']}")).json()["network"] is None
@@ -96,7 +102,7 @@ async def test_a_tenants_bound_is_within_the_servers_and_bounds_its_tasks(
         created = await http.post("/v1/tasks", json={"task": "x", "network_egress": True})
         assert created.status_code == 202, created.text
         task = (await http.get(f"/v1/tasks/{created.json()['id']}")).json()
-        assert task["network"] == {"allow": ["pypi.org"]}
+        assert task["network"] == {"allow": ["pypi.org"], "between_actions": []}
         assert (await http.get("/v1/quotas")).json()["limits"]["egress_allow"] == ["pypi.org"]
 
     # A tenant given no egress gets none: its task's network_egress is refused.
@@ -110,7 +116,7 @@ async def test_a_tenants_bound_is_within_the_servers_and_bounds_its_tasks(
 async def test_network_egress_asks_for_the_whole_bound(http: httpx.AsyncClient) -> None:
     created = await http.post("/v1/tasks", json={"task": "x", "network_egress": True})
     task = (await http.get(f"/v1/tasks/{created.json()['id']}")).json()
-    assert task["network"] == {"allow": EGRESS_ALLOW}
+    assert task["network"] == {"allow": EGRESS_ALLOW, "between_actions": []}
     assert (await http.get("/v1/quotas")).json()["limits"]["egress_allow"] == EGRESS_ALLOW
 
 
@@ -131,7 +137,10 @@ async def test_a_message_widens_a_tasks_policy_within_its_bound(
     [message] = await controller_inbox(nc, task_id, expect=1)
     # The rules travel with the message, which the controller logs and applies.
     assert message["kind"] == "message"
-    assert message["network"] == {"allow": ["pypi.org", "files.pythonhosted.org"]}
+    assert message["network"] == {
+        "allow": ["pypi.org", "files.pythonhosted.org"],
+        "between_actions": [],
+    }
     outside = await http.post(
         f"/v1/tasks/{task_id}/messages",
         json={"content": "everything", "network": {"allow": ["evil.example.com"]}},

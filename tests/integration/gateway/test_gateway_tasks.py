@@ -133,7 +133,10 @@ async def test_network_egress_is_opt_in_per_task(http: httpx.AsyncClient, redis:
     assert not state.network_egress
     assert state.network is not None and list(state.network.allow) == EGRESS_ALLOW
     task = (await http.get(f"/v1/tasks/{created['id']}")).json()
-    assert task["network_egress"] is False and task["network"] == {"allow": EGRESS_ALLOW}
+    assert task["network_egress"] is False and task["network"] == {
+        "allow": EGRESS_ALLOW,
+        "between_actions": [],
+    }
     resp = await http.post("/v1/tasks", json={"task": "x", "network_egress": "sometimes"})
     assert resp.status_code == 422 and "network_egress" in resp.json()["message"]
 

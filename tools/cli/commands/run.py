@@ -19,6 +19,27 @@ __all__ = ["login", "run"]
 
 _THRESHOLDS = {"LOW", "MEDIUM", "HIGH", "UNKNOWN"}
 
+# The task's egress policy (`network`), through the egress proxy only.
+_Allow = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        help="A host, *.domain, address or CIDR (optional :port) the sandbox may reach "
+        "through the egress proxy (repeat for more).",
+    ),
+]
+_Preset = Annotated[
+    list[str] | None,
+    typer.Option("--preset", help="An operator's egress preset, e.g. python (repeat)."),
+]
+_BetweenActions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--between-actions",
+        help="A rule of --allow a process left running may still reach between actions.",
+    ),
+]
+
 
 def run(
     ctx: typer.Context,
@@ -44,25 +65,9 @@ def run(
         bool,
         typer.Option("--network", help="All the network access the operator allows the task."),
     ] = False,
-    allow: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow",
-            help="A host, *.domain, address or CIDR (optional :port) the sandbox may reach "
-            "through the egress proxy (repeat for more).",
-        ),
-    ] = None,
-    preset: Annotated[
-        list[str] | None,
-        typer.Option("--preset", help="An operator's egress preset, e.g. python (repeat)."),
-    ] = None,
-    between_actions: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--between-actions",
-            help="A rule of --allow a process left running may still reach between actions.",
-        ),
-    ] = None,
+    allow: _Allow = None,
+    preset: _Preset = None,
+    between_actions: _BetweenActions = None,
     repo: Annotated[
         str | None, typer.Option("--repo", help="A git repository to check out into /workspace.")
     ] = None,
@@ -106,11 +111,7 @@ def run(
     if repository is not None:
         body["repository"] = repository
     if allow or preset or between_actions:
-        body["network"] = {
-            "allow": allow or [],
-            "presets": preset or [],
-            "between_actions": between_actions or [],
-        }
+        body["network"] = _network(allow, preset, between_actions)
     with options(ctx).client() as client:
         task_id = call(client.create_task, body)["id"]
         if detach:
@@ -166,6 +167,18 @@ def _body(
     if secret:
         body["secrets"] = secret
     return body
+
+
+def _network(
+    allow: list[str] | None, presets: list[str] | None, between_actions: list[str] | None
+) -> dict[str, list[str]]:
+    """The task's egress policy as asked: rules, the operator's presets, what holds between
+    actions (the gateway checks each against the bound, 422 naming the rule)."""
+    return {
+        "allow": allow or [],
+        "presets": presets or [],
+        "between_actions": between_actions or [],
+    }
 
 
 def _repository(
