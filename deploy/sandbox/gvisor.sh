@@ -6,10 +6,13 @@
 #   GVISOR=0 make setup                # skip it: sandboxes then run under runc, with a warning
 #
 # The registration, in /etc/docker/daemon.json (other keys are kept):
-#   "runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}
+#   "runtimes": {"runsc": {"path": "/usr/bin/runsc",
+#                          "runtimeArgs": ["--network=none", "--host-uds=open"]}}
 # --network=none: sandboxes have no network (or Docker's bridge for a task with egress); without
 # it runsc refuses to start in this setup ("cannot run with network enabled in root network
-# namespace"). The engine picks the change up on SIGHUP (no restart: running containers stay).
+# namespace"). --host-uds=open: a sandbox may connect to the unix sockets of the host folders
+# it mounts, which is its egress folder alone (the egress proxies' sockets; it cannot create
+# one). The engine picks the change up on SIGHUP (no restart: running containers stay).
 #
 # Only Debian's runsc is used (0.0~20221219 on bookworm): no other repository is reachable here.
 # It refuses statx/fstatat's AT_NO_AUTOMOUNT; the sandbox image carries a shim (noautomount.c).
@@ -45,7 +48,7 @@ try:
         config = json.load(f)
 except FileNotFoundError:
     config = {}
-wanted = {"path": runsc, "runtimeArgs": ["--network=none"]}
+wanted = {"path": runsc, "runtimeArgs": ["--network=none", "--host-uds=open"]}
 runtimes = config.setdefault("runtimes", {})
 if runtimes.get("runsc") == wanted:
     print("unchanged")
@@ -66,7 +69,7 @@ registered() {
 }
 
 if [[ "$change" == "changed" ]]; then
-    echo "gvisor: registered runsc in $DAEMON_JSON (runtimeArgs --network=none)"
+    echo "gvisor: registered runsc in $DAEMON_JSON (runtimeArgs --network=none --host-uds=open)"
 fi
 if [[ "$change" == "changed" ]] || ! registered; then
     pid="$(pidof dockerd || true)"

@@ -30,7 +30,7 @@ from shared.sandbox_protocol import PROTOCOL_VERSION
 
 from .container_info import ContainerInfo, container_info
 from .container_removal import remove_container
-from .egress_folders import EgressFolders
+from .egress_folders import egress_folders
 from .engine_check import check_engine
 from .errors import ExecutorError, SandboxLost, SandboxStartError
 from .executor_client import ExecutorClient, open_attach_socket
@@ -83,7 +83,7 @@ class DockerSandboxes:
         self._client = client
         # Containers being created right now: reconciliation must not mistake them for leaks.
         self.pending_names: set[str] = set()
-        self.egress_folders = EgressFolders(settings.egress_dir, settings.egress_ca_cert)
+        self.egress_folders = egress_folders(settings, self._call, self._api, replica_id)
         # The egress folder of each sandbox created here that has one (removed with it).
         self.egress_tokens: dict[str, str] = {}
         # Creations whose caller gave up: their containers are removed as soon as they exist.
@@ -157,7 +157,7 @@ class DockerSandboxes:
         environment = {"DECKHANDS_WORKSPACE": "/workspace"}
         if shape.egress is not None:
             network = NO_NETWORK
-            egress_token, folder = self.egress_folders.make(shape.egress)
+            egress_token, folder = await self.egress_folders.make(shape.egress)
             environment |= self.egress_folders.environment()
         else:
             network = shape.network or self.pool_network
@@ -190,10 +190,10 @@ class DockerSandboxes:
                 self._abandon(creation)
                 raise
             except docker.errors.DockerException as exc:
-                self.egress_folders.remove(egress_token)
+                await self.egress_folders.remove(egress_token)
                 raise SandboxStartError(f"cannot create a sandbox: {exc}") from exc
             except BaseException:
-                self.egress_folders.remove(egress_token)
+                await self.egress_folders.remove(egress_token)
                 raise
             if egress_token is not None:
                 self.egress_tokens[cid] = egress_token
@@ -302,7 +302,7 @@ class DockerSandboxes:
             log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
             return
         # Its egress folder, if it had one (one left by a crash: `sweep_egress_folders`).
-        self.egress_folders.remove(self.egress_tokens.pop(container_id, None))
+        await self.egress_folders.remove(self.egress_tokens.pop(container_id, None))
 
     # -- workspace keepers (keepers.py): a tmpfs workspace's files across a stop
 

@@ -1,22 +1,21 @@
 """The runtime's end of the egress proxy (issue 27): a folder per sandbox with a network policy.
 
 A task with a policy gets a sandbox with no network at all. The runtime makes a folder for it
-under DECKHANDS_EGRESS_DIR, writes there whose it is and its policy (policy.json), and mounts
-the folder read-only at /run/deckhands/egress; each egress proxy replica listens on a socket
-in it (services/egress/sockets.py), and the sandbox's relay (deploy/sandbox/egress_relay.py)
-carries 127.0.0.1:3128 there. The folder is the sandbox's identity for the proxy: only the
-runtime writes it, and the sandbox sees only its own.
+(under DECKHANDS_EGRESS_DIR, or under DECKHANDS_EGRESS_ENGINE_DIR on the engine's host:
+egress_stores.py), writes there whose it is and its policy (policy.json), and mounts the folder
+read-only at /run/deckhands/egress; each egress proxy replica listens on a socket in it
+(services/egress/sockets.py), and the sandbox's relay (deploy/sandbox/egress_relay.py) carries
+127.0.0.1:3128 there. The folder is the sandbox's identity for the proxy: only the runtime
+writes it, and the sandbox sees only its own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import logging
 import secrets
-import shutil
-import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator
 
@@ -30,9 +29,15 @@ from shared.egress_policy import (
     SandboxEgress,
 )
 
+from .egress_stores import VALID_TOKEN, EngineFolders, FolderStore, LocalFolders
 from .errors import SandboxStartError
 
-__all__ = ["CaCertPath", "EgressFolders", "proxy_environment"]
+if TYPE_CHECKING:
+    from .settings import RuntimeSettings
+
+__all__ = ["CaCertPath", "EgressFolders", "egress_folders", "proxy_environment"]
+
+log = logging.getLogger("deckhands.runtime.egress")
 
 
 def _ca_cert(path: str | None) -> str | None:
@@ -67,8 +72,12 @@ def proxy_environment() -> dict[str, str]:
 
 
 class EgressFolders:
-    def __init__(self, root: str | None, ca_cert: str | None = None) -> None:
-        self.root = Path(root) if root else None
+    """The egress side of a sandbox's life: its folder made before it starts, the policy of
+    each action and of the time between actions written there, the folder removed with it.
+    `store` keeps the folders (egress_stores.py); None: this runtime has no egress proxy."""
+
+    def __init__(self, store: FolderStore | None, ca_cert: str | None = None) -> None:
+        self.store = store
         # Checked by the settings (CaCertPath): a certificate, no key.
         self.ca_cert = Path(ca_cert).read_bytes() if ca_cert else None
 
@@ -91,41 +100,35 @@ class EgressFolders:
             env |= bundle | {"NODE_EXTRA_CA_CERTS": f"{SANDBOX_EGRESS_MOUNT}/{SANDBOX_EGRESS_CA}"}
         return env
 
-    def make(self, egress: SandboxEgress) -> tuple[str, str]:
+    async def make(self, egress: SandboxEgress) -> tuple[str, str]:
         """A new folder for a sandbox of `egress`'s task: (its token, its path on the host)."""
-        if self.root is None:
+        if self.store is None:
             raise SandboxStartError(
                 "this task has a network policy, but this runtime has no egress proxy "
-                "(DECKHANDS_EGRESS_DIR is not set)"
+                "(neither DECKHANDS_EGRESS_DIR nor DECKHANDS_EGRESS_ENGINE_DIR is set)"
             )
         token = "sbx-" + secrets.token_hex(8)
-        folder = self.root / token
-        folder.mkdir(mode=0o755, parents=True)
-        folder.chmod(0o755)
-        if self.ca_cert is not None:
-            (folder / SANDBOX_EGRESS_CA).write_bytes(self.ca_cert)
-            (folder / SANDBOX_EGRESS_CA).chmod(0o644)
-        self._write(folder, egress)
-        return token, str(folder)
+        files = {SANDBOX_EGRESS_CA: self.ca_cert} if self.ca_cert is not None else {}
+        try:
+            # The policy last: its presence is what the proxy listens for.
+            await self.store.make(token, files | {SANDBOX_EGRESS_FILE: _policy(egress)})
+        except OSError as exc:
+            await self.remove(token)
+            raise SandboxStartError(f"cannot make the sandbox's egress folder: {exc}") from exc
+        return token, self.store.path(token)
 
-    def refresh(self, token: str | None, egress: SandboxEgress) -> bool:
+    async def refresh(self, token: str | None, egress: SandboxEgress) -> bool:
         """Write the task's policy again if it changed (a user's message widened it): the
         proxy reads it for the sandbox's next connection. True if it was rewritten."""
-        if self.root is None or not token or "/" in token:
+        if self.store is None or not token or not VALID_TOKEN.match(token):
             return False
-        folder = self.root / token
-        try:
-            if (
-                SandboxEgress.model_validate_json((folder / SANDBOX_EGRESS_FILE).read_bytes())
-                == egress
-            ):
-                return False
-        except (OSError, ValueError):
-            pass
-        self._write(folder, egress)
+        policy = _policy(egress)
+        if await self.store.read(token, SANDBOX_EGRESS_FILE) == policy:
+            return False
+        await self.store.write(token, SANDBOX_EGRESS_FILE, policy)
         return True
 
-    def between_actions(self, token: str | None, order: ExecuteAction) -> None:
+    async def between_actions(self, token: str | None, order: ExecuteAction) -> None:
         """Once an action ended, a sandbox with a policy reaches only what the task's
         `between_actions` names (by default nothing) until the next action writes its own: a
         process the agent left running in the background has its new connections elsewhere
@@ -135,36 +138,54 @@ class EgressFolders:
         if order.network is None or not token:
             return
         background = order.network.background()
-        self.refresh(
+        await self.refresh(
             token,
             SandboxEgress(task_id=order.task_id, tenant_id=order.tenant_id, network=background),
         )
 
-    @staticmethod
-    def _write(folder: Path, egress: SandboxEgress) -> None:
-        written = folder / (SANDBOX_EGRESS_FILE + ".new")
-        written.write_text(egress.model_dump_json())
-        written.chmod(0o644)
-        # Whole or absent: a proxy replica reading the folder never sees half a policy.
-        os.replace(written, folder / SANDBOX_EGRESS_FILE)
-
-    def remove(self, token: str | None) -> None:
-        if self.root is None or not token or "/" in token:
+    async def remove(self, token: str | None) -> None:
+        if self.store is None or not token:
             return
-        shutil.rmtree(self.root / token, ignore_errors=True)
+        try:
+            await self.store.remove(token)
+        except (OSError, ValueError) as exc:  # the sweep takes it later
+            log.warning("could not remove egress folder %s: %s", token, exc)
 
-    def sweep(self, live: set[str], min_age_s: float = 60.0) -> int:
+    async def close(self) -> None:
+        if self.store is not None:
+            await self.store.close()
+
+    async def sweep(self, live: set[str], min_age_s: float = 60.0) -> int:
         """Remove the folders of sandboxes that no longer exist (a crash between removing one
         and its folder); a folder younger than `min_age_s` may be one being started."""
-        if self.root is None or not self.root.is_dir():
+        if self.store is None:
             return 0
-        removed = 0
-        now = time.time()
-        for entry in self.root.iterdir():
-            if not entry.name.startswith("sbx-") or entry.name in live:
-                continue
-            with contextlib.suppress(OSError):
-                if now - entry.stat().st_mtime >= min_age_s:
-                    shutil.rmtree(entry, ignore_errors=True)
-                    removed += 1
-        return removed
+        return await self.store.sweep(live, min_age_s)
+
+
+def _policy(egress: SandboxEgress) -> bytes:
+    return egress.model_dump_json().encode()
+
+
+def egress_folders(
+    settings: RuntimeSettings,
+    call: Callable[..., Awaitable[Any]],
+    api: Callable[[], Any],
+    replica: str,
+) -> EgressFolders:
+    """This runtime's, kept where its settings say (`call` and `api`: its Docker threads and
+    client, for folders on the engine's host)."""
+    store: FolderStore | None = None
+    if settings.egress_dir:
+        store = LocalFolders(settings.egress_dir)
+    elif settings.egress_engine_dir:
+        store = EngineFolders(
+            call,
+            api,
+            settings.egress_engine_dir,
+            settings.sandbox_image,
+            settings.egress_folder_owner,
+            settings.pool_name,
+            replica,
+        )
+    return EgressFolders(store, settings.egress_ca_cert)

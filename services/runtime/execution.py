@@ -222,7 +222,8 @@ class Execution:
                     sandbox.session, action, self.settings, self.blobs, secrets
                 )
             finally:  # nothing reachable until the next action (egress_folders.py)
-                self.tasks.docker.egress_folders.between_actions(sandbox.egress_token, command)
+                egress = self.tasks.docker.egress_folders
+                await egress.between_actions(sandbox.egress_token, command)
             observation = _with_notice(sandbox, observation)
             # Redacted at the source: before the ledger records it or anyone sees it.
             observation = redactor.model(observation)
@@ -242,12 +243,13 @@ class Execution:
         Raises what is transient (the order is redelivered) unless this is its last try."""
         action = command.action
         kind = action.kind
-        if command.network is not None and self.settings.egress_dir is None:
+        if command.network is not None and not self.settings.egress_folders_kept:
             ACTIONS.labels(kind, "egress_forbidden").inc()
             return error_observation(
                 action,
                 "This task has a network policy, but this runtime has no egress proxy "
-                "(DECKHANDS_EGRESS_DIR is not set). The action was not run.",
+                "(neither DECKHANDS_EGRESS_DIR nor DECKHANDS_EGRESS_ENGINE_DIR is set). "
+                "The action was not run.",
                 "egress_forbidden",
             )
         if command.network_egress and command.network is None:
@@ -273,7 +275,7 @@ class Execution:
                 # While the action runs: its verdict's scope, else the task's whole policy.
                 scope = command.network_scope or shape.egress.network
                 during = shape.egress.model_copy(update={"network": scope})
-                self.tasks.docker.egress_folders.refresh(sandbox.egress_token, during)
+                await self.tasks.docker.egress_folders.refresh(sandbox.egress_token, during)
             return sandbox
         except WorkspaceLost as exc:
             if self.checkpoints is not None and self.checkpoints.latest(command) is not None:

@@ -146,7 +146,7 @@ class ExecutorClient:
         self, op: str, fields: Mapping[str, Any], wait_s: float, reply: type[_Reply]
     ) -> _Reply:
         """Send one request, wait up to `wait_s` for its answer and check it against its type."""
-        answer = await self._exchange(op, fields, wait_s)
+        answer = await self.exchange(op, fields, wait_s)
         try:
             if not answer.get("ok"):
                 refusal = _ERROR_REPLY.validate_python(answer)
@@ -162,7 +162,9 @@ class ExecutorClient:
             ) from None
         return checked
 
-    async def _exchange(self, op: str, fields: Mapping[str, Any], wait_s: float) -> dict[str, Any]:
+    async def exchange(self, op: str, fields: Mapping[str, Any], wait_s: float) -> dict[str, Any]:
+        """One request, its answer as it came (unchecked): for a peer of this framing that is
+        not the executor (the egress folders' helper, egress_stores.py)."""
         if self.lost_reason is not None:
             raise SandboxLost(self.lost_reason)
         rid = f"{self._prefix}-{next(_ids)}"

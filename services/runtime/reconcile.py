@@ -173,7 +173,7 @@ async def reconcile(
     report.volumes_pruned = await docker.prune_volumes()
     # Egress folders of sandboxes gone (a crash between a removal and its folder's).
     live = {c.labels[LABEL_EGRESS] for c in containers if LABEL_EGRESS in c.labels}
-    report.egress_folders_removed = docker.egress_folders.sweep(live)
+    report.egress_folders_removed = await docker.egress_folders.sweep(live)
     if (
         report.removed
         or report.adopted

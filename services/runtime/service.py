@@ -255,4 +255,5 @@ class RuntimeService:
             with contextlib.suppress(Exception):
                 await self.bindings.replica_gone(self.replica_id)
         await self.redis.aclose()
+        await self.docker.egress_folders.close()
         self.docker.close()

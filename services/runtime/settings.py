@@ -10,13 +10,13 @@ from shared.settings import CommonSettings
 from shared.subjects import replica_token
 
 from .checkpoint_settings import CheckpointSettings
-from .egress_folders import CaCertPath
+from .egress_settings import EgressFolderSettings
 from .sizes import SIZE, SandboxSizes, size_bytes
 
 __all__ = ["RuntimeSettings", "size_bytes"]
 
 
-class RuntimeSettings(CommonSettings, CheckpointSettings, SandboxSizes):
+class RuntimeSettings(CommonSettings, CheckpointSettings, EgressFolderSettings, SandboxSizes):
     """Sandbox pool, hardening and execution limits (env: DECKHANDS_<NAME>, e.g.
     DECKHANDS_SANDBOX_IMAGE, DECKHANDS_POOL_MIN_IDLE)."""
 
@@ -181,17 +181,6 @@ class RuntimeSettings(CommonSettings, CheckpointSettings, SandboxSizes):
         default=False,
         description="Egress for every sandbox: all join sandbox_network_name instead of having "
         "no network at all. Leave it off and let tasks opt in with `network_egress`.",
-    )
-    egress_dir: str | None = Field(
-        default=None,
-        description="Folder shared with the egress proxy (its DECKHANDS_EGRESS_DIR): a "
-        "sandbox whose task has a network policy gets a folder here, mounted read-only, as its "
-        "only way out. Unset: such tasks' actions are refused with the reason.",
-    )
-    egress_ca_cert: CaCertPath = Field(
-        default=None,
-        description="The deployment's egress CA certificate (PEM, no key), which sandboxes "
-        "with a network policy trust: the proxy adds secrets bound to a host with it.",
     )
     sandbox_network_name: str = Field(
         default="bridge",

@@ -4,7 +4,7 @@ The rendered policies are evaluated as Kubernetes does (a pod selected by no pol
 direction is open in it; otherwise some rule of a selecting policy must allow the peer and the
 port; a connection needs the sender's egress and the receiver's ingress) over every pair of
 the namespace's pods, a few pods elsewhere (Prometheus, KEDA, cluster DNS, a stranger), and
-public and private addresses. The result must equal EXPECTED, flow for flow.
+public and private addresses, each way. The result must equal EXPECTED, flow for flow.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ SERVICES = ("gateway", *WORKERS)
 
 # (from, to, port) for every connection the architecture has; "dns" is the cluster DNS.
 _BASE = (
-    {(p.name, "gateway", 8000) for p in OUTSIDE_PODS}  # the API, from anywhere outside
+    {(p.name, "gateway", 8000) for p in (*OUTSIDE_PODS, *ADDRESSES)}  # the API, from anywhere
     | {("prometheus", w, 9100) for w in WORKERS}  # metrics (the gateway's are on 8000)
     | {("prometheus", "nats", 8222)}  # NATS' monitor, for an exporter
     | {(s, "nats", 4222) for s in SERVICES}
@@ -82,8 +82,12 @@ _BASE = (
 )
 # On gVisor sandbox nodes the runtime reaches its node's engine (a private address, mutual TLS
 # on 2376); image pulls and sandbox traffic leave from that engine, not from the runtime pod.
+# The nodes' egress proxies (on each node's engine, in its network) reach NATS and Redis from
+# the node's private address.
 _SANDBOX_NODES = {f for f in _BASE if f[:2] != ("runtime", "internet")} | {
-    ("runtime", "private-net", 2376)
+    ("runtime", "private-net", 2376),
+    ("private-net", "nats", 4222),
+    ("private-net", "redis", 6379),
 }
 EXPECTED = {
     "base": _BASE,
@@ -186,7 +190,7 @@ def _allowed(
 def allowed_flows(documents: tuple[Document, ...]) -> set[tuple[str, str, int]]:
     inside = _inside(documents)
     flows = set()
-    for source in (*inside, *OUTSIDE_PODS):
+    for source in (*inside, *OUTSIDE_PODS, *ADDRESSES):
         for target in (*inside, *OUTSIDE_PODS, *ADDRESSES):
             if source.namespace != NAMESPACE and target.namespace != NAMESPACE:
                 continue  # neither end is ours

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import random
 import socket
@@ -32,6 +33,8 @@ from net_listener import Listener  # type: ignore[import-not-found]
 from redis.asyncio import Redis
 from runtime_helpers import Controller, make_settings  # type: ignore[import-not-found]
 
+from services.runtime.egress_stores import ROLE_EGRESS_FOLDERS
+from services.runtime.sandbox_labels import LABEL_POOL, LABEL_ROLE
 from services.runtime.settings import RuntimeSettings
 from shared.egress_policy import EgressPolicy
 from shared.settings import CommonSettings
@@ -89,17 +92,23 @@ def proxies(
         yield running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["shared folder", "through the engine"])
 def svc_settings(
+    request: pytest.FixtureRequest,
     isolated_settings: CommonSettings,
     sandbox_image: str,
     module_pool: str,
     egress_folder: Path,
     proxies: Proxies,
 ) -> RuntimeSettings:
-    return make_settings(
-        isolated_settings, sandbox_image, module_pool, egress_dir=str(egress_folder)
-    )
+    """Each test twice: with the proxies' folder shared with the runtime (DECKHANDS_EGRESS_DIR),
+    and kept on the engine's host through a helper container (DECKHANDS_EGRESS_ENGINE_DIR, as
+    on the gVisor node pool, where the runtime may mount nothing of its node; here the engine's
+    host is this one, so the proxies read it as they would on a node)."""
+    where: dict[str, Any] = {"egress_dir": str(egress_folder)}
+    if request.param == "through the engine":
+        where = {"egress_engine_dir": str(egress_folder), "egress_folder_owner": os.getuid()}
+    return make_settings(isolated_settings, sandbox_image, module_pool, **where)
 
 
 async def _task(runtime: object, js: JetStreamContext, allow: list[str]) -> Controller:
@@ -138,7 +147,9 @@ async def test_an_allowed_host_is_reached_and_nothing_else(
             "getent hosts pypi.org || echo no-name-service",
         )
         assert "Connection refused" in direct or "unreachable" in direct, direct
-        assert "Network is unreachable" in direct and "no-name-service" in direct, direct
+        # UDP out: no route at all (Linux: ENETUNREACH; gVisor: EHOSTUNREACH).
+        assert "Network is unreachable" in direct or "No route to host" in direct, direct
+        assert "no-name-service" in direct, direct
         assert elsewhere.connections == 0
         assert "secret-banner" not in other_port + direct
     finally:
@@ -154,7 +165,8 @@ async def test_the_sandbox_has_no_network_but_its_read_only_folder(
             ctl,
             "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ,; echo; "
             "ls /run/deckhands/egress | sort | tr '\\n' ,; echo; "
-            "touch /run/deckhands/egress/x 2>&1 | grep -o 'Read-only file system'; "
+            "touch /run/deckhands/egress/x 2>&1 | grep -o -E 'Read-only file system|Permission "
+            "denied'; "
             "echo $HTTPS_PROXY",
         )
         interfaces, files, read_only, proxy = seen.strip().splitlines()[:4]
@@ -162,7 +174,8 @@ async def test_the_sandbox_has_no_network_but_its_read_only_folder(
         assert files == (
             "egress-0.handoff,egress-0.sock,egress-1.handoff,egress-1.sock,policy.json,"
         ), seen
-        assert read_only == "Read-only file system", seen
+        # Not written (Linux answers a read-only mount with EROFS, gVisor with EACCES).
+        assert read_only in ("Read-only file system", "Permission denied"), seen
         assert proxy == "http://127.0.0.1:3128", seen
     finally:
         await ctl.release()
@@ -446,13 +459,20 @@ async def test_a_passed_connection_is_served_and_nothing_else_is_taken(
         await ctl.release()
 
 
+def _past_layers(proxies: Proxies) -> float:
+    """Bytes of bodies written past mitmproxy's layers: from Python, or by splice."""
+    return proxies.counted("deckhands_egress_body_relayed_bytes_total") + proxies.counted(
+        "deckhands_egress_body_spliced_bytes_total"
+    )
+
+
 async def test_a_large_body_arrives_whole_and_unchanged(
     runtime: object, js: JetStreamContext, site: str, proxies: Proxies
 ) -> None:
     """Bodies of many pieces through the proxy (passed on uncopied: pieces_reader.py,
-    body_pieces.py; written past mitmproxy's layers: body_relay.py) arrive byte for byte, one
-    after another on a kept-alive connection, a small one between them."""
-    relayed = proxies.counted("deckhands_egress_body_relayed_bytes_total")
+    body_pieces.py; written past mitmproxy's layers: body_relay.py, body_splice.py) arrive byte
+    for byte, one after another on a kept-alive connection, a small one between them."""
+    past_layers = _past_layers(proxies)
     ctl = await _task(runtime, js, [site])
     try:
         seen = await sh(
@@ -472,8 +492,55 @@ async def test_a_large_body_arrives_whole_and_unchanged(
         assert f"GOT hello.txt 27 {hello}" in seen, seen
         assert "ONE CONNECTION True" in seen, seen
         # Most of each big body went past mitmproxy's layers (its headers, its first piece and
-        # its last byte through them).
-        relayed = proxies.counted("deckhands_egress_body_relayed_bytes_total") - relayed
-        assert len(_BIG) < relayed < 2 * len(_BIG), relayed
+        # its last byte through them), from Python or inside the kernel.
+        past_layers = _past_layers(proxies) - past_layers
+        assert len(_BIG) < past_layers < 2 * len(_BIG), past_layers
     finally:
         await ctl.release()
+
+
+def _folders(root: Path) -> dict[str, tuple[dict[str, Any], int]]:
+    """Each sandbox folder's policy, and the uid that owns the folder."""
+    return {
+        folder.name: (json.loads((folder / "policy.json").read_text()), folder.stat().st_uid)
+        for folder in root.glob("sbx-*")
+    }
+
+
+async def test_a_sandboxs_folder_is_the_proxies_and_goes_with_it(
+    runtime: object,
+    js: JetStreamContext,
+    site: str,
+    egress_folder: Path,
+    module_pool: str,
+    docker_client: docker.DockerClient,
+) -> None:
+    settings: RuntimeSettings = runtime.settings  # type: ignore[attr-defined]
+    ctl = await _task(runtime, js, [site])
+    try:
+        assert "STATUS 200" in await sh(ctl, _fetch(f"http://{site}/hello.txt"))
+        folders = await asyncio.to_thread(_folders, egress_folder)
+        token = next(t for t, (policy, _) in folders.items() if policy["task_id"] == ctl.task_id)
+        policy, owner = folders[token]
+        assert owner == os.getuid()  # the proxies' uid: they listen in it
+        assert policy["network"]["allow"] == []  # between actions: nothing (the default)
+        if settings.egress_engine_dir:
+            # The helper: no network, a read-only root, nothing of the host but that folder.
+            labels = [f"{LABEL_ROLE}={ROLE_EGRESS_FOLDERS}", f"{LABEL_POOL}={module_pool}"]
+            helpers = docker_client.api.containers(filters={"label": labels})
+            assert len(helpers) == 1
+            info = docker_client.api.inspect_container(helpers[0]["Id"])
+            assert info["HostConfig"]["NetworkMode"] == "none"
+            assert info["HostConfig"]["ReadonlyRootfs"] is True
+            assert [m["Source"] for m in info["Mounts"]] == [str(egress_folder)]
+            # Gone (an operator's cleanup): the next action's policy is written by a new one.
+            docker_client.api.remove_container(helpers[0]["Id"], force=True)
+            assert "STATUS 200" in await sh(ctl, _fetch(f"http://{site}/hello.txt"))
+            assert len(docker_client.api.containers(filters={"label": labels})) == 1
+    finally:
+        await ctl.release()
+    for _ in range(100):  # removed with its sandbox
+        if token not in await asyncio.to_thread(_folders, egress_folder):
+            break
+        await asyncio.sleep(0.1)
+    assert token not in await asyncio.to_thread(_folders, egress_folder)
