@@ -10,13 +10,36 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["OUTSIDE", "serving"]
+__all__ = ["OUTSIDE", "STALLED", "STALLED_SENT", "STALLED_SIZE", "resumed", "serving"]
 
 OUTSIDE = "127.0.0.2"
+# A body the host stops sending part of the way (a slow or hostile host): STALLED_SENT of its
+# STALLED_SIZE bytes at once, the rest only once `resumed` is set (or never: 60 s, then the
+# connection is closed).
+STALLED = "/stalled.bin"
+STALLED_SIZE = 6 << 20
+STALLED_SENT = 2 << 20
+resumed = threading.Event()
 
 
 class _Files(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: several responses on one connection
+
+    def do_GET(self) -> None:
+        if self.path != STALLED:
+            super().do_GET()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(STALLED_SIZE))
+        self.end_headers()
+        try:
+            self.wfile.write(b"s" * STALLED_SENT)
+            self.wfile.flush()
+            if resumed.wait(60):
+                self.wfile.write(b"s" * (STALLED_SIZE - STALLED_SENT))
+        except ConnectionError:
+            pass  # the proxy cut it: what a test of a stalled host expects
+        self.close_connection = True
 
     def log_message(self, *args: object) -> None:
         pass

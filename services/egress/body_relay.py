@@ -34,6 +34,7 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers.http import HttpClient, HttpLayer, HttpStream
 from mitmproxy.proxy.layers.http._http1 import Http1Client, Http1Server
 
+from .body_splice import splice_next_read
 from .metrics import BODY_RELAYED
 
 __all__ = ["applies", "relay_streamed_bodies"]
@@ -138,6 +139,8 @@ def relay_streamed_bodies() -> bool:
                 if not io.writer.is_closing():
                     io.writer.write(event.data)
                     BODY_RELAYED.inc(len(event.data))
+                    still = found[0]._remaining
+                    splice_next_read(self, conn, lambda: _destination(http, conn, 1), still)
                 return
         await server_event(self, event)
 

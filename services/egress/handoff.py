@@ -11,6 +11,9 @@ used up or its policy no longer allows it, and the peer name mitmproxy reads is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -68,15 +71,29 @@ class CountedStream:
                 return ("127.0.0.1", 0)
             return extra(name, default)
 
+        writer.deckhands_counted = self  # type: ignore[attr-defined]  # for body_splice.py
         reader.read = counted_read  # type: ignore[method-assign]
         writer.write = counted_write  # type: ignore[method-assign]
         writer.get_extra_info = named  # type: ignore[method-assign]
+
+    def given(self, count: int) -> bool:
+        """`count` bytes sent to the sandbox past `write` (body_splice.py): whether it may go on."""
+        self.received += count
+        self._went(count)
+        return not self.cut
 
     def _went(self, count: int) -> None:
         if not self._count(count):
             self.close()
 
     def close(self) -> None:
-        """Cut at once: what mitmproxy wrote and the sandbox has not read is dropped."""
+        """Cut at once: what mitmproxy wrote and the sandbox has not read is dropped. The socket
+        itself is shut, not only this handle of it: a body being moved by splice holds a copy of
+        its descriptor (body_splice.py) until mitmproxy, seeing this side gone, cancels the
+        host's read; the sandbox sees the end now, whatever that takes."""
         self.cut = True
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(sock.fileno())) as own:
+                own.shutdown(socket.SHUT_RDWR)
         self.writer.transport.abort()

@@ -7,6 +7,7 @@ from prometheus_client import Counter, Gauge
 __all__ = [
     "ACTIVITY_DROPPED",
     "BODY_RELAYED",
+    "BODY_SPLICED",
     "BYTES",
     "CONNECTIONS",
     "OPEN",
@@ -39,4 +40,9 @@ BODY_RELAYED = Counter(
     "deckhands_egress_body_relayed_bytes_total",
     "Bytes of streamed plain-HTTP bodies written to sandboxes past mitmproxy's layers "
     "(body_relay.py); none after a mitmproxy upgrade that fast path does not know.",
+)
+BODY_SPLICED = Counter(
+    "deckhands_egress_body_spliced_bytes_total",
+    "Bytes of long streamed plain-HTTP bodies moved host to sandbox by splice(2), inside the "
+    "kernel (body_splice.py).",
 )

@@ -95,6 +95,21 @@ class PiecesReader(asyncio.StreamReader):
         self._maybe_resume_transport()
         return piece
 
+    def take_pieces(self, most: int) -> list[bytes]:
+        """Up to `most` bytes of what is queued, as they came (body_splice.py: what precedes
+        a splice); the rest stays queued."""
+        taken: list[bytes] = []
+        size = 0
+        while self._pieces and size < most:
+            piece = self._pieces.popleft()
+            if size + len(piece) > most:
+                self._pieces.appendleft(piece[most - size :])
+                piece = piece[: most - size]
+            taken.append(piece)
+            size += len(piece)
+        self._held -= size
+        return taken
+
     async def readline(self) -> bytes:
         self._join()
         return await super().readline()
