@@ -60,6 +60,7 @@ __all__ = [
 
 # The weights of tenants (HASH tenant -> weight), written by the gateway for every pool.
 WEIGHTS_KEY = "deckhands:seat-weights"
+ANNOUNCED_FOR_S = 30
 # The tenant of a task made before tasks named theirs (an order of an older controller).
 NO_TENANT = "-"
 _RELEASES_KEPT = 100
@@ -182,6 +183,11 @@ class SandboxSeats:
         """The task's sandbox started (or failed to): it no longer counts as starting. True when
         it did, so a start slot is free for the next queued task (`pump`)."""
         return bool(await self.redis.zrem(f"{self.prefix}:starting", task_id))
+
+    async def announce(self) -> None:
+        """Say that the pool has a runtime, and how many seats (shared/seat_states.py): for
+        `ANNOUNCED_FOR_S`, said again every second while a replica runs."""
+        await self.redis.set(f"{self.prefix}:max_seats", self.max_seats, ex=ANNOUNCED_FOR_S)
 
     async def seat_of(self, task_id: str) -> SeatRecord:
         """What the task's seat says of its sandbox's start, in one round trip."""

@@ -73,10 +73,19 @@ _ALL = (GATEWAY, CONTROLLER, REASONER, RUNTIME)
 _GATEWAY_ONLY = (GATEWAY,)
 
 
-def _seats(name: str, holds: str, *, gateway_reads: bool = False) -> RedisRecord:
-    """A key of a pool's sandbox seats and fair queue (shared/admission.py), the runtime's."""
-    readers = (RUNTIME, GATEWAY) if gateway_reads else (RUNTIME,)
-    return RedisRecord(f"deckhands:seats:*:{name}", RUNTIME, readers, "shared.seat_scripts", holds)
+def _seats(
+    name: str,
+    holds: str,
+    *,
+    gateway_reads: bool = False,
+    reasoner_reads: bool = False,
+    module: str = "shared.seat_scripts",
+) -> RedisRecord:
+    """A key of a pool's sandbox seats and fair queue (shared/admission.py), the runtime's; the
+    reasoner reads whether a task is seated before its first LLM call (shared/seat_states.py)."""
+    readers = (RUNTIME, *((GATEWAY,) if gateway_reads else ()))
+    readers += (REASONER,) if reasoner_reads else ()
+    return RedisRecord(f"deckhands:seats:*:{name}", RUNTIME, readers, module, holds)
 
 
 def _llm(name: str, holds: str) -> RedisRecord:
@@ -119,11 +128,21 @@ RECORDS: tuple[RedisRecord, ...] = (
         "marker: every live task has its State (gone: Redis lost them, the controller rebuilds)",
     ),
     # -- sandbox seats and their fair queue, per pool (the runtime's)
-    _seats("seats", "HASH task -> when it was seated: the seats taken", gateway_reads=True),
+    _seats(
+        "seats",
+        "HASH task -> when it was seated: the seats taken",
+        gateway_reads=True,
+        reasoner_reads=True,
+    ),
     _seats("starting", "ZSET task -> when it was seated, until its sandbox started"),
     _seats("owner", "HASH task -> tenant, for each task seated or queued", gateway_reads=True),
     _seats("held", "HASH tenant -> seats its tasks hold", gateway_reads=True),
-    _seats("queue", "ZSET task -> arrival ticket, every queued task", gateway_reads=True),
+    _seats(
+        "queue",
+        "ZSET task -> arrival ticket, every queued task",
+        gateway_reads=True,
+        reasoner_reads=True,
+    ),
     _seats("q:*", "ZSET task -> rank: one tenant's own queue", gateway_reads=True),
     _seats("waiting", "HASH tenant -> tasks it has queued", gateway_reads=True),
     _seats("queued_at", "HASH task -> when it joined the queue"),
@@ -133,6 +152,12 @@ RECORDS: tuple[RedisRecord, ...] = (
     _seats("released", "LIST when the latest seats freed (the wait estimate)", gateway_reads=True),
     _seats("batch", "SET tasks seated as batch ones: a starting task's kind"),
     _seats("leaves_warm", "SET tasks seated amid a burst or a backlog (warm sandboxes)"),
+    _seats(
+        "max_seats",
+        "STRING the pool's seats (DECKHANDS_MAX_SANDBOXES), said by each runtime replica",
+        reasoner_reads=True,
+        module="shared.admission",
+    ),
     RedisRecord(
         "deckhands:seat-weights",
         GATEWAY,

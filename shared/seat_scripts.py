@@ -23,6 +23,8 @@ replicas never give away the same seat. The keys (per sandbox pool, under
                while younger ones still queued (a burst's rest, a backlog's head): their
                sandboxes leave the pool's last warm ones to whoever comes next (another
                tenant's task, an interactive one), until the task ends
+- `max_seats` STRING the pool's seats, said by each replica (SandboxSeats.announce): whether a
+               task the runtime has not seen yet will be seated (shared/seat_states.py)
 
 The per-tenant queues are named inside the scripts, so these keys need one Redis (not a
 cluster), which is what deckhands deploys. The runtime owns them; the gateway only reads.

@@ -53,6 +53,7 @@ from .replies import (
     reply_event,
     step_event_id,
 )
+from .seat_wait import SeatWait
 from .settings import ReasonerSettings
 from .tools import TOOL_SPECS
 
@@ -117,6 +118,7 @@ class StepHandler:
         self.settings = settings
         self.llm = llm
         self.redis = redis  # set at start-up; None: no trajectories to replay
+        self.seats: SeatWait | None = None  # set at start-up with Redis
         self.blobs = blobs  # for file writes too large for an event (None: refused)
         self.tokens = TokenCounter(settings.llm_model)
         self._without_trajectory: OrderedDict[str, None] = OrderedDict()
@@ -255,6 +257,8 @@ class StepHandler:
         condensed = await self._condense(step, view, events, native, force=False)
         if condensed is not None:
             return condensed
+        if step.iteration <= 1 and self.seats is not None:
+            await self.seats.until_seated(step.task_id)
         asked = time.perf_counter()
         try:
             reply = await self.llm.complete(
@@ -285,6 +289,23 @@ class StepHandler:
             )
         bounded = bounded_event(step, event, reply.usage, s.max_action_bytes)
         return noting(bounded, instructions, events)  # type: ignore[no-any-return]
+
+    def attach(self, redis: Redis) -> None:
+        """Redis, once reached at start-up: trajectories to replay, and the seats a queued
+        task's first step waits for."""
+        self.redis = redis
+        s = self.settings
+        self.seats = SeatWait(
+            redis, s.pool_name, max_held=max(1, s.workers // 2), max_wait_s=s.first_step_seat_wait_s
+        )
+
+    async def detach(self) -> None:
+        if self.seats is not None:
+            await self.seats.close()
+            self.seats = None
+        if self.redis is not None:
+            await self.redis.aclose()
+            self.redis = None
 
     async def _instructions(self, task_id: str) -> RepoInstructions | None:
         """The workspace's repository instructions (AGENTS.md), kept by the runtime."""

@@ -92,7 +92,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
         except Exception as exc:
             await redis.aclose()
             raise RuntimeError(f"cannot reach Redis (DECKHANDS_REDIS_URL): {exc}") from exc
-        handler.redis = redis
+        handler.attach(redis)
         llm.attach(redis)  # each model's capacity, shared with the other replicas
         await llm.prepare()
         await mcp.refresh()
@@ -105,9 +105,7 @@ def build_app(settings: ReasonerSettings | None = None) -> FastStream:
     async def _stop() -> None:
         for task in retrying:
             task.cancel()
-        if handler.redis is not None:
-            await handler.redis.aclose()
-            handler.redis = None
+        await handler.detach()
 
     return app
 

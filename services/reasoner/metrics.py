@@ -6,6 +6,8 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = [
+    "FIRST_STEPS_HELD",
+    "FIRST_STEP_SEAT_WAIT",
     "HISTORY_CACHE_BYTES",
     "HISTORY_EVENTS_GIVEN",
     "HISTORY_EVENTS_READ",
@@ -113,4 +115,18 @@ STEP_PHASE = Histogram(
     "answer on (publish); the wait before handling is deckhands_consumer_wait_seconds",
     ["phase"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+# A queued task's first LLM call waits for its seat (seat_wait.py).
+FIRST_STEPS_HELD = Counter(
+    "deckhands_reasoner_first_steps_held_total",
+    "First steps of tasks queued for a sandbox seat, by how their wait ended: seated, "
+    "timed_out (DECKHANDS_FIRST_STEP_SEAT_WAIT_S), not_held_replica_full (half the replica's "
+    "step workers already waited)",
+    ["outcome"],
+)
+FIRST_STEP_SEAT_WAIT = Histogram(
+    "deckhands_reasoner_first_step_seat_wait_seconds",
+    "How long a queued task's first step waited for its seat before asking the LLM",
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )

@@ -143,6 +143,14 @@ class ReasonerSettings(CommonSettings):
         description="LLM requests one replica has in flight at once (the provider's concurrency "
         "limit); a step beyond it waits for a free one without holding anything else.",
     )
+    first_step_seat_wait_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="A task queued for a sandbox seat asks the LLM for its first step once it "
+        "is seated, waiting at most this long (then it asks anyway); at most half the "
+        "replica's workers wait so. A seated task, or one that comes while nobody queues, "
+        "never waits. 0: every first step asks at once.",
+    )
     llm_capacity: dict[str, ModelLimits] = Field(
         default_factory=dict,
         description="Per model (the DECKHANDS_LLM_MODEL name, or a fallback's), limits that "

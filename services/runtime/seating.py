@@ -130,6 +130,13 @@ class Seating:
     async def admit_queued(self) -> int:
         """Give free seats to the queued tasks the fair order names and send their orders
         again."""
+        try:
+            return await self._send_seated_orders()
+        finally:
+            # Last: the reasoner reads it (shared/seat_states.py); nothing above waits on it.
+            await self.seats.announce()
+
+    async def _send_seated_orders(self) -> int:
         orders, seatings = await self.seats.pump()
         observe_seatings(seatings)
         taken, queued, starting = await self.seats.census()
@@ -203,7 +210,7 @@ class Seating:
             return  # ended already (or unknown): its release may have come first
         if command.network_egress and not self.settings.allow_network_egress:
             return  # its action will be refused with the reason
-        if command.network is not None and self.settings.egress_dir is None:
+        if command.network is not None and not self.settings.egress_folders_kept:
             return  # the same
         # Kept with its place in the queue: once seated, the order comes back and the sandbox
         # starts then, ahead of the task's first action if it has not come yet.

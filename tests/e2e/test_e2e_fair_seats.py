@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from e2e_helpers import log_of  # type: ignore[import-not-found]
 
 from shared.admission import seats_prefix
 from tools.api_access import auth_headers, issue_key, set_limits
@@ -239,6 +240,43 @@ def test_each_tenants_seats_and_waits_are_in_the_metrics(stack: Stack) -> None:
     ]
     assert waits and total
     assert float(waits[0].split()[-1]) < float(total[0].split()[-1])
+
+
+def test_a_queued_task_asks_the_llm_once_it_is_seated(stack: Stack) -> None:
+    """A task queued for a seat makes no LLM call (its log gets no action from the agent)
+    until it is seated; then it runs like any other (services/reasoner/seat_wait.py)."""
+    flood = Tenant(stack, "backlog")
+    client = _seats(stack)
+    queue = f"{seats_prefix(stack.config.pool_name)}:queue"
+    try:
+        posted = flood.post(12)
+        _wait_queued(stack, "backlog", 6)
+        time.sleep(1.5)  # far past the scripted LLM's 0.2 s: an unheld first step has answered
+        still_queued = []
+        for task_id in posted:
+            if client.zscore(queue, task_id) is None:
+                continue
+            events = log_of(flood.http, task_id)
+            if client.zscore(queue, task_id) is None:
+                continue  # seated meanwhile: its first step may have asked
+            still_queued.append(task_id)
+            acted = [e for e in events if e.get("source") == "AGENT" and e.get("kind") == "run"]
+            assert not acted, (task_id, acted)
+        assert still_queued, "every task was seated already: nothing to see"
+        flood.finished_at(posted)
+    finally:
+        flood.close()
+        client.close()
+    held = 0.0
+    for name in ("reasoner", "reasoner-2"):
+        port = stack.config.metrics_ports[name]
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        held += sum(
+            float(line.rpartition(" ")[2])
+            for line in text.splitlines()
+            if line.startswith('deckhands_reasoner_first_steps_held_total{outcome="seated"}')
+        )
+    assert held >= len(still_queued), held
 
 
 def test_both_controllers_and_both_reasoners_did_their_share(stack: Stack) -> None:
