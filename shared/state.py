@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -18,6 +19,7 @@ from .events import (
     TaskPriority,
     utc_now,
 )
+from .subjects import EVENTS_STREAM
 
 __all__ = [
     "PROCESSED_KEPT",
@@ -106,6 +108,11 @@ class Outgoing(BaseModel):
     stream: str
     payload: str
     msg_id: str
+    carried: bool = Field(
+        default=False,
+        description="A log entry of an older input's outbox, sent again by a later turn "
+        "(TaskState.outbox_leaving): not part of that turn's own chain of log entries.",
+    )
 
 
 class TaskState(BaseModel):
@@ -280,6 +287,24 @@ class TaskState(BaseModel):
 
     def has_processed(self, input_id: str) -> bool:
         return input_id in self.processed
+
+    def outbox_leaving(self, published: Container[str]) -> list[Outgoing]:
+        """The log entries of the outboxes the next `record_input` drops, but for those of
+        inputs in `published` (what the caller saw published): the next turn sends them again
+        (a no-op in JetStream if they are there). Else an input whose first sending failed
+        (the events stream electing a leader, or the controller killed after its save) and
+        whose redelivery came after eight other inputs of its task would find its outbox
+        gone, and the log would keep a gap for good: a NATS-cluster e2e lost the checkpoint
+        logged while its agent thought so. Each entry is carried once: a carrying turn whose
+        own sending fails is redelivered with its outbox, carried entries included."""
+        leaving = list(self.outboxes)[: max(0, len(self.outboxes) + 1 - _OUTBOXES_KEPT)]
+        return [
+            m.model_copy(update={"carried": True})
+            for input_id in leaving
+            if input_id not in published
+            for m in self.outboxes[input_id]
+            if m.stream == EVENTS_STREAM and not m.carried
+        ]
 
     def record_input(self, input_id: str, outbox: list[Outgoing]) -> dict[str, Any]:
         """Field updates that remember an applied input and what it produced."""

@@ -33,6 +33,7 @@ from .deadlines import AnswerDeadlines
 from .errors import RebuildError, TaskNotMadeYet
 from .fork import fork_turn
 from .metrics import CONFLICTS, OVERDUE, REBUILT, REPLAYED, TURN_SECONDS, count_task_end
+from .published_inputs import PublishedInputs
 from .rebuild import rebuild_at, rebuild_state, waits_for_a_seat
 from .secret_filter import SecretFilter
 from .state_cache import StateCache
@@ -81,12 +82,14 @@ class ControllerHandlers:
         self.task_log = task_log
         self.secrets = secrets or SecretFilter(None)
         self.loop = loop or LoopPolicy()
+        self._published = PublishedInputs()
 
     async def on_input(self, event: Event) -> None:
         event = await self.secrets.redact(event)
         with TURN_SECONDS.time():
             outbox = await self._decide(event)
         await self._publish(outbox)
+        self._published.seen(event.id)
 
     async def _publish(self, outbox: list[Outgoing]) -> None:
         """Send a turn's messages: the log entries first, then the orders, each group in order
@@ -99,8 +102,11 @@ class ControllerHandlers:
         stream electing a leader while the work stream is fine) is answered, and the answer's
         turn logs the next seq behind a gap that the redelivery may no longer fill (its outbox
         is only kept for a few turns)."""
-        logged = [m for m in outbox if m.stream == EVENTS_STREAM]
-        await self._publish_side_by_side(logged)
+        logged = [m for m in outbox if m.stream == EVENTS_STREAM and not m.carried]
+        carried = [m for m in outbox if m.carried]  # older entries: beside the turn's own
+        await asyncio.gather(
+            self._publish_side_by_side(logged), self._publish_side_by_side(carried)
+        )
         await self._publish_side_by_side([m for m in outbox if m.stream != EVENTS_STREAM])
 
     async def _publish_side_by_side(self, messages: list[Outgoing]) -> None:
@@ -150,7 +156,7 @@ class ControllerHandlers:
             for sub_task in turn.new_tasks:
                 # Before the parent's save: a sub-task must exist before its first input.
                 await self.store.create(sub_task)
-            outbox = turn.outbox()
+            outbox = turn.outbox() + turn.state.outbox_leaving(self._published)
             turn.update(updated_at=utc_now(), **turn.state.record_input(event.id, outbox))
             try:
                 saved = await self._save(turn.state, new=making is not None)
