@@ -24,6 +24,7 @@ __all__ = [
     "PublishFailed",
     "QuotaExceeded",
     "StorageBadReply",
+    "StorageBehind",
     "StorageUnavailable",
     "TaskNotFound",
     "TaskNotStopped",
@@ -152,6 +153,17 @@ class StorageUnavailable(GatewayError):
     """The storage service did not answer a history query in time."""
 
     status_code = 503
+
+
+class StorageBehind(StorageUnavailable):
+    """Storage has not yet stored a task's log as far as its State says it goes."""
+
+    def __init__(self, task_id: str, stored: int, logged: int) -> None:
+        super().__init__(
+            f"storage holds task {task_id}'s log up to seq {stored} of {logged}: it is still "
+            "catching up; ask again shortly"
+        )
+        self.extra = {"stored_seq": stored, "last_seq": logged}
 
 
 class StorageBadReply(GatewayError):

@@ -8,7 +8,7 @@ import time
 
 from faststream.nats import NatsBroker
 
-from ..errors import QuotaExceeded, TooManyStreams
+from ..errors import QuotaExceeded, StorageBehind, TooManyStreams
 from ..tasks.service import TaskService
 from .history import HistoryClient, event_seq
 from .models import EventPage, Trajectory
@@ -80,17 +80,21 @@ class EventService:
 
     async def trajectory(self, task_id: str, tenant_id: str) -> Trajectory:
         """Every event up to the State's last seq: storage consumes the log on its own, so
-        right after a task ends it may still be storing the last events; wait for them."""
+        right after a task ends it may still be storing the last events; wait for them. A log
+        storage has not caught up with in `catch_up_s` (a stream's leader election can hold
+        its consumer back longer) is a 503 naming how far it is, never a cut log that reads
+        as whole."""
         state = await self.tasks.get(task_id, tenant_id)
         events = [event async for event in self.history.all_after(task_id)]
         deadline = time.monotonic() + self.catch_up_s
-        while time.monotonic() < deadline:
+        while True:
             stored = (event_seq(events[-1]) or 0) if events else 0
             if stored >= state.last_seq:
-                break
+                return Trajectory(task_id=task_id, task=state.task, events=events)
+            if time.monotonic() >= deadline:
+                raise StorageBehind(task_id, stored, state.last_seq)
             await asyncio.sleep(self.gap_retry_s)
             events += [event async for event in self.history.all_after(task_id, stored)]
-        return Trajectory(task_id=task_id, task=state.task, events=events)
 
     async def open_stream(
         self,

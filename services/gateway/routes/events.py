@@ -25,7 +25,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "No API key, or an unknown or revoked one"},
     404: {"model": ErrorResponse, "description": "No such task of the caller's tenant"},
     502: {"model": ErrorResponse, "description": "The storage service answered with an error"},
-    503: {"model": ErrorResponse, "description": "The storage service did not answer in time"},
+    503: {
+        "model": ErrorResponse,
+        "description": "The storage service did not answer in time, or (the trajectory) has "
+        "not yet stored the task's whole log",
+    },
 }
 
 

@@ -137,6 +137,32 @@ async def test_trajectory_waits_for_events_storage_has_not_stored_yet(
     assert [e["seq"] for e in body["events"]] == [1, 2, 3, 4, 5]
 
 
+async def test_a_trajectory_storage_has_not_caught_up_with_is_a_503_not_a_cut_log(
+    http: httpx.AsyncClient, storage: StorageDouble, redis: Redis
+) -> None:
+    """Storage's consumer can fall seconds behind the log (a stream's leader election in a
+    NATS cluster held it back past the wait): the export says so instead of returning the
+    first events as if they were the whole log, and is whole once storage has caught up."""
+    task_id = await new_task(http)
+    state = await make_as_controller(redis, task_id)
+    await TaskStateStore(redis).save(state.model_copy(update={"last_seq": 5}))
+    storage.add(*make_events(task_id, 1, 3))
+
+    started = time.monotonic()
+    resp = await http.get(f"/v1/tasks/{task_id}/trajectory")
+    assert resp.status_code == 503, resp.text
+    body = resp.json()
+    assert "up to seq 3 of 5" in body["detail"], body
+    assert (body["stored_seq"], body["last_seq"]) == (3, 5)
+    assert resp.headers["retry-after"] == "1"
+    assert 0.9 < time.monotonic() - started < 5  # the gateway's wait, history_timeout_s
+
+    storage.add(*make_events(task_id, 4, 5))
+    resp = await http.get(f"/v1/tasks/{task_id}/trajectory")
+    assert resp.status_code == 200
+    assert [e["seq"] for e in resp.json()["events"]] == [1, 2, 3, 4, 5]
+
+
 async def test_events_are_503_when_storage_does_not_answer(
     http: httpx.AsyncClient, storage: StorageDouble
 ) -> None:
