@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_timeout
+from asyncio_tasks import end_leftovers, print_stacks  # type: ignore[import-not-found]
 from redis.asyncio import Redis
 
 from shared.settings import CommonSettings
@@ -22,6 +26,33 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Python then installs no KeyboardInterrupt handler: Ctrl-C would do nothing. With a handler of
 # our own here, the children exec'd from this process start with the default disposition again.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _no_task_outlives_the_session() -> AsyncIterator[None]:
+    """A test stopped by its timeout leaves its services' tasks on the shared loop; closing the
+    loop waits for every task to end, and one that swallows cancellations would hang the end
+    of the run (it did in CI, for the whole 600 s of the last test's timeout)."""
+    yield
+    left = await end_leftovers(20.0)
+    if left:
+        print("tasks still running at the session's end:", *left, sep="\n", file=sys.stderr)
+
+
+@pytest.fixture(autouse=True)
+async def _asyncio_stacks_before_the_timeout(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """pytest-timeout shows the threads' stacks, and a hung async test's thread is an idle
+    event loop: what each task awaits is printed (to the test's captured stderr) shortly
+    before the timeout ends the test."""
+    timeout = pytest_timeout._get_item_settings(request.node).timeout
+    loop = asyncio.get_running_loop()
+    handle = None
+    if timeout:
+        title = f"{request.node.nodeid}, near its timeout of {timeout:.0f} s"
+        handle = loop.call_later(max(timeout - 10.0, timeout * 0.8), print_stacks, title, loop)
+    yield
+    if handle is not None:
+        handle.cancel()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
