@@ -15,8 +15,15 @@ from docker.types import Ulimit
 
 from .settings import RuntimeSettings
 
-__all__ = ["GVISOR_HOST_PIDS_PER_PROCESS", "confinement", "is_gvisor"]
+__all__ = ["GVISOR_HOST_PIDS_PER_PROCESS", "OFFLINE", "confinement", "is_gvisor"]
 
+# Creation keys (not host-config ones) of a container on network "none". Without them the
+# engine runs its libnetwork prestart hook at every start (dockerd's own binary re-executed):
+# on this machine 45 % of a start's CPU (190 of 420 ms; bench/sandbox_start_bench.py) and half
+# the sandboxes it could start a second. Disabled networking gives the container the same
+# empty network namespace (loopback only, under runc and gVisor alike); the engine then writes
+# no /etc/hosts, so the image's own is read (deploy/sandbox/hosts).
+OFFLINE: dict[str, Any] = {"network_disabled": True}
 # Under gVisor (ptrace platform), host pids allowed per guest process (see confinement).
 GVISOR_HOST_PIDS_PER_PROCESS = 16
 # The memory a gVisor sandbox's own kernel (Sentry and gofer, counted in its cgroup) needs

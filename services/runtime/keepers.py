@@ -21,7 +21,7 @@ from typing import Any
 from docker.errors import APIError, NotFound
 from docker.types import LogConfig, Mount
 
-from .isolation import confinement, small_container_memory
+from .isolation import OFFLINE, confinement, small_container_memory
 from .settings import RuntimeSettings
 
 __all__ = [
@@ -81,6 +81,7 @@ def start_keeper(
             network_mode="none",
             log_config=LogConfig(type="none"),
         ),
+        **OFFLINE,
     )
     name = keeper_name(container_id)
     try:

@@ -13,8 +13,8 @@ from docker.types import DriverConfig, LogConfig, Mount
 
 from shared.egress_policy import SANDBOX_EGRESS_MOUNT, SANDBOX_TRUST_DIR
 
-from .isolation import confinement
-from .sandbox_labels import LABEL_POOL, LABEL_ROLE, ROLE_SANDBOX
+from .isolation import OFFLINE, confinement
+from .sandbox_labels import LABEL_POOL, LABEL_ROLE, NO_NETWORK, ROLE_SANDBOX
 from .settings import RuntimeSettings
 
 __all__ = ["sandbox_container_config", "sandbox_host_config"]
@@ -99,6 +99,7 @@ def sandbox_container_config(
         hostname="sandbox",
         environment=environment,
         host_config=api.create_host_config(**host_config),
+        **(OFFLINE if host_config["network_mode"] == NO_NETWORK else {}),
     )
     # docker-py sets StdinOnce with stdin_open, which would close the executor's stdin when
     # the first client detaches; a restarted runtime must be able to re-attach.

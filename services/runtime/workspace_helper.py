@@ -33,7 +33,7 @@ from docker.types import LogConfig, Mount
 
 from .containers import LABEL_POOL, LABEL_ROLE, DockerSandboxes
 from .errors import HelperTimeout
-from .isolation import confinement
+from .isolation import OFFLINE, confinement
 from .keepers import WORKSPACE, workspace_volume
 
 __all__ = [
@@ -122,6 +122,7 @@ def _run_sync(
                 config={"max-size": str(2 * max_out + 2 * _ERR_TAIL + (1 << 20)), "max-file": "1"},
             ),
         ),
+        **OFFLINE,
     )
     name = HELPER_PREFIX + secrets.token_hex(6)
     cid = api.create_container_from_config(config, name)["Id"]

@@ -223,6 +223,42 @@ async def test_there_is_no_network(
     assert dns.content.startswith("blocked")
 
 
+async def test_loopback_and_localhost_work_without_a_network(
+    shared_sandbox: Sandbox, runtime_settings: RuntimeSettings
+) -> None:
+    # Created with networking disabled (isolation.OFFLINE), the engine writes no /etc/hosts:
+    # the image's own must name localhost and the sandbox's hostname, or every `curl
+    # localhost:8000` an agent runs against its own server fails to resolve.
+    served = await run(
+        shared_sandbox,
+        py(
+            "import threading, urllib.request\n"
+            "from http.server import HTTPServer, SimpleHTTPRequestHandler\n"
+            "server = HTTPServer(('127.0.0.1', 0), SimpleHTTPRequestHandler)\n"
+            "threading.Thread(target=server.serve_forever, daemon=True).start()\n"
+            "url = 'http://localhost:%d/' % server.server_port\n"
+            "print('status', urllib.request.urlopen(url, timeout=5).status)\n"
+            "server.shutdown()"
+        ),
+        runtime_settings,
+    )
+    assert isinstance(served, PythonOutputObservation)
+    assert "status 200" in served.content, served.content
+    # IPv4 first, as Docker's /etc/hosts has it: Node 18 tries only the first address.
+    names = await run(
+        shared_sandbox,
+        cmd(
+            "node -e \"require('dns').lookup('localhost', (e, a) => console.log('node', a))\"; "
+            'python3 -c "import socket; '
+            "print('sandbox', socket.getaddrinfo('sandbox', 80)[0][4][0])\""
+        ),
+        runtime_settings,
+    )
+    assert isinstance(names, CmdOutputObservation)
+    assert "node 127.0.0.1" in names.content, names.content
+    assert "sandbox 127.0." in names.content, names.content
+
+
 @differs_under_gvisor("/proc/self/status has no NoNewPrivs line")
 async def test_cannot_write_outside_workspace_and_tmp(
     shared_sandbox: Sandbox, runtime_settings: RuntimeSettings
@@ -257,6 +293,8 @@ async def test_container_is_hardened(
     attrs = docker_client.api.inspect_container(shared_sandbox.container_id)
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"
+    # No libnetwork hook at its start (isolation.OFFLINE): the same empty network namespace.
+    assert attrs["Config"]["NetworkDisabled"] is True
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in host["SecurityOpt"]
