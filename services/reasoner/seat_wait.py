@@ -5,7 +5,9 @@ reviews and orders at once, though 200 of those tasks could run nothing until se
 2 cores that work delayed every other tenant's steps by seconds at each hop. Held here, the
 queued tasks' first calls come as they are seated, while their sandboxes start; a task that is
 seated goes on at once, one the runtime has not seen yet once it is (milliseconds on an idle
-system).
+system). A queue the free seats can hold (a burst right after start, 40 tasks for 100 seats,
+seated at the pace sandboxes start) holds nobody: each first call runs while its sandbox
+waits for its turn to start, and a burst's last sandbox is ready when its first action is.
 
 Bounded so that it can neither deadlock nor lose work: at most `max_held` steps wait at once
 in a replica (the rest of its step workers stay free for the seated tasks' steps, which free
@@ -40,14 +42,17 @@ UNSEEN_GRACE_S = 5.0
 def may_think(
     state: SeatState, pool: PoolSeats, waited_s: float, unseen_grace_s: float = UNSEEN_GRACE_S
 ) -> bool:
-    """Whether a task's first step may ask the LLM now: seated; or not seen by the runtime
-    for longer than the grace (it may never be: its order lost), or no runtime runs the pool
-    (a reasoner of another pool name, a runtime that is down). A task not seen yet waits for
-    the runtime to seat or queue it: a step often reaches the reasoner first."""
+    """Whether a task's first step may ask the LLM now: seated; queued while the free seats
+    hold the whole queue (it waits only for its turn among the sandbox starts, which go at the
+    engine's pace, max_starting_sandboxes: its first LLM call is then the time its sandbox
+    takes to start, as for a seated task); not seen by the runtime for longer than the grace
+    (it may never be: its order lost); or no runtime runs the pool (a reasoner of another
+    pool name, a runtime that is down). A task not seen yet waits for the runtime to seat or
+    queue it: a step often reaches the reasoner first."""
     if state is SeatState.SEATED or pool.max_seats is None:
         return True
     if state is SeatState.QUEUED:
-        return False
+        return pool.held + pool.queued <= pool.max_seats
     return waited_s >= unseen_grace_s
 
 

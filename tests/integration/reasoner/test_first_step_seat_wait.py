@@ -54,6 +54,11 @@ def test_who_may_think() -> None:
     assert may_think(SeatState.UNSEEN, no_runtime, waited_s=0.0)
     assert may_think(SeatState.QUEUED, no_runtime, waited_s=0.0)
     assert not may_think(SeatState.QUEUED, queueing, waited_s=1000.0)
+    # Queued only for its turn among the starts (seats free for the whole queue): it thinks
+    # while its sandbox waits to start.
+    pacing = PoolSeats(queued=30, held=10, max_seats=100)
+    assert may_think(SeatState.QUEUED, pacing, waited_s=0.0)
+    assert not may_think(SeatState.QUEUED, PoolSeats(queued=91, held=10, max_seats=100), 0.0)
     for pool in (running, queueing):  # the runtime seats or queues it within the grace
         assert not may_think(SeatState.UNSEEN, pool, waited_s=1.0, unseen_grace_s=5.0)
         assert may_think(SeatState.UNSEEN, pool, waited_s=5.0, unseen_grace_s=5.0)
@@ -104,6 +109,22 @@ async def test_a_queued_task_thinks_once_it_is_seated(redis: Redis) -> None:
         assert (await seat_states(redis, pool, ["b"]))[1]["b"] is SeatState.SEATED
         waited = await asyncio.wait_for(waiting, 5)
         assert 0.5 <= waited < 3.0
+    finally:
+        await wait.close()
+
+
+async def test_a_task_queued_only_for_its_start_thinks_at_once(redis: Redis) -> None:
+    # Seats for everyone, but one sandbox starts at a time (max_starting): `b` is queued for
+    # its turn to start, not for a seat, so its first LLM call runs meanwhile.
+    pool = _pool()
+    seats = SandboxSeats(redis, pool, max_seats=4, max_starting=1)
+    await seats.announce()
+    assert (await seats.admit("a", tenant_id="t")).seated
+    assert not (await seats.admit("b", tenant_id="t")).seated
+    assert (await seat_states(redis, pool, ["b"]))[1]["b"] is SeatState.QUEUED
+    wait = _wait(redis, pool)
+    try:
+        assert await asyncio.wait_for(wait.until_seated("b"), 1) == 0.0
     finally:
         await wait.close()
 
