@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import threading
@@ -41,6 +42,7 @@ from .errors import install_error_handlers
 from .http.limits import BodyLimitMiddleware, bounded_h11_protocol
 from .http.observability import HttpObservabilityMiddleware
 from .http.trusted_hosts import TrustedHostMiddleware
+from .http.warm_routes import warm_routes
 from .routes import (
     admin,
     blobs,
@@ -166,6 +168,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         refill = app.state.gateway.secrets_refill
         if refill is not None:
             await refill.start()
+        await warm_routes(app)
+        # What start-up made (modules, routes, models) lives as long as the process: kept out
+        # of the collector's reach, a burst's collections scan only what requests make.
+        gc.collect()
+        gc.freeze()
         log.info("gateway ready (NATS %s, Redis %s)", settings.nats_url, settings.redis_url)
         yield
     finally:
