@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
+from starlette.types import Message, Scope
 
 __all__ = ["warm_routes"]
 
@@ -28,7 +28,7 @@ _NOWHERE = "/.deckhands-warm-routes"
 async def warm_routes(app: FastAPI) -> float:
     """Build every route's state now; the seconds it took."""
     began = time.perf_counter()
-    scope: dict[str, Any] = {
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -45,10 +45,10 @@ async def warm_routes(app: FastAPI) -> float:
         "state": {},
     }
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         return None
 
     try:
