@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException
 from starlette.types import Message, Scope
 
-__all__ = ["warm_routes"]
+__all__ = ["route_get", "warm_routes"]
 
 log = logging.getLogger("deckhands.gateway")
 
@@ -25,17 +25,18 @@ log = logging.getLogger("deckhands.gateway")
 _NOWHERE = "/.deckhands-warm-routes"
 
 
-async def warm_routes(app: FastAPI) -> float:
-    """Build every route's state now; the seconds it took."""
-    began = time.perf_counter()
+async def route_get(app: FastAPI, path: str) -> None:
+    """A GET of `path` through the app's router alone (no middleware, no lifespan): every
+    route on the way is matched, and built if it was not. What the router raises, it raises:
+    a 404 for a path no route has, whatever a handler needs of the app's state without it."""
     scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "GET",
         "scheme": "http",
-        "path": _NOWHERE,
-        "raw_path": _NOWHERE.encode(),
+        "path": path,
+        "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
         "headers": [(b"host", b"localhost")],
@@ -51,10 +52,16 @@ async def warm_routes(app: FastAPI) -> float:
     async def send(message: Message) -> None:
         return None
 
+    await app.router(scope, receive, send)
+
+
+async def warm_routes(app: FastAPI) -> float:
+    """Build every route's state now; the seconds it took."""
+    began = time.perf_counter()
     try:
-        await app.router(scope, receive, send)
+        await route_get(app, _NOWHERE)
     except HTTPException:
-        pass  # the 404 it is meant to end in (the router alone: no handler turns it into one)
+        pass  # the 404 it is meant to end in
     took = time.perf_counter() - began
     log.debug("routes built in %.0f ms", took * 1000)
     return took
