@@ -22,7 +22,7 @@ __all__ = ["GVISOR_HOST_PIDS_PER_PROCESS", "OFFLINE", "confinement", "is_gvisor"
 # on this machine 45 % of a start's CPU (190 of 420 ms; bench/sandbox_start_bench.py) and half
 # the sandboxes it could start a second. Disabled networking gives the container the same
 # empty network namespace (loopback only, under runc and gVisor alike); the engine then writes
-# no /etc/hosts, so the image's own is read (deploy/sandbox/hosts).
+# no /etc/hosts, and the image's libnss-myhostname answers localhost (deploy/sandbox/Dockerfile).
 OFFLINE: dict[str, Any] = {"network_disabled": True}
 # Under gVisor (ptrace platform), host pids allowed per guest process (see confinement).
 GVISOR_HOST_PIDS_PER_PROCESS = 16
