@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -202,6 +204,19 @@ async def _stop_broker(broker: NatsBroker) -> None:
                 log.warning("NATS connection closed uncleanly (%s)", type(closing).__name__)
 
 
+# FastAPI 0.16x traces every request, its dependencies and its serialization itself whenever
+# a tracer provider is installed (shared.telemetry always installs one), and keeps the body and
+# the arguments it validated for its span processors. HttpObservabilityMiddleware is the
+# gateway's one span per request: it records no request content (a secret's value is one),
+# and the duplicate spans cost a fifth of a task creation's CPU. Older FastAPI has no such
+# option, nor the telemetry it turns off.
+_NO_FRAMEWORK_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def build_app(
     settings: GatewaySettings | None = None, tracer_provider: TracerProvider | None = None
 ) -> FastAPI:
@@ -216,6 +231,7 @@ def build_app(
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        **_NO_FRAMEWORK_TELEMETRY,
     )
     app.state.settings = settings
     app.state.broker = build_gateway_broker(settings, tracer_provider)

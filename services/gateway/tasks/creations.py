@@ -10,7 +10,10 @@ it. `TaskViews` is the State store as the gateway reads it: the controller's Sta
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from shared.events import AgentState, TaskCreatedObservation
 from shared.state import TaskState
@@ -33,12 +36,25 @@ class TaskCreations:
     async def put(self, request: TaskCreatedObservation) -> TaskCreatedObservation:
         """Keep the request, unless one for the same task is kept already (a concurrent request
         with the same Idempotency-Key): then that one, which is what the controller makes."""
-        key = creation_key(request.task_id)
         async with self.redis.pipeline(transaction=True) as tx:
-            tx.hsetnx(key, CREATION_REQUEST, request.model_dump_json())
-            tx.hget(key, CREATION_REQUEST)
-            tx.expire(key, CREATION_KEPT_S)
-            _, kept, _ = await tx.execute()
+            self.put_in(tx, request)
+            return self.kept(await tx.execute())
+
+    @staticmethod
+    def put_in(tx: Pipeline, request: TaskCreatedObservation) -> None:
+        """Queue `put` on a transaction (the task's record goes in the same one); its answers,
+        the last PUT_REPLIES of the transaction's, make `kept`."""
+        key = creation_key(request.task_id)
+        tx.hsetnx(key, CREATION_REQUEST, request.model_dump_json())
+        tx.hget(key, CREATION_REQUEST)
+        tx.expire(key, CREATION_KEPT_S)
+
+    PUT_REPLIES = 3
+
+    @staticmethod
+    def kept(replies: list[Any]) -> TaskCreatedObservation:
+        """The request kept, from the answers to what put_in queued (the last ones)."""
+        _, kept, _ = replies[-TaskCreations.PUT_REPLIES :]
         return TaskCreatedObservation.model_validate_json(kept)
 
     async def mark_unqueued(self, task_id: str, reason: str) -> None:

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from shared.events import utc_now
 
@@ -132,13 +133,31 @@ class TaskRecords:
     async def put(self, task_id: str, record: TaskRecord) -> TaskRecord:
         """Keep `record` unless the task has one already; the record kept. Written before the
         task's State, so that no State made through the API is ever without its owner."""
+        return await self._cache(task_id, await self.put_durable(task_id, record))
+
+    async def put_durable(self, task_id: str, record: TaskRecord) -> TaskRecord:
+        """`put`'s first half: the record in the bucket (the one kept there, if the task has
+        one); cache_in is the second."""
         if self.durable is not None:
             key = self._durable_key(record.tenant_id, task_id)
             if not await self.durable.create(key, record.model_dump_json().encode()):
                 kept = await self.durable.get(key)
                 if kept is not None:
                     record = TaskRecord.model_validate_json(kept)
-        return await self._cache(task_id, record)
+        return record
+
+    def cache_in(self, tx: Pipeline, task_id: str, record: TaskRecord) -> None:
+        """Queue `put`'s Redis half on a transaction (with the task's creation request, one
+        round trip for both). EVAL, not the registered script: a script on a pipeline costs
+        redis-py a SCRIPT EXISTS round trip first; Redis caches the compiled script anyway."""
+        tx.eval(
+            _PUT,
+            2,
+            self._record(task_id),
+            self._index(record.tenant_id),
+            record.model_dump_json(),
+            _member(task_id, record.created_at),
+        )
 
     async def _cache(self, task_id: str, record: TaskRecord) -> TaskRecord:
         existing = await self._put(

@@ -41,7 +41,7 @@ from ..webhooks.models import WebhookSpec
 from ..workspace.repositories import RepositoryCheck, RepositoryRefused
 from .attachments import TaskAttachments
 from .creation_slots import CreationSlots
-from .creations import TaskViews
+from .creations import TaskCreations, TaskViews
 from .egress import TaskEgress, TaskNetwork, message_egress, task_egress
 from .idempotency import IdempotencyKeys, request_fingerprint
 from .lookup import TaskLookup
@@ -242,7 +242,7 @@ class TaskService(TaskLookup):
     ) -> TaskState:
         """Save the task's record and keep the request to make it (shared/task_creation.py);
         the State the controller will make of it, as the gateway shows it until then."""
-        record = await self.records.put(task_id, record)
+        record = await self.records.put_durable(task_id, record)
         d = self.defaults
         max_iterations = new.max_iterations or d.max_iterations
         state = TaskState(
@@ -271,8 +271,13 @@ class TaskService(TaskLookup):
         if new.trajectory is not None:
             # Saved before the task is made, so its first step already sees it.
             await save_trajectory(self.store.redis, task_id, new.trajectory)
-        # A concurrent request with the same key may have kept its request first: use theirs.
-        return state_from_created(await self.store.creations.put(creation_request(state)))
+        # The record (cached for every request) and the request the controller makes the task
+        # of, in one round trip. A concurrent request with the same key may have kept its
+        # record and request first: the request kept is theirs, and so is the State shown.
+        async with self.store.redis.pipeline(transaction=True) as tx:
+            self.records.cache_in(tx, task_id, record)
+            TaskCreations.put_in(tx, creation_request(state))
+            return state_from_created(TaskCreations.kept(await tx.execute()))
 
     async def _mark_unqueued(self, task_id: str) -> bool:
         """Show the new task as failed; False when the controller has made it (it took the

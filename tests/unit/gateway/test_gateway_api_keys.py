@@ -5,6 +5,7 @@ bindings per tenant."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
@@ -256,3 +257,28 @@ async def test_keys_tenants_and_limits_outlive_redis(
     # Refilled: the next lookups are Redis's again.
     assert await redis.exists(f"{tenants.prefix}:apikey-hash:{kept.record.key_hash}")
     assert await redis.exists("deckhands:tenant:acme:limits")
+
+
+async def test_a_key_authenticates_while_redis_holds_writes_and_after_its_scripts_are_gone(
+    tenants: TenantStore, redis: Redis
+) -> None:
+    """The key and its tenant are read in one read-only script: it runs while Redis holds
+    every write (a failover's CLIENT PAUSE WRITE), and is cached again after Redis forgot its
+    scripts (a restart); the tenant disabled or missing from Redis is seen as before."""
+    await tenants.create_tenant("acme", "ACME")
+    issued = await tenants.issue_key("acme", "")
+    assert await tenants.authenticate(issued.key) is not None  # cached in Redis now
+    await redis.script_flush()
+    await redis.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+    try:
+        caller = await asyncio.wait_for(tenants.authenticate(issued.key), 2.0)
+    finally:
+        await redis.execute_command("CLIENT", "UNPAUSE")
+    assert caller is not None and caller.tenant_id == "acme"
+    # The tenant's cached copy gone: read from the bucket again.
+    await redis.delete(tenants._tenant("acme"))
+    caller = await tenants.authenticate(issued.key)
+    assert caller is not None and caller.tenant_id == "acme"
+    await tenants.disable("acme", "audit")
+    with pytest.raises(TenantDisabled):
+        await tenants.authenticate(issued.key)

@@ -67,3 +67,57 @@ def test_broker_declares_what_the_gateway_publishes() -> None:
     document = AsyncAPI(build_gateway_broker(GatewaySettings())).to_specification().to_jsonable()
     addresses = {channel["address"] for channel in document["channels"].values()}
     assert {"deckhands.work.controller.*", "deckhands.storage.history"} <= addresses
+
+
+_ONE_SPAN_A_REQUEST = """
+import asyncio, json, httpx
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from services.gateway.main import build_app
+from services.gateway.settings import GatewaySettings
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+app = build_app(GatewaySettings(nats_url="nats://127.0.0.1:9", redis_url="redis://127.0.0.1:9/0"))
+
+async def main():
+    # Without its lifespan the gateway answers 500 past the routing: a request all the same.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+        await http.post("/v1/tasks", json={"task": "MARKER-4711", "max_iterations": "x"})
+        await http.get("/healthz")
+asyncio.run(main())
+spans = exporter.get_finished_spans()
+print(json.dumps({
+    "spans": [[s.name, s.instrumentation_scope.name] for s in spans],
+    "marker": any("MARKER-4711" in json.dumps(s.to_json()) for s in spans),
+}))
+"""
+
+
+def test_each_request_is_one_span_of_the_gateway_holding_none_of_its_content() -> None:
+    """With a tracer provider installed (as every service has), FastAPI 0.16x would also trace
+    each request, its dependencies and its serialization, and keep what it validated for its
+    span processors; the gateway's own span is the only one, and no body is in it. In a
+    process of its own: the tracer provider is set once a process."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_SPAN_A_REQUEST],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["spans"] == [
+        ["POST /v1/tasks", "deckhands.gateway"],
+        ["GET /healthz", "deckhands.gateway"],
+    ], seen
+    assert not seen["marker"]
