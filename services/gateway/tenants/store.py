@@ -17,14 +17,13 @@ bucket right and is repeated by retrying the request. Listings read the bucket.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from shared.events import utc_now
 
@@ -36,6 +35,7 @@ from ..errors import (
     TenantNotFound,
 )
 from .api_keys import hash_api_key, issue_api_key, key_prefix_of
+from .credential_read import credential_and_tenant
 from .records import TenantRecords
 
 __all__ = [
@@ -105,21 +105,6 @@ class ApiKeyRecord(BaseModel):
     )
 
 
-# A request's key and its tenant in one round trip (every authenticated request reads both):
-# the credential, and the tenant it names when it names one. Either is nil when Redis does not
-# have it; the bucket has the last word then (TenantStore.authenticate).
-_CREDENTIAL_AND_TENANT = """
-local credential = redis.call('GET', KEYS[1])
-if not credential then return {false, false} end
-local ok, decoded = pcall(cjson.decode, credential)
-if not ok or type(decoded) ~= 'table' or type(decoded['tenant_id']) ~= 'string' then
-  return {credential, false}
-end
-return {credential, redis.call('GET', ARGV[1] .. decoded['tenant_id'])}
-"""
-_CREDENTIAL_AND_TENANT_SHA = hashlib.sha1(_CREDENTIAL_AND_TENANT.encode()).hexdigest()
-
-
 class _Credential(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -187,7 +172,9 @@ class TenantStore:
             return None
         key_hash = hash_api_key(key)
         try:
-            raw, tenant_raw = await self._credential_and_tenant(key_hash)
+            raw, tenant_raw = await credential_and_tenant(
+                self.redis, self._credential(key_hash), self._tenant("")
+            )
         except RedisError as exc:
             raise StorageUnavailable(f"API key store (Redis) unavailable: {exc}") from exc
         if raw is None:  # not cached (new, or Redis lost it): the bucket knows
@@ -218,15 +205,6 @@ class TenantStore:
             )
         await self._mark_used(prefix)
         return Caller(tenant_id=credential.tenant_id, key_prefix=prefix)
-
-    async def _credential_and_tenant(self, key_hash: str) -> list[bytes | None]:
-        """Read-only (EVALSHA_RO): it runs while Redis holds writes (a failover's CLIENT PAUSE
-        WRITE, a replica), as the reads it replaces did."""
-        keys_and_args = (self._credential(key_hash), self._tenant(""))
-        try:
-            return await self.redis.evalsha_ro(_CREDENTIAL_AND_TENANT_SHA, 1, *keys_and_args)  # type: ignore[no-any-return]
-        except NoScriptError:  # a Redis started since (or flushed): EVAL_RO caches it again
-            return await self.redis.eval_ro(_CREDENTIAL_AND_TENANT, 1, *keys_and_args)  # type: ignore[no-any-return]
 
     async def _mark_used(self, prefix: str) -> None:
         now = time.monotonic()
